@@ -1,0 +1,47 @@
+# Helpers shared by every directory (Abseil's absl_cc_library habit).
+
+set(USRTRACE_WARNINGS -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor
+    -Wcast-align -Wunused -Woverloaded-virtual -Wconversion -Wsign-conversion
+    -Wnull-dereference -Wdouble-promotion -Wformat=2 -Wimplicit-fallthrough)
+if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+  list(APPEND USRTRACE_WARNINGS -Wthread-safety)
+endif()
+if(USRTRACE_WERROR)
+  list(APPEND USRTRACE_WARNINGS -Werror)
+endif()
+
+set(USRTRACE_SANITIZER_FLAGS "")
+if(USRTRACE_SANITIZE STREQUAL "address")
+  set(USRTRACE_SANITIZER_FLAGS -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer)
+elseif(USRTRACE_SANITIZE STREQUAL "thread")
+  set(USRTRACE_SANITIZER_FLAGS -fsanitize=thread -fno-omit-frame-pointer)
+elseif(NOT USRTRACE_SANITIZE STREQUAL "")
+  message(FATAL_ERROR "USRTRACE_SANITIZE must be '', 'address' or 'thread'")
+endif()
+if(USRTRACE_SANITIZER_FLAGS)
+  add_compile_options(${USRTRACE_SANITIZER_FLAGS})
+  add_link_options(${USRTRACE_SANITIZER_FLAGS})
+endif()
+
+# The tracer never traces itself: library code is never instrumented.
+set(USRTRACE_LIB_FLAGS -fno-instrument-functions -fvisibility=hidden -fvisibility-inlines-hidden)
+
+function(usrtrace_cc_library name)
+  cmake_parse_arguments(A "" "" "SRCS;DEPS;PUBLIC_DEPS" ${ARGN})
+  add_library(${name} STATIC ${A_SRCS})
+  target_include_directories(${name} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/src>)
+  target_compile_options(${name} PRIVATE ${USRTRACE_WARNINGS} ${USRTRACE_LIB_FLAGS})
+  set_target_properties(${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  target_link_libraries(${name} PRIVATE ${A_DEPS} PUBLIC ${A_PUBLIC_DEPS})
+endfunction()
+
+# usrtrace_cc_test(name SRCS ... DEPS ... [LABELS ...])
+function(usrtrace_cc_test name)
+  cmake_parse_arguments(A "" "" "SRCS;DEPS;LABELS" ${ARGN})
+  add_executable(${name} ${A_SRCS})
+  target_compile_options(${name} PRIVATE ${USRTRACE_WARNINGS})
+  target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gtest GTest::gtest_main Threads::Threads)
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${A_LABELS}")
+endfunction()

@@ -1,0 +1,57 @@
+// Restartable sequences (rseq): the per-CPU primitive under usrtrace's write
+// path. glibc >= 2.35 registers a `struct rseq` for every thread at
+// thread-pointer + __rseq_offset; the kernel keeps its cpu_id current and,
+// when it preempts, migrates or delivers a signal to a thread whose
+// instruction pointer is inside the critical section named by rseq_cs, moves
+// that thread to the section's abort handler. A critical section whose last
+// instruction is a single store therefore either commits entirely on one CPU,
+// with no other thread of that CPU in between, or not at all.
+//
+// See docs/design/ring-buffer.md for how the ring buffer builds on this.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace usrtrace::base {
+
+// The signature the kernel checks in the 4 bytes before an abort handler; the
+// same value glibc registers with on x86-64.
+inline constexpr uint32_t kRseqSig = 0x53053053;
+
+// ABI: offsets inside the kernel's struct rseq (include/uapi/linux/rseq.h).
+inline constexpr int kRseqCpuIdStartOffset = 0;
+inline constexpr int kRseqCpuIdOffset = 4;
+inline constexpr int kRseqCsOffset = 8;
+
+// __rseq_offset copied into a hidden variable so the write path reaches it
+// with one rip-relative load instead of a GOT indirection. Set by
+// rseq_init() before any ring buffer exists; never changes afterwards.
+extern "C" ptrdiff_t usrtrace_rseq_offset;
+
+// Prepares rseq use for the process: caches the offset and registers for
+// membarrier's rseq fence. Idempotent. Returns false if the kernel or libc
+// lacks rseq. Context: control plane, not async-signal-safe on first call.
+bool rseq_init();
+
+// The calling thread's CPU as rseq reports it; negative when the thread has
+// no registration (glibc built or started without rseq). Context: any.
+int rseq_cpu_id();
+
+// Registers rseq for the calling thread if glibc did not (GLIBC_TUNABLES=
+// glibc.pthread.rseq=0). One system call, once per thread. Returns true when
+// the thread is registered afterwards. Context: async-signal-safe.
+bool rseq_register_current_thread();
+
+// Grace period for writers: returns once every rseq critical section that was
+// running anywhere in the process when it was called has either committed or
+// been aborted (membarrier MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ). After
+// unpublishing a pointer, a caller may reuse what it pointed to. Context:
+// control plane; one system call; async-signal-safe.
+void rseq_fence();
+
+// Counts critical-section aborts taken by this thread (for tests; the abort
+// handler increments it with one instruction).
+extern "C" thread_local uint64_t usrtrace_rseq_aborts;
+
+}  // namespace usrtrace::base

@@ -1,0 +1,31 @@
+// Private to src/ring_buffer: helpers shared by the control and reader code.
+#pragma once
+
+#include <cstdint>
+
+#include "ring_buffer/ring_buffer.h"
+
+namespace usrtrace::rb {
+
+// A consistent view of a CPU's tail, read without stopping writers.
+struct Tail {
+  uint64_t seq = 0;          // 0: nothing written since the last reset
+  uint64_t slot = 0;
+  uint32_t len = 0;          // data bytes in the tail page
+  uint32_t entries = 0;      // data entries in the tail page
+  uint64_t last_ts = 0;      // running time at `len`
+  uint64_t first_index = 0;  // of the tail page
+};
+// Context: any thread; lock-free (retries while a commit lands between reads).
+Tail read_tail(const CpuBuffer* cb);
+
+// The oldest seq that can still be in the ring when `t` is the tail.
+inline uint64_t oldest_seq(const CpuBuffer* cb, const Tail& t) {
+  return t.seq > cb->nr_pages ? t.seq - cb->nr_pages + 1 : 1;
+}
+
+enum class CopyResult { kOk, kGone, kNotYet };
+// Copies page `seq` into `out` with seqlock checks. Context: reader.
+CopyResult copy_page(const CpuBuffer* cb, uint64_t seq, PageCopy* out);
+
+}  // namespace usrtrace::rb

@@ -1,0 +1,345 @@
+// Readers: trace_pipe (consume), trace (Iterator) and trace_pipe_raw
+// (read_page). None of them stops or slows writers: pages are copied and the
+// copy is checked against the page's meta seq afterwards (ring_buffer.h).
+#include <algorithm>
+#include <cstring>
+
+#include "ring_buffer/internal.h"
+#include "ring_buffer/ring_buffer.h"
+
+namespace usrtrace::rb {
+
+Tail read_tail(const CpuBuffer* cb) {
+  for (;;) {
+    // order: acquire; the meta and page reads below must not move before it.
+    const uint64_t a = cb->ws.w0.load(std::memory_order_acquire);
+    const uint64_t ts = cb->ws.last_ts.load(std::memory_order_acquire);
+    auto* wp = reinterpret_cast<const uint8_t*>(a >> 16);
+    const uint64_t slot = static_cast<uint64_t>(wp - cb->pages) >> cb->page_shift;
+    if (wp < cb->pages || slot >= cb->nr_pages) return Tail{};  // cannot happen; be safe
+    const PageMeta& m = cb->meta[slot];
+    const uint64_t seq = m.seq.load(std::memory_order_acquire);
+    const uint64_t fi = m.first_index.load(std::memory_order_relaxed);
+    // Every commit changes w0, so an unchanged w0 means no commit landed
+    // between the loads (the 16-byte commit store is atomic on CPUs with AVX
+    // and is checked by rereading both halves).
+    if (cb->ws.w0.load(std::memory_order_acquire) != a ||
+        cb->ws.last_ts.load(std::memory_order_acquire) != ts)
+      continue;
+    if (seq == 0) return Tail{};
+    Tail t;
+    t.seq = seq;
+    t.slot = slot;
+    t.len = static_cast<uint32_t>(wp - cb->page_at(slot)) - kPageHeaderSize;
+    t.entries = static_cast<uint32_t>(a & 0xffff);
+    t.last_ts = ts;
+    t.first_index = fi;
+    return t;
+  }
+}
+
+CopyResult copy_page(const CpuBuffer* cb, uint64_t seq, PageCopy* out) {
+  const Tail t = read_tail(cb);
+  if (t.seq == 0 || seq > t.seq) return CopyResult::kNotYet;
+  if (seq < oldest_seq(cb, t)) return CopyResult::kGone;
+  const uint64_t slot = cb->slot_of(seq);
+  const PageMeta& m = cb->meta[slot];
+  if (m.seq.load(std::memory_order_acquire) != seq) return CopyResult::kGone;
+  const uint8_t* page = cb->page_at(slot);
+  const bool tail = seq == t.seq;
+  uint32_t len, entries;
+  if (tail) {
+    len = t.len;
+    entries = t.entries;
+  } else {
+    len = static_cast<uint32_t>(
+        __atomic_load_n(&reinterpret_cast<const PageHeader*>(page)->commit, __ATOMIC_RELAXED) &
+        kCommitLengthMask);
+    entries = static_cast<uint32_t>(m.entries.load(std::memory_order_relaxed));
+  }
+  const uint64_t first_index = m.first_index.load(std::memory_order_relaxed);
+  const uint64_t missed = m.missed.load(std::memory_order_relaxed);
+  if (len > cb->page_size - kPageHeaderSize) return CopyResult::kGone;
+  out->page.resize(cb->page_size);
+  std::memcpy(out->page.data(), page, kPageHeaderSize + len);
+  // order: the copy's loads complete before the seq is read again (seqlock).
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (m.seq.load(std::memory_order_relaxed) != seq) return CopyResult::kGone;
+  out->seq = seq;
+  out->len = len;
+  out->entries = entries;
+  out->first_index = first_index;
+  out->missed = missed;
+  out->end_ts = tail ? t.last_ts : 0;
+  out->is_tail = tail;
+  return CopyResult::kOk;
+}
+
+namespace {
+
+// One reader's view of one CPU: the consuming reader's state in the
+// CpuBuffer, or an iterator's private one.
+struct Cursor {
+  CpuBuffer* cb;
+  ReadPos* pos;
+  PageCopy* copy;
+  uint64_t* lost;          // where lost entries are counted (overrun for the consumer)
+  uint64_t* read;          // consumed entries (consumer only)
+  bool consuming;
+  uint64_t end_seq = ~0ull;  // iterators stop at the tail they saw when created
+  uint32_t end_len = ~0u;
+
+  uint32_t limit() const { return copy->seq == end_seq ? std::min(copy->len, end_len) : copy->len; }
+};
+
+// The copy now holds page `seq` from its start: position the cursor there
+// and count what was lost before it.
+void enter_page(Cursor& c, uint64_t seq) {
+  ReadPos& p = *c.pos;
+  const PageCopy& cp = *c.copy;
+  if (cp.first_index > p.index) {
+    uint64_t lost = cp.first_index - p.index;
+    *c.lost += lost;
+    p.pending_missed += lost;
+  }
+  p.pending_missed += cp.missed;
+  p.seq = seq;
+  p.off = 0;
+  p.ts = reinterpret_cast<const PageHeader*>(cp.page.data())->timestamp;
+  p.index = cp.first_index;
+  // order: release; the slow path's switch reads it to decide whether a
+  // discard-mode page may be reused, after this reader is done with it.
+  if (c.consuming) c.cb->reader_next_seq.store(seq, std::memory_order_release);
+}
+
+// Moves to the oldest page at or after `from` that is still there.
+bool jump(Cursor& c, uint64_t from) {
+  for (int tries = 0; tries < 64; ++tries) {
+    Tail t = read_tail(c.cb);
+    if (t.seq == 0) return false;
+    uint64_t target = std::max(from, oldest_seq(c.cb, t));
+    if (target > c.end_seq) return false;
+    switch (copy_page(c.cb, target, c.copy)) {
+      case CopyResult::kOk:
+        enter_page(c, target);
+        return true;
+      case CopyResult::kNotYet:
+        return false;
+      case CopyResult::kGone:
+        from = target + 1;  // overwritten while we looked; try the next one
+        break;
+    }
+  }
+  return false;
+}
+
+// Makes the cursor's copy hold an unread entry at pos.off. False: none now.
+bool ensure(Cursor& c) {
+  ReadPos& p = *c.pos;
+  PageCopy& cp = *c.copy;
+  for (int guard = 0; guard < 256; ++guard) {
+    if (p.seq > c.end_seq) return false;
+    if (p.seq != 0 && cp.seq == p.seq && p.off < c.limit()) return true;
+    if (p.seq == 0) {
+      if (!jump(c, 1)) return false;
+      continue;
+    }
+    if (cp.seq == p.seq) {  // the copy is read to its end
+      if (p.seq == c.end_seq) return false;
+      if (!cp.is_tail) {
+        uint64_t next = p.seq + 1;
+        CopyResult r = copy_page(c.cb, next, &cp);
+        if (r == CopyResult::kOk) {
+          enter_page(c, next);
+        } else {
+          cp.seq = 0;
+          if (r == CopyResult::kNotYet || !jump(c, next)) return false;
+        }
+        continue;
+      }
+      Tail t = read_tail(c.cb);
+      if (t.seq == p.seq && t.len <= cp.len) return false;  // nothing new yet
+    }
+    // (Re)copy the page the cursor is in: the tail may have grown, or the
+    // copy belongs to another page.
+    CopyResult r = copy_page(c.cb, p.seq, &cp);
+    if (r == CopyResult::kOk) continue;
+    cp.seq = 0;
+    if (r == CopyResult::kNotYet) return false;
+    // The rest of the page was overwritten: entries after pos are lost;
+    // enter_page counts them from the next page's first index.
+    if (!jump(c, p.seq + 1)) return false;
+  }
+  return false;
+}
+
+// Reads the event at the cursor; with `advance`, moves past it.
+bool read_event(Cursor& c, Event* ev, bool advance) {
+  ReadPos& p = *c.pos;
+  PageCopy& cp = *c.copy;
+  for (int guard = 0; guard < 256; ++guard) {
+    if (!ensure(c)) return false;
+    PageWalker w(cp.page.data() + kPageHeaderSize, c.limit(), p.ts, p.off);
+    Entry e;
+    if (w.next_data(&e)) {
+      ev->cpu = c.cb->cpu;
+      ev->ts = e.ts;
+      ev->data = e.payload;
+      ev->len = e.payload_len;
+      ev->missed_before = p.pending_missed;
+      ev->lost_before = p.pending_missed != 0 || p.lost_unknown;
+      if (advance) {
+        p.off = w.offset();
+        p.ts = e.ts;
+        p.index++;
+        p.pending_missed = 0;
+        p.lost_unknown = false;
+        if (c.read) ++*c.read;
+      }
+      return true;
+    }
+    if (w.corrupt()) {  // not from our writers; skip the rest of the page
+      p.lost_unknown = true;
+      p.off = c.limit();
+      continue;
+    }
+    // Only time extends or padding were left: step past them.
+    p.off = w.offset();
+    p.ts = w.ts();
+  }
+  return false;
+}
+
+Cursor consumer(CpuBuffer* cb) USRTRACE_NO_THREAD_SAFETY_ANALYSIS {
+  return Cursor{cb, &cb->pos, &cb->copy, &cb->overrun, &cb->read, true};
+}
+
+}  // namespace
+
+bool RingBuffer::consume(Event* ev, int cpu) USRTRACE_NO_THREAD_SAFETY_ANALYSIS {
+  if (cpu >= nr_cpus_) return false;
+  if (cpu >= 0) {
+    CpuBuffer* cb = cpu_buffer(cpu);
+    base::MutexLock rl(&cb->reader_mu);
+    Cursor c = consumer(cb);
+    return read_event(c, ev, true);
+  }
+  // Merge: the earliest head event across CPUs. Locks in CPU order.
+  for (int c = 0; c < nr_cpus_; ++c) cpu_buffer(c)->reader_mu.lock();
+  int best = -1;
+  Event cand;
+  for (int c = 0; c < nr_cpus_; ++c) {
+    Cursor cur = consumer(cpu_buffer(c));
+    Event e;
+    if (read_event(cur, &e, false) && (best < 0 || e.ts < cand.ts)) {
+      best = c;
+      cand = e;
+    }
+  }
+  bool ok = false;
+  if (best >= 0) {
+    Cursor cur = consumer(cpu_buffer(best));
+    ok = read_event(cur, ev, true);
+  }
+  for (int c = nr_cpus_ - 1; c >= 0; --c) cpu_buffer(c)->reader_mu.unlock();
+  return ok;
+}
+
+bool RingBuffer::peek(Event* ev, int cpu) USRTRACE_NO_THREAD_SAFETY_ANALYSIS {
+  if (cpu >= nr_cpus_) return false;
+  if (cpu >= 0) {
+    CpuBuffer* cb = cpu_buffer(cpu);
+    base::MutexLock rl(&cb->reader_mu);
+    Cursor c = consumer(cb);
+    return read_event(c, ev, false);
+  }
+  for (int c = 0; c < nr_cpus_; ++c) cpu_buffer(c)->reader_mu.lock();
+  bool found = false;
+  for (int c = 0; c < nr_cpus_; ++c) {
+    Cursor cur = consumer(cpu_buffer(c));
+    Event e;
+    if (read_event(cur, &e, false) && (!found || e.ts < ev->ts)) {
+      *ev = e;
+      found = true;
+    }
+  }
+  for (int c = nr_cpus_ - 1; c >= 0; --c) cpu_buffer(c)->reader_mu.unlock();
+  return found;
+}
+
+// Hands out the rest of the cursor's page as a kernel page. A prefix the
+// reader already consumed becomes one discarded entry (type 29, delta 1)
+// under a page time stamp one tick earlier, so the page parses and every
+// remaining time stays exact; O(1), whatever was consumed.
+uint32_t RingBuffer::read_page(int cpu, uint8_t* out, size_t out_size, bool full_only) {
+  if (cpu < 0 || cpu >= nr_cpus_) return 0;
+  CpuBuffer* cb = cpu_buffer(cpu);
+  base::MutexLock rl(&cb->reader_mu);
+  if (out_size < cb->page_size) return 0;
+  Cursor c = consumer(cb);
+  if (!ensure(c)) return 0;
+  ReadPos& p = cb->pos;
+  PageCopy& cp = cb->copy;
+  if (cp.is_tail && full_only) return 0;
+  std::memcpy(out, cp.page.data(), kPageHeaderSize + cp.len);
+  auto* h = reinterpret_cast<PageHeader*>(out);
+  if (p.off > 0) {
+    uint32_t pad[2] = {encode_header(kTypePadding, 1), p.off - 4};
+    std::memcpy(out + kPageHeaderSize, pad, sizeof pad);
+    h->timestamp = p.ts - 1;
+  }
+  uint64_t commit = cp.len;
+  const uint64_t missed = p.pending_missed;
+  if (missed != 0 || p.lost_unknown) {
+    commit |= kMissedEvents;
+    if (missed != 0 && kPageHeaderSize + cp.len + 8 <= cb->page_size) {
+      std::memcpy(out + kPageHeaderSize + cp.len, &missed, 8);
+      commit |= kMissedStored;
+    }
+  }
+  h->commit = commit;
+  const uint64_t handed = cp.first_index + cp.entries - p.index;
+  cb->read += handed;
+  p.index += handed;
+  p.off = cp.len;
+  p.ts = cp.is_tail ? cp.end_ts : p.ts;
+  p.pending_missed = 0;
+  p.lost_unknown = false;
+  return cp.len;
+}
+
+// ---------------------------------------------------------------------------
+
+RingBuffer::Iterator::Iterator(RingBuffer& rb) : rb_(rb), cpus_(static_cast<size_t>(rb.nr_cpus_)) {
+  for (int i = 0; i < rb.nr_cpus_; ++i) {
+    Cpu& c = cpus_[static_cast<size_t>(i)];
+    c.cb = rb.cpu_buffer(i);
+    base::MutexLock rl(&c.cb->reader_mu);
+    c.pos = c.cb->pos;
+    c.copy = c.cb->copy;
+    Tail t = read_tail(c.cb);
+    c.end_seq = t.seq;
+    c.end_len = t.len;
+  }
+}
+
+bool RingBuffer::Iterator::fill(Cpu& c) {
+  if (c.end_seq == 0) return false;
+  uint64_t unused = 0;
+  Cursor cur{c.cb, &c.pos, &c.copy, &lost_, &unused, false, c.end_seq, c.end_len};
+  return read_event(cur, &c.ev, true);
+}
+
+bool RingBuffer::Iterator::next(Event* ev) {
+  Cpu* best = nullptr;
+  for (Cpu& c : cpus_) {
+    if (!c.have) c.have = fill(c);
+    if (c.have && (!best || c.ev.ts < best->ev.ts)) best = &c;
+  }
+  if (!best) return false;
+  *ev = best->ev;
+  best->have = false;
+  return true;
+}
+
+}  // namespace usrtrace::rb

@@ -1,0 +1,413 @@
+// Control plane of the ring buffer: creation, gates, reset, resize, swap,
+// clocks, statistics and waiting. The write path is ring_buffer.h (fast) and
+// slow_path.cc; readers are reader.cc.
+#include "ring_buffer/ring_buffer.h"
+
+#include <sched.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "base/sys.h"
+#include "ring_buffer/internal.h"
+
+namespace usrtrace::rb {
+namespace {
+
+// Installed in the slots for rseq cpu_id -1 and -2: a last_ts of 0 and a
+// closed gate send the fast path to the slow path, which registers rseq.
+CpuBuffer g_trap;
+
+bool is_pow2(uint32_t v) { return v && !(v & (v - 1)); }
+
+uint32_t pages_for(uint64_t bytes, uint32_t page_size) {
+  uint64_t data = page_size - kPageHeaderSize;
+  uint64_t n = (bytes + data - 1) / data;
+  if (n < 2) n = 2;
+  if (n > (1u << 24)) n = 1u << 24;
+  return static_cast<uint32_t>(n);
+}
+
+// The state of a CPU with nothing written: w0 points 4 bytes before the end
+// of slot 0 with no page open, so the first write takes the slow path, which
+// opens slot 0 as seq 1.
+void init_state(CpuBuffer* cb) {
+  for (uint32_t i = 0; i < cb->nr_pages; ++i) {
+    cb->meta[i].seq.store(0, std::memory_order_relaxed);
+    cb->meta[i].first_index.store(0, std::memory_order_relaxed);
+    cb->meta[i].missed.store(0, std::memory_order_relaxed);
+    cb->meta[i].entries.store(0, std::memory_order_relaxed);
+  }
+  cb->ws.w0.store(reinterpret_cast<uint64_t>(cb->pages + cb->page_size - 4) << 16,
+                  std::memory_order_relaxed);
+  cb->ws.last_ts.store(0, std::memory_order_relaxed);
+  cb->ws.dropped_seen.store(0, std::memory_order_relaxed);
+  cb->dropped.store(0, std::memory_order_relaxed);
+  cb->reader_next_seq.store(1, std::memory_order_relaxed);
+}
+
+bool alloc_pages(CpuBuffer* cb, uint32_t nr_pages) {
+  size_t bytes = size_t{nr_pages} * cb->page_size;
+  auto* pages = static_cast<uint8_t*>(base::map_aligned(bytes, cb->page_size));
+  if (!pages) return false;
+  auto* meta = new (std::nothrow) PageMeta[nr_pages];
+  if (!meta) {
+    base::unmap_aligned(pages, bytes);
+    return false;
+  }
+  cb->pages = pages;
+  cb->meta = meta;
+  cb->nr_pages = nr_pages;
+  return true;
+}
+
+void free_pages(CpuBuffer* cb) {
+  base::unmap_aligned(cb->pages, size_t{cb->nr_pages} * cb->page_size);
+  delete[] cb->meta;
+  cb->pages = nullptr;
+  cb->meta = nullptr;
+}
+
+}  // namespace
+
+std::unique_ptr<RingBuffer> RingBuffer::create(const Options& opts, int* err) {
+  auto fail = [&](int e) {
+    if (err) *err = e;
+    return std::unique_ptr<RingBuffer>();
+  };
+  if (!is_pow2(opts.page_size) || opts.page_size < kMinPageSize || opts.page_size > kMaxPageSize ||
+      opts.size_per_cpu == 0)
+    return fail(EINVAL);
+  if (!base::rseq_init()) return fail(ENOSYS);
+  clock::start_calibration();
+
+  const int n = base::nr_possible_cpus();
+  void* mem = ::operator new(sizeof(RingBuffer) + size_t(n + kTrapSlots) * sizeof(void*),
+                             std::align_val_t{alignof(RingBuffer)}, std::nothrow);
+  if (!mem) return fail(ENOMEM);
+  std::unique_ptr<RingBuffer> rb(new (mem) RingBuffer());
+  rb->nr_cpus_ = n;
+  rb->mode_.store(opts.mode, std::memory_order_relaxed);
+  rb->clock_.store(opts.clock, std::memory_order_relaxed);
+  // Room for a long header and a time stamp, with the tail strictly inside.
+  rb->max_payload_ = opts.page_size - kPageHeaderSize - 8 - 8 - 4;
+  for (int i = 0; i < kTrapSlots; ++i) new (&rb->slots()[i]) std::atomic<CpuBuffer*>(&g_trap);
+  for (int c = 0; c < n; ++c) new (&rb->slots()[c + kTrapSlots]) std::atomic<CpuBuffer*>(nullptr);
+  const uint32_t nr = pages_for(opts.size_per_cpu, opts.page_size);
+  for (int c = 0; c < n; ++c) {
+    auto* cb = new (std::nothrow) CpuBuffer;
+    if (!cb) return fail(ENOMEM);
+    cb->cpu = c;
+    cb->page_size = opts.page_size;
+    cb->page_shift = static_cast<uint32_t>(__builtin_ctz(opts.page_size));
+    rb->slots()[c + kTrapSlots].store(cb, std::memory_order_relaxed);
+    if (!alloc_pages(cb, nr)) return fail(ENOMEM);
+    init_state(cb);
+  }
+  base::MutexLock l(&rb->control_mu_);
+  for (int c = 0; c < n; ++c) rb->unseal(rb->cpu_buffer(c));
+  return rb;
+}
+
+RingBuffer::~RingBuffer() {
+  for (int c = 0; c < nr_cpus_; ++c)
+    if (CpuBuffer* cb = cpu_buffer(c)) seal(cb);
+  base::rseq_fence();
+  wait_slow_paths();
+  for (int c = 0; c < nr_cpus_; ++c) {
+    CpuBuffer* cb = cpu_buffer(c);
+    if (!cb) continue;
+    if (cb->pages) free_pages(cb);
+    delete cb;
+  }
+}
+
+void RingBuffer::operator delete(void* p) { ::operator delete(p, std::align_val_t{alignof(RingBuffer)}); }
+
+// ---------------------------------------------------------------------------
+// Gates and seals.
+
+void RingBuffer::seal(CpuBuffer* cb) {
+  // order: seq_cst; a slow path increments slow_active_ (seq_cst) and then
+  // reads `sealed`, and wait_slow_paths() reads slow_active_ after this.
+  cb->ws.sealed.store(1, std::memory_order_seq_cst);
+  cb->ws.gate.store(0, std::memory_order_seq_cst);
+}
+
+void RingBuffer::unseal(CpuBuffer* cb) {
+  cb->ws.sealed.store(0, std::memory_order_release);
+  update_gate(cb);
+}
+
+void RingBuffer::update_gate(CpuBuffer* cb) {
+  bool open = cb->ws.sealed.load(std::memory_order_relaxed) == 0 &&
+              !abs_ts_.load(std::memory_order_relaxed) &&
+              clock::describe(clock_.load(std::memory_order_relaxed)).tsc &&
+              waiters_any_.load(std::memory_order_relaxed) == 0;
+  // order: release; a writer that sees the gate open sees the state set up
+  // before it.
+  cb->ws.gate.store(open ? uint64_t{cb->page_size} << 16 : 0, std::memory_order_release);
+}
+
+void RingBuffer::update_gates() {
+  for (int c = 0; c < nr_cpus_; ++c) update_gate(cpu_buffer(c));
+}
+
+void RingBuffer::wait_slow_paths() {
+  while (slow_active_.load(std::memory_order_seq_cst) != 0) sched_yield();
+}
+
+void RingBuffer::set_time_stamp_abs(bool on) {
+  base::MutexLock l(&control_mu_);
+  abs_ts_.store(on, std::memory_order_relaxed);
+  update_gates();
+}
+
+void RingBuffer::set_clock(clock::ClockId id) {
+  base::MutexLock l(&control_mu_);
+  for (int c = 0; c < nr_cpus_; ++c) seal(cpu_buffer(c));
+  base::rseq_fence();
+  wait_slow_paths();
+  clock_.store(id, std::memory_order_relaxed);
+  for (int c = 0; c < nr_cpus_; ++c) {
+    reset_locked(cpu_buffer(c));
+    unseal(cpu_buffer(c));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Reset, resize, swap.
+
+void RingBuffer::reset_locked(CpuBuffer* cb) {
+  base::MutexLock rl(&cb->reader_mu);
+  init_state(cb);
+  cb->pos = ReadPos{};
+  cb->copy.seq = 0;
+  cb->read = 0;
+  cb->overrun = 0;
+}
+
+void RingBuffer::reset(int cpu) {
+  base::MutexLock l(&control_mu_);
+  int lo = cpu < 0 ? 0 : cpu, hi = cpu < 0 ? nr_cpus_ : cpu + 1;
+  if (lo >= nr_cpus_) return;
+  for (int c = lo; c < hi; ++c) seal(cpu_buffer(c));
+  base::rseq_fence();
+  wait_slow_paths();
+  for (int c = lo; c < hi; ++c) {
+    reset_locked(cpu_buffer(c));
+    unseal(cpu_buffer(c));
+  }
+}
+
+int RingBuffer::resize(int cpu, uint64_t bytes) {
+  if (bytes == 0) return -EINVAL;
+  base::MutexLock l(&control_mu_);
+  int lo = cpu < 0 ? 0 : cpu, hi = cpu < 0 ? nr_cpus_ : cpu + 1;
+  if (lo >= nr_cpus_) return -EINVAL;
+  int rc = 0;
+  for (int c = lo; c < hi && rc == 0; ++c) {
+    CpuBuffer* cb = cpu_buffer(c);
+    uint32_t nr = pages_for(bytes, cb->page_size);
+    if (nr == cb->nr_pages) continue;
+    seal(cb);
+    base::rseq_fence();
+    wait_slow_paths();
+    rc = resize_locked(cb, nr);
+    unseal(cb);
+  }
+  return rc;
+}
+
+// Moves the newest pages that fit into a new ring, keeping each page's seq,
+// so readers find what was kept and count what was not as overrun.
+// Context: control_mu_ held, `cb` sealed and drained.
+int RingBuffer::resize_locked(CpuBuffer* cb, uint32_t nr) {
+  base::MutexLock rl(&cb->reader_mu);
+  CpuBuffer fresh;
+  fresh.page_size = cb->page_size;
+  fresh.page_shift = cb->page_shift;
+  if (!alloc_pages(&fresh, nr)) return -ENOMEM;
+  Tail t = read_tail(cb);
+  uint64_t w0;
+  if (t.seq == 0) {
+    w0 = reinterpret_cast<uint64_t>(fresh.pages + fresh.page_size - 4) << 16;
+  } else {
+    uint64_t keep = std::min<uint64_t>(nr, cb->nr_pages);
+    uint64_t first = t.seq >= keep ? t.seq - keep + 1 : 1;
+    for (uint64_t s = first; s <= t.seq; ++s) {
+      const PageMeta& m = cb->meta[cb->slot_of(s)];
+      if (m.seq.load(std::memory_order_relaxed) != s) continue;
+      uint64_t to = (s - 1) % nr;
+      std::memcpy(fresh.page_at(to), cb->page_at(cb->slot_of(s)), cb->page_size);
+      PageMeta& d = fresh.meta[to];
+      d.seq.store(s, std::memory_order_relaxed);
+      d.first_index.store(m.first_index.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      d.missed.store(m.missed.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      d.entries.store(m.entries.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    }
+    uint8_t* tail_page = fresh.page_at((t.seq - 1) % nr);
+    w0 = (reinterpret_cast<uint64_t>(tail_page + kPageHeaderSize + t.len) << 16) | t.entries;
+  }
+  free_pages(cb);
+  cb->pages = fresh.pages;
+  cb->meta = fresh.meta;
+  cb->nr_pages = fresh.nr_pages;
+  fresh.pages = nullptr;
+  fresh.meta = nullptr;
+  cb->ws.w0.store(w0, std::memory_order_relaxed);
+  return 0;
+}
+
+int RingBuffer::swap_cpu(RingBuffer& other, int cpu) {
+  if (&other == this || other.nr_cpus_ != nr_cpus_) return -EINVAL;
+  if (clock() != other.clock()) return -EINVAL;
+  RingBuffer* a = this < &other ? this : &other;
+  RingBuffer* b = this < &other ? &other : this;
+  base::MutexLock la(&a->control_mu_);
+  base::MutexLock lb(&b->control_mu_);
+  int lo = cpu < 0 ? 0 : cpu, hi = cpu < 0 ? nr_cpus_ : cpu + 1;
+  if (lo >= nr_cpus_) return -EINVAL;
+  for (int c = lo; c < hi; ++c)
+    if (cpu_buffer(c)->page_size != other.cpu_buffer(c)->page_size) return -EINVAL;
+  for (int c = lo; c < hi; ++c) {
+    CpuBuffer* mine = cpu_buffer(c);
+    CpuBuffer* theirs = other.cpu_buffer(c);
+    // A writer in flight with the old pointer commits into the buffer it
+    // loaded: the event lands in one of the two, never in neither.
+    slots()[c + kTrapSlots].store(theirs, std::memory_order_release);
+    other.slots()[c + kTrapSlots].store(mine, std::memory_order_release);
+    update_gate(theirs);
+    other.update_gate(mine);
+  }
+  return 0;
+}
+
+uint32_t RingBuffer::page_size(int cpu) const { return cpu_buffer(cpu < 0 ? 0 : cpu)->page_size; }
+uint32_t RingBuffer::nr_pages(int cpu) const { return cpu_buffer(cpu < 0 ? 0 : cpu)->nr_pages; }
+uint64_t RingBuffer::size_bytes(int cpu) const {
+  const CpuBuffer* cb = cpu_buffer(cpu < 0 ? 0 : cpu);
+  return uint64_t{cb->nr_pages} * (cb->page_size - kPageHeaderSize);
+}
+
+// ---------------------------------------------------------------------------
+// Statistics.
+
+CpuStats RingBuffer::stats(int cpu) {
+  CpuStats s;
+  if (cpu < 0 || cpu >= nr_cpus_) return s;
+  CpuBuffer* cb = cpu_buffer(cpu);
+  base::MutexLock rl(&cb->reader_mu);
+  Tail t = read_tail(cb);
+  s.now_ts = clock::read_raw(clock());
+  s.dropped_events = cb->dropped.load(std::memory_order_relaxed);
+  s.read_events = cb->read;
+  s.written = t.seq ? t.first_index + t.entries : 0;
+  // Entries the reader holds or has consumed: nothing before `owned` can be
+  // lost any more.
+  uint64_t owned = cb->pos.index;
+  if (cb->copy.seq != 0 && cb->copy.seq == cb->pos.seq)
+    owned = cb->copy.first_index + cb->copy.entries;
+  uint64_t overrun = cb->overrun;
+  uint64_t unread_bytes = 0;
+  uint64_t oldest_ts = 0;
+  if (t.seq != 0) {
+    // Pages the writer overwrote since the reader last looked.
+    for (uint64_t s2 = std::max(oldest_seq(cb, t), cb->pos.seq); s2 <= t.seq; ++s2) {
+      const PageMeta& m = cb->meta[cb->slot_of(s2)];
+      uint64_t seq = m.seq.load(std::memory_order_acquire);
+      uint64_t fi = m.first_index.load(std::memory_order_relaxed);
+      uint64_t ts = reinterpret_cast<const PageHeader*>(cb->page_at(cb->slot_of(s2)))->timestamp;
+      uint64_t len = s2 == t.seq ? t.len
+                                 : reinterpret_cast<const PageHeader*>(cb->page_at(cb->slot_of(s2)))->commit &
+                                       kCommitLengthMask;
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (m.seq.load(std::memory_order_relaxed) != seq || seq != s2) continue;
+      if (oldest_ts == 0) {
+        if (fi > owned) overrun += fi - owned;
+        oldest_ts = ts;
+      }
+      if (s2 == cb->pos.seq) {
+        unread_bytes += len > cb->pos.off ? len - cb->pos.off : 0;
+        if (cb->copy.seq == s2 && cb->pos.off < cb->copy.len) oldest_ts = cb->pos.ts;
+      } else {
+        unread_bytes += len;
+      }
+    }
+  }
+  s.overrun = overrun;
+  s.read_events = cb->read;
+  s.entries = s.written - std::min(s.written, s.read_events + s.overrun);
+  s.bytes = s.entries ? unread_bytes : 0;
+  s.oldest_event_ts = s.entries ? oldest_ts : 0;
+  return s;
+}
+
+// ---------------------------------------------------------------------------
+// Waiting.
+
+bool RingBuffer::wait(int cpu, int percent) {
+  if (percent < 0) percent = 0;
+  if (percent > 100) percent = 100;
+  for (;;) {
+    // order: acquire pairs with wake_now()'s release increment.
+    uint32_t seq = wake_seq_.load(std::memory_order_acquire);
+    auto ready = [&] {
+      if (cpu >= 0) return page_ready(cpu_buffer(cpu), percent);
+      for (int c = 0; c < nr_cpus_; ++c)
+        if (page_ready(cpu_buffer(c), percent)) return true;
+      return false;
+    };
+    if (ready()) return true;
+    {
+      base::MutexLock l(&control_mu_);
+      if (percent == 0) {
+        waiters_any_.fetch_add(1, std::memory_order_relaxed);
+        update_gates();
+      } else {
+        uint32_t cur = wait_percent_.load(std::memory_order_relaxed);
+        if (waiters_full_.fetch_add(1, std::memory_order_relaxed) == 0 || uint32_t(percent) < cur)
+          wait_percent_.store(static_cast<uint32_t>(percent), std::memory_order_relaxed);
+      }
+      wake_pending_.store(true, std::memory_order_relaxed);
+    }
+    // Every writer either sees the registration after its commit, or its
+    // commit is visible to the check below (see SlowPath::after_commit).
+    base::rseq_fence();
+    bool now = ready();
+    if (!now) base::futex_wait(&wake_seq_, seq);
+    {
+      base::MutexLock l(&control_mu_);
+      if (percent == 0) {
+        waiters_any_.fetch_sub(1, std::memory_order_relaxed);
+        update_gates();
+      } else {
+        waiters_full_.fetch_sub(1, std::memory_order_relaxed);
+      }
+    }
+    if (now || ready()) return true;
+    if (kicked_.exchange(false, std::memory_order_acq_rel)) return false;
+  }
+}
+
+void RingBuffer::wake_waiters() {
+  kicked_.store(true, std::memory_order_release);
+  wake_now();
+}
+
+bool RingBuffer::page_ready(CpuBuffer* cb, int percent) {
+  base::MutexLock rl(&cb->reader_mu);
+  Tail t = read_tail(cb);
+  if (t.seq == 0) return false;
+  if (percent == 0) {
+    if (cb->copy.seq == cb->pos.seq && cb->pos.off < cb->copy.len) return true;
+    if (cb->pos.seq == 0 || t.seq > cb->pos.seq) return true;
+    return t.seq == cb->pos.seq && t.len > cb->pos.off;
+  }
+  uint64_t from = std::max(cb->pos.seq, oldest_seq(cb, t));
+  uint64_t dirty = t.seq > from ? t.seq - from : 0;
+  return (dirty + 1) * 100 >= uint64_t(percent) * cb->nr_pages;
+}
+
+}  // namespace usrtrace::rb

@@ -1,0 +1,518 @@
+// usrtrace ring buffer: per-CPU, lockless, kernel page format.
+//
+// Design (the long form is docs/design/ring-buffer.md)
+// ====================================================
+//
+// One RingBuffer has a CpuBuffer per possible CPU. A CpuBuffer is a ring of N
+// pages in the kernel's format (page_format.h) plus a PageMeta per page:
+//
+//      pages:  [ slot 0 ][ slot 1 ][ slot 2 ] ... [ slot N-1 ]
+//                 seq 5     seq 6     seq 3          seq 4
+//                            ^ tail (seq 6)  ^ oldest (seq 3)
+//
+// Pages are numbered by a per-CPU sequence, seq s lives in slot (s-1) % N.
+// Writers fill the tail page and then move to the next slot, which holds the
+// oldest page (overwrite mode) or, in discard mode, must already be read.
+//
+// Writers: restartable sequences, not atomics
+// -------------------------------------------
+// Everything a writer changes lives in the CPU's WriterState, and every change
+// is made by an rseq critical section (base/rseq.h) running on that CPU and
+// ending in one 16-byte store of {w0, last_ts}. The kernel aborts a critical
+// section when it preempts, migrates or signals the thread, so the sections of
+// one CPU are serialized as if the CPU had a lock, without one:
+//
+//   * a writer preempted or migrated mid-write restarts on its new CPU;
+//   * a signal handler that writes while the interrupted code is mid-write
+//     runs its own section to completion; the interrupted one restarts;
+//   * a reader never sees a half-written event: the commit store is the last
+//     instruction, and a section that did not reach it left only bytes past
+//     the committed end, which the next section overwrites.
+//
+// The event is written into the ring inside the section, so there is no
+// reserved-but-uncommitted state: reserve/fill/commit is offered on the
+// caller's stack (Reservation) and commit copies it in one section; a
+// discarded reservation never reaches the ring.
+//
+// WriterState word w0 (ABI with the assembly below and slow_path.cc):
+//
+//   bits 63..16  address of the next free byte in the tail page
+//   bits 15..0   number of data entries in the tail page
+//
+//   last_ts      clock value of the last committed event on this CPU (the
+//                running time at the end of the tail page)
+//   gate         page_size << 16 while the fast path may write; 0 sends every
+//                write to the slow path (sealed, absolute time stamps, a clock
+//                that is not the TSC, a reader waiting for any event)
+//   sealed       nonzero: no section may commit (reset, resize, teardown)
+//
+// Fast path (write<N>, one section, ~30 instructions):
+//
+//   [A] arm rseq_cs; cpu = rseq.cpu_id; cb = slots[cpu]
+//   [B] ts = rdtsc; delta = ts - last_ts; delta >= 2^27 -> slow path
+//   [C] nw = w0 + (entry << 16 | 1); same page and gate open, else slow path
+//   [D] store header word and payload at w0 >> 16
+//   [E] commit: store {nw, ts}
+//
+// Interrupted anywhere in [A]..[E] before the commit store, the section
+// restarts from [A] and rereads everything; nothing before [E] is visible to
+// a reader because readers only read up to the committed w0.
+//
+// Slow path (slow_path.cc): page switches, time extends, absolute stamps,
+// other clocks, drops. It computes a list of stores in C++ from a snapshot of
+// {w0, last_ts} and hands it to one generic section that checks the CPU, the
+// installed CpuBuffer, `sealed` and the snapshot, then performs the stores and
+// commits. A section that finds anything changed fails and the slow path
+// starts again from a fresh snapshot.
+//
+// Page switch invariants (all stores of one section, in this order):
+//   1. meta[next].seq = seq+1 before any byte of the next page changes, so a
+//      reader that copied the old page sees the seq move and drops its copy;
+//   2. meta[next].first_index = first_index(tail) + entries(tail): the count
+//      of entries written on this CPU before the page, which makes the
+//      accounting exact (a reader that finds pages gone adds the difference of
+//      first indexes to `overrun`);
+//   3. the closed page's commit length, the new page's header, then the
+//      event, then the commit store moving w0 into the new page.
+// An aborted switch may leave meta[next] already pointing forward; readers
+// only trust pages up to the tail's seq, so that is harmless.
+//
+// Readers (reader.cc) never block writers and never write the writer state.
+// They copy a page and check its meta seq before and after (seqlock); the copy
+// is the reader page of the kernel's design. A consuming reader publishes the
+// seq it reads (reader_next_seq) so that discard mode never overwrites unread
+// pages. Counting: written = first_index(tail) + entries(tail), and
+// written == read + overrun + dropped + entries still in the buffer, exactly.
+//
+// Control (reset, resize, teardown) seals the CPU (closes the gate, sets
+// sealed), then calls rseq_fence(): membarrier aborts every section in
+// flight, so afterwards no writer can commit to the CPU. The slow path's C++
+// part is counted in `slow_active_`, which control also waits to drain before
+// touching memory the slow path reads.
+//
+// Swap (the base of snapshots) exchanges CpuBuffer pointers between two
+// buffers in O(1): a write in flight lands in one of the two, never in
+// neither.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "base/compiler.h"
+#include "base/mutex.h"
+#include "base/rseq.h"
+#include "clock/trace_clock.h"
+#include "ring_buffer/page_format.h"
+
+namespace usrtrace::rb {
+
+enum class Mode : uint8_t { kOverwrite, kDiscard };
+
+// Per page, beside the page. Written by writers inside switch sections,
+// read by readers with seqlock checks on `seq`.
+struct PageMeta {
+  std::atomic<uint64_t> seq{0};          // page sequence; 0 = never written
+  std::atomic<uint64_t> first_index{0};  // entries written on this CPU before this page
+  std::atomic<uint64_t> missed{0};       // events dropped just before this page
+  std::atomic<uint64_t> entries{0};      // data entries, once the page is closed
+};
+
+// ABI with the assembly: field offsets are asserted below.
+struct alignas(64) WriterState {
+  std::atomic<uint64_t> w0{0};
+  std::atomic<uint64_t> last_ts{0};
+  std::atomic<uint64_t> gate{0};
+  std::atomic<uint32_t> sealed{1};
+  uint32_t reserved_ = 0;
+  // Dropped count already reported in a page's `missed`; written by switch
+  // sections only.
+  std::atomic<uint64_t> dropped_seen{0};
+};
+inline constexpr int kWsW0 = 0;
+inline constexpr int kWsLastTs = 8;
+inline constexpr int kWsGate = 16;
+inline constexpr int kWsSealed = 24;
+
+// Reader-side position and page copy; lives with its CpuBuffer (so it moves
+// with it on a swap). Guarded by CpuBuffer::reader_mu.
+struct PageCopy {
+  std::vector<uint8_t> page;  // header + data, page_size bytes
+  uint64_t seq = 0;           // 0: no copy
+  uint32_t len = 0;           // data bytes copied
+  uint32_t entries = 0;       // data entries in those bytes
+  uint64_t first_index = 0;
+  uint64_t missed = 0;
+  uint64_t end_ts = 0;        // running time at `len` (tail copies only)
+  bool is_tail = false;
+};
+
+struct ReadPos {
+  uint64_t seq = 0;        // page being read; 0 = start at the oldest
+  uint32_t off = 0;        // data offset of the next unread entry in that page
+  uint64_t ts = 0;         // running time at `off`
+  uint64_t index = 0;      // per-CPU index of the next unread entry
+  uint64_t pending_missed = 0;  // lost before the next entry, not yet reported
+  bool lost_unknown = false;    // lost before the next entry, count unknown
+};
+
+struct alignas(64) CpuBuffer {
+  WriterState ws;  // must stay first: the assembly addresses it from the pointer
+
+  // Geometry; changes only while sealed.
+  uint8_t* pages = nullptr;
+  PageMeta* meta = nullptr;
+  uint32_t nr_pages = 0;
+  uint32_t page_size = 0;
+  uint32_t page_shift = 0;
+  int cpu = 0;
+
+  alignas(64) std::atomic<uint64_t> dropped{0};
+  // Discard mode: pages with seq below this are consumed. Written by the
+  // consuming reader, read by switch slow paths.
+  std::atomic<uint64_t> reader_next_seq{1};
+
+  base::Mutex reader_mu;
+  ReadPos pos USRTRACE_GUARDED_BY(reader_mu);
+  PageCopy copy USRTRACE_GUARDED_BY(reader_mu);
+  uint64_t read USRTRACE_GUARDED_BY(reader_mu) = 0;
+  uint64_t overrun USRTRACE_GUARDED_BY(reader_mu) = 0;
+
+  uint8_t* page_at(uint64_t slot) const { return pages + (slot << page_shift); }
+  uint64_t slot_of(uint64_t seq) const { return (seq - 1) % nr_pages; }
+  // The tail page's slot. Context: the writer that just committed, or
+  // anyone while the CPU is sealed.
+  uint64_t slot_of_w0() const {
+    auto* wp = reinterpret_cast<uint8_t*>(ws.w0.load(std::memory_order_relaxed) >> 16);
+    return static_cast<uint64_t>(wp - pages) >> page_shift;
+  }
+};
+static_assert(offsetof(WriterState, w0) == kWsW0);
+static_assert(offsetof(WriterState, last_ts) == kWsLastTs);
+static_assert(offsetof(WriterState, gate) == kWsGate);
+static_assert(offsetof(WriterState, sealed) == kWsSealed);
+static_assert(sizeof(std::atomic<uint64_t>) == 8 && sizeof(std::atomic<CpuBuffer*>) == 8);
+
+// per_cpu/cpuN/stats.
+struct CpuStats {
+  uint64_t entries = 0;         // events in the buffer, not yet read or lost
+  uint64_t overrun = 0;         // events lost to overwrite
+  uint64_t commit_overrun = 0;  // always 0: no entry is ever reserved uncommitted
+  uint64_t bytes = 0;           // bytes of unread data
+  uint64_t oldest_event_ts = 0; // raw clock value (0 when empty)
+  uint64_t now_ts = 0;          // raw clock value
+  uint64_t dropped_events = 0;  // discard mode: events refused while full
+  uint64_t read_events = 0;
+  uint64_t written = 0;         // events ever committed (not in the kernel's file)
+};
+
+struct Options {
+  uint32_t page_size = 4096;            // sub-buffer size, power of two 4 KiB..64 KiB
+  uint64_t size_per_cpu = 1441792;      // data bytes per CPU (the kernel's default 1408 KiB)
+  Mode mode = Mode::kOverwrite;
+  clock::ClockId clock = clock::ClockId::kLocal;
+};
+
+// One event as readers return it.
+struct Event {
+  int cpu = 0;
+  uint64_t ts = 0;               // raw clock value
+  const uint8_t* data = nullptr; // valid until the next read on that CPU
+  uint32_t len = 0;              // as stored (a multiple of 4)
+  uint64_t missed_before = 0;    // events lost on this CPU right before this one
+  bool lost_before = false;      // some were lost (count may be 0 if unknown)
+};
+
+class RingBuffer {
+ public:
+  // Returns nullptr and sets *err (an errno) when the options are invalid
+  // (EINVAL), memory is short (ENOMEM) or the system lacks rseq (ENOSYS).
+  static std::unique_ptr<RingBuffer> create(const Options& opts, int* err = nullptr);
+  ~RingBuffer();
+  RingBuffer(const RingBuffer&) = delete;
+  RingBuffer& operator=(const RingBuffer&) = delete;
+  static void operator delete(void* p);
+
+  // ---- Write path. Context: any thread, signal handlers included;
+  // ---- async-signal-safe; no lock, no allocation, no system call.
+
+  // Records `kLen` bytes at `payload` as one event. Returns false when the
+  // buffer is off, sealed, full in discard mode, or the event is too large.
+  template <uint32_t kLen>
+  bool write(const void* payload);
+  // Same for a length known at run time (out of line).
+  bool write(const void* payload, uint32_t len);
+
+  // ---- Control. Context: any thread but not signal handlers, unless noted.
+
+  // ring_buffer_record_on/off: a soft switch; a write in flight may land.
+  // Context: async-signal-safe.
+  void record_on() { record_disabled_.store(0, std::memory_order_relaxed); }
+  void record_off() { record_disabled_.store(1, std::memory_order_relaxed); }
+  bool record_is_on() const { return record_disabled_.load(std::memory_order_relaxed) == 0; }
+
+  void set_mode(Mode m) { mode_.store(m, std::memory_order_relaxed); }
+  Mode mode() const { return mode_.load(std::memory_order_relaxed); }
+
+  // Changes the clock; resets the buffer (as writing trace_clock does).
+  void set_clock(clock::ClockId id);
+  clock::ClockId clock() const { return clock_.load(std::memory_order_relaxed); }
+
+  // Precede every event with an absolute time stamp (type 31) entry.
+  void set_time_stamp_abs(bool on);
+  bool time_stamp_abs() const { return abs_ts_.load(std::memory_order_relaxed); }
+
+  // buffer_size_kb: data bytes per CPU (cpu < 0: every CPU). Keeps the newest
+  // events that fit; events it cannot keep count as overrun. Returns 0 or
+  // -EINVAL/-ENOMEM.
+  int resize(int cpu, uint64_t bytes);
+  // Empties the buffer of one CPU (cpu < 0: all) and zeroes its counters.
+  void reset(int cpu = -1);
+  // Exchanges this buffer's pages for CPU `cpu` (cpu < 0: all) with `other`'s,
+  // in O(1). Both must use the same clock. Returns 0 or -EINVAL.
+  int swap_cpu(RingBuffer& other, int cpu);
+
+  int nr_cpus() const { return nr_cpus_; }
+  uint32_t page_size(int cpu) const;
+  uint32_t nr_pages(int cpu) const;
+  // Data bytes the CPU's buffer holds (what buffer_size_kb reports, in bytes).
+  uint64_t size_bytes(int cpu) const;
+  CpuStats stats(int cpu);
+
+  // ---- Readers (reader.cc). Context: reader threads; each CPU's read state
+  // ---- is under its own mutex, so readers never block writers.
+
+  // trace_pipe: the next event in time order across CPUs (cpu < 0) or of one
+  // CPU, consumed. False when none is available now.
+  bool consume(Event* ev, int cpu = -1);
+  // Like consume but leaves the event in place.
+  bool peek(Event* ev, int cpu = -1);
+
+  // trace_pipe_raw: hands out the next page of `cpu` as the kernel does, into
+  // `out` (at least page_size bytes). With full_only, only closed pages (no
+  // page the writer is still filling). Returns the data bytes handed out, or
+  // 0 when there is nothing.
+  uint32_t read_page(int cpu, uint8_t* out, size_t out_size, bool full_only);
+
+  // Blocks until `cpu` (cpu < 0: any CPU) has data: with percent == 0 any
+  // event, otherwise until that percentage of its pages is filled and unread
+  // (buffer_percent). Returns false if woken by wake_waiters() without data.
+  bool wait(int cpu, int percent);
+  // Wakes every waiter (for shutting down a reader). Context: async-signal-safe.
+  void wake_waiters();
+
+  // The non-consuming view (the `trace` file): iterates events from the
+  // oldest unread one to the newest, merged by time, while writers go on.
+  class Iterator;
+
+ private:
+  friend class Iterator;
+  friend struct SlowPath;
+  RingBuffer() = default;
+
+  std::atomic<CpuBuffer*>* slots() { return reinterpret_cast<std::atomic<CpuBuffer*>*>(this + 1); }
+  const std::atomic<CpuBuffer*>* slots() const {
+    return reinterpret_cast<const std::atomic<CpuBuffer*>*>(this + 1);
+  }
+  CpuBuffer* cpu_buffer(int cpu) const { return slots()[cpu + kTrapSlots].load(std::memory_order_acquire); }
+
+  USRTRACE_NOINLINE USRTRACE_COLD bool write_slow(const void* payload, uint32_t len);
+  void seal(CpuBuffer* cb);
+  void unseal(CpuBuffer* cb);
+  void update_gate(CpuBuffer* cb);
+  void update_gates();
+  void wait_slow_paths();
+  void reset_locked(CpuBuffer* cb);
+  int resize_locked(CpuBuffer* cb, uint32_t nr_pages);
+  bool page_ready(CpuBuffer* cb, int percent);
+  void wake_now();
+
+  // Writer-read fields first: one cache line, read-only on the write path.
+  std::atomic<uint32_t> record_disabled_{0};
+  std::atomic<Mode> mode_{Mode::kOverwrite};
+  std::atomic<bool> abs_ts_{false};
+  std::atomic<clock::ClockId> clock_{clock::ClockId::kLocal};
+  int nr_cpus_ = 0;
+  uint32_t max_payload_ = 0;
+
+  alignas(64) std::atomic<uint32_t> slow_active_{0};  // slow paths between entry and exit
+  std::atomic<uint32_t> waiters_any_{0};   // readers waiting for any event (gates closed)
+  std::atomic<uint32_t> waiters_full_{0};  // readers waiting for a watermark
+  std::atomic<uint32_t> wait_percent_{0};
+  std::atomic<bool> wake_pending_{false};
+  std::atomic<uint32_t> wake_seq_{0};      // futex word
+  std::atomic<bool> kicked_{false};        // wake_waiters() was called
+
+  base::Mutex control_mu_;  // reset, resize, swap, gates, clock
+
+ public:
+  // Slots before cpu 0 catch the rseq cpu_id values -1 (unregistered) and
+  // -2 (registration failed): their CpuBuffer has a closed gate, so such a
+  // write goes to the slow path, which registers the thread.
+  static constexpr int kTrapSlots = 2;
+  static constexpr uint32_t kMaxInlinePayload = 256;
+};
+
+// ---------------------------------------------------------------------------
+// The fast path.
+
+namespace internal {
+// Copies `kLen` bytes from (%[src]) to hdr(%%r8) with unaligned 16/8/4-byte
+// moves, overlapping the last one; as assembler directives so one template
+// serves every length.
+#define USRTRACE_RB_COPY_ASM                                   \
+  ".if %c[len] >= 16\n\t"                                      \
+  ".set .Lusrtrace_o, 0\n\t"                                   \
+  ".rept %c[len] / 16\n\t"                                     \
+  "movups .Lusrtrace_o(%[src]), %%xmm0\n\t"                    \
+  "movups %%xmm0, %c[hdr]+.Lusrtrace_o(%%r8)\n\t"              \
+  ".set .Lusrtrace_o, .Lusrtrace_o + 16\n\t"                   \
+  ".endr\n\t"                                                  \
+  ".if %c[len] %% 16\n\t"                                      \
+  "movups %c[len]-16(%[src]), %%xmm0\n\t"                      \
+  "movups %%xmm0, %c[hdr]+%c[len]-16(%%r8)\n\t"                \
+  ".endif\n\t"                                                 \
+  ".elseif %c[len] >= 8\n\t"                                   \
+  "movq (%[src]), %%xmm0\n\t"                                  \
+  "movq %%xmm0, %c[hdr](%%r8)\n\t"                             \
+  ".if %c[len] > 8\n\t"                                        \
+  "movq %c[len]-8(%[src]), %%xmm0\n\t"                         \
+  "movq %%xmm0, %c[hdr]+%c[len]-8(%%r8)\n\t"                   \
+  ".endif\n\t"                                                 \
+  ".else\n\t"                                                  \
+  "movd (%[src]), %%xmm0\n\t"                                  \
+  "movd %%xmm0, %c[hdr](%%r8)\n\t"                             \
+  ".if %c[len] > 4\n\t"                                        \
+  "movd %c[len]-4(%[src]), %%xmm0\n\t"                         \
+  "movd %%xmm0, %c[hdr]+%c[len]-4(%%r8)\n\t"                   \
+  ".endif\n\t"                                                 \
+  ".endif\n\t"
+}  // namespace internal
+
+template <uint32_t kLen>
+USRTRACE_ALWAYS_INLINE bool RingBuffer::write(const void* payload) {
+  if constexpr (kLen < 4 || kLen > kMaxInlinePayload) {
+    return write(payload, kLen);
+  } else {
+    constexpr EntryLayout L = entry_layout(kLen);
+    constexpr uint64_t kInc = (static_cast<uint64_t>(L.size) << 16) | 1;
+    static_assert(kInc < (1ull << 31), "lea displacement is a signed 32-bit immediate");
+    // order: relaxed is enough; record_off is a soft switch (ring_buffer.h).
+    if (USRTRACE_UNLIKELY(record_disabled_.load(std::memory_order_relaxed) != 0)) return false;
+    asm goto(
+        "movq %[rseqoff], %%r11\n\t"
+        "6:\n\t"
+        "leaq 3f(%%rip), %%rcx\n\t"
+        "movq %%rcx, %%fs:8(%%r11)\n\t"  // [A] arm: rseq->rseq_cs = &desc
+        "1:\n\t"
+        "movslq %%fs:4(%%r11), %%rcx\n\t"                   // cpu_id (-1/-2: trap slots)
+        "movq %c[slots](%[rb],%%rcx,8), %%r10\n\t"          // cb = slots[cpu]
+        "rdtsc\n\t"                                         // [B]
+        "shlq $32, %%rdx\n\t"
+        "orq %%rdx, %%rax\n\t"                              // rax = ts
+        "movq %%rax, %%rdx\n\t"
+        "subq 8(%%r10), %%rdx\n\t"                          // rdx = ts - last_ts
+        "cmpq $0x7ffffff, %%rdx\n\t"
+        "ja %l[slow]\n\t"                                   // needs a time extend (or went back)
+        "movq (%%r10), %%r8\n\t"                            // [C] w0
+        "leaq %c[inc](%%r8), %%r9\n\t"                      // nw = w0 + (size << 16 | 1)
+        "movq %%r8, %%rcx\n\t"
+        "xorq %%r9, %%rcx\n\t"
+        "cmpq 16(%%r10), %%rcx\n\t"                         // same page and gate open?
+        "jae %l[slow]\n\t"
+        "shrq $16, %%r8\n\t"                                // [D] r8 = where the entry goes
+        "shll $5, %%edx\n\t"
+        "orl %[tl], %%edx\n\t"
+        "movl %%edx, (%%r8)\n\t"                            // header word
+        ".if %c[hdr] == 8\n\t"
+        "movl %[arr0], 4(%%r8)\n\t"                         // long form: array[0]
+        ".endif\n\t"
+        ".if %c[len] %% 4\n\t"
+        "movl $0, %c[hdr]+%c[pay]-4(%%r8)\n\t"              // tail bytes not left stale
+        ".endif\n\t"
+        USRTRACE_RB_COPY_ASM
+        "movq %%r9, %%xmm0\n\t"                             // [E] commit {nw, ts}
+        "movq %%rax, %%xmm1\n\t"
+        "punpcklqdq %%xmm1, %%xmm0\n\t"
+        "movaps %%xmm0, (%%r10)\n\t"
+        "2:\n\t"
+        ".pushsection __rseq_cs, \"aw\"\n\t"
+        ".balign 32\n\t"
+        "3:\n\t"
+        ".long 0, 0\n\t"
+        ".quad 1b, 2b - 1b, 4f\n\t"
+        ".popsection\n\t"
+        ".pushsection __rseq_failure, \"ax\"\n\t"
+        ".byte 0x0f, 0xb9, 0x3d\n\t"  // ud1 <sig>(%rip), %edi: the signature is the
+        ".long 0x53053053\n\t"        // 4 bytes before the abort handler
+        "4:\n\t"
+        "movq usrtrace_rseq_aborts@gottpoff(%%rip), %%rcx\n\t"
+        "incq %%fs:(%%rcx)\n\t"
+        "jmp 6b\n\t"
+        ".popsection\n\t"
+        :
+        : [rb] "r"(this), [src] "r"(payload), [rseqoff] "m"(base::usrtrace_rseq_offset),
+          [slots] "i"(sizeof(RingBuffer) + kTrapSlots * 8), [inc] "i"(kInc),
+          [tl] "i"(L.type_len), [hdr] "i"(L.header), [len] "i"(kLen), [pay] "i"(L.payload),
+          [arr0] "i"(L.payload + 4)
+        : "rax", "rcx", "rdx", "r8", "r9", "r10", "r11", "xmm0", "xmm1", "cc", "memory"
+        : slow);
+    return true;
+  slow:
+    return write_slow(payload, kLen);
+  }
+}
+
+// reserve / fill / commit on the caller's stack. commit() writes the event in
+// one critical section; discard() drops it without it ever reaching the ring
+// (the kernel turns a discarded reservation into padding; here there is
+// nothing to turn). Context: as write().
+template <uint32_t kMax>
+class Reservation {
+ public:
+  Reservation(RingBuffer& rb, uint32_t len) : rb_(rb), len_(len <= kMax ? len : 0), valid_(len <= kMax) {}
+  // Where to fill the event; nullptr when `len` exceeded kMax.
+  void* data() { return valid_ ? buf_ : nullptr; }
+  uint32_t size() const { return len_; }
+  bool commit() {
+    bool ok = valid_ && rb_.write(buf_, len_);
+    valid_ = false;
+    return ok;
+  }
+  void discard() { valid_ = false; }
+
+ private:
+  RingBuffer& rb_;
+  uint32_t len_;
+  bool valid_;
+  alignas(8) unsigned char buf_[kMax];
+};
+
+class RingBuffer::Iterator {
+ public:
+  explicit Iterator(RingBuffer& rb);
+  // The next event in time order; false at the end of what was there.
+  bool next(Event* ev);
+  // Events that vanished (overwritten) while iterating.
+  uint64_t lost() const { return lost_; }
+
+ private:
+  struct Cpu {
+    CpuBuffer* cb = nullptr;
+    PageCopy copy;
+    ReadPos pos;
+    bool have = false;  // `ev` holds this CPU's next event
+    Event ev;
+    uint64_t end_seq = 0;  // the tail when the iterator was made
+    uint32_t end_len = 0;
+  };
+  bool fill(Cpu& c);
+  RingBuffer& rb_;
+  std::vector<Cpu> cpus_;
+  uint64_t lost_ = 0;
+};
+
+}  // namespace usrtrace::rb

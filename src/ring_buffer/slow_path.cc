@@ -1,0 +1,300 @@
+// The write path's slow half: page switches, time extends, absolute time
+// stamps, clocks other than the TSC, discard-mode drops and wake-ups.
+//
+// Everything here ends in rseq_commit(): one generic critical section that
+// re-checks the snapshot the C++ code computed from, performs the stores the
+// C++ code listed, copies the payload and commits {w0, last_ts}. See the
+// design block in ring_buffer.h for why that is enough.
+#include <cstring>
+
+#include "base/sys.h"
+#include "ring_buffer/internal.h"
+#include "ring_buffer/ring_buffer.h"
+
+namespace usrtrace::rb {
+namespace {
+
+constexpr int kMaxStores = 12;
+
+struct Store {
+  void* addr;
+  uint64_t val;
+};
+
+// ABI with rseq_commit's assembly; offsets asserted below.
+struct CommitOp {
+  int64_t cpu;             // 0: the CPU the snapshot was taken on
+  CpuBuffer* cb;           // 8: must still be installed for that CPU
+  uint64_t expect_w0;      // 16
+  uint64_t expect_ts;      // 24
+  uint64_t new_w0;         // 32
+  uint64_t new_ts;         // 40
+  uint8_t* copy_dst;       // 48
+  const void* copy_src;    // 56
+  uint64_t copy_len;       // 64
+  uint64_t nstores;        // 72
+  Store stores[kMaxStores];  // 80
+
+  void store(void* addr, uint64_t val) {
+    USRTRACE_CHECK(nstores < kMaxStores);
+    stores[nstores++] = {addr, val};
+  }
+};
+static_assert(offsetof(CommitOp, cb) == 8 && offsetof(CommitOp, expect_w0) == 16 &&
+              offsetof(CommitOp, new_w0) == 32 && offsetof(CommitOp, copy_dst) == 48 &&
+              offsetof(CommitOp, nstores) == 72 && offsetof(CommitOp, stores) == 80 &&
+              sizeof(Store) == 16);
+
+// Runs the critical section for `op` on the current CPU. Returns false when
+// the CPU, the installed CpuBuffer, `sealed` or {w0, last_ts} differ from the
+// snapshot; the caller takes a new snapshot and tries again. An abort
+// (preemption, migration, signal) restarts the section from its start.
+// Context: any thread; async-signal-safe; no lock, no allocation.
+USRTRACE_NOINLINE bool rseq_commit(std::atomic<CpuBuffer*>* cpu0_slot, const CommitOp* op) {
+  int ok;
+  asm volatile(
+      "movq %[rseqoff], %%r11\n\t"
+      "6:\n\t"
+      "leaq 3f(%%rip), %%rax\n\t"
+      "movq %%rax, %%fs:8(%%r11)\n\t"
+      "1:\n\t"
+      "movslq %%fs:4(%%r11), %%rax\n\t"
+      "cmpq %%rax, 0(%[op])\n\t"
+      "jne 5f\n\t"
+      "movq (%[slots],%%rax,8), %%rdx\n\t"
+      "cmpq %%rdx, 8(%[op])\n\t"
+      "jne 5f\n\t"
+      "cmpl $0, 24(%%rdx)\n\t"  // sealed
+      "jne 5f\n\t"
+      "movq (%%rdx), %%rax\n\t"
+      "cmpq %%rax, 16(%[op])\n\t"
+      "jne 5f\n\t"
+      "movq 8(%%rdx), %%rax\n\t"
+      "cmpq %%rax, 24(%[op])\n\t"
+      "jne 5f\n\t"
+      "movq 72(%[op]), %%rcx\n\t"
+      "leaq 80(%[op]), %%rsi\n\t"
+      "testq %%rcx, %%rcx\n\t"
+      "jz 8f\n\t"
+      "7:\n\t"
+      "movq (%%rsi), %%rdi\n\t"
+      "movq 8(%%rsi), %%rax\n\t"
+      "movq %%rax, (%%rdi)\n\t"
+      "addq $16, %%rsi\n\t"
+      "decq %%rcx\n\t"
+      "jnz 7b\n\t"
+      "8:\n\t"
+      "movq 48(%[op]), %%rdi\n\t"
+      "movq 56(%[op]), %%rsi\n\t"
+      "movq 64(%[op]), %%rcx\n\t"
+      "rep movsb\n\t"
+      "movq 32(%[op]), %%xmm0\n\t"
+      "movq 40(%[op]), %%xmm1\n\t"
+      "punpcklqdq %%xmm1, %%xmm0\n\t"
+      "movaps %%xmm0, (%%rdx)\n\t"  // commit
+      "2:\n\t"
+      "movl $1, %[ok]\n\t"
+      "jmp 9f\n\t"
+      "5:\n\t"
+      "movl $0, %[ok]\n\t"
+      "9:\n\t"
+      ".pushsection __rseq_cs, \"aw\"\n\t"
+      ".balign 32\n\t"
+      "3:\n\t"
+      ".long 0, 0\n\t"
+      ".quad 1b, 2b - 1b, 4f\n\t"
+      ".popsection\n\t"
+      ".pushsection __rseq_failure, \"ax\"\n\t"
+      ".byte 0x0f, 0xb9, 0x3d\n\t"
+      ".long 0x53053053\n\t"
+      "4:\n\t"
+      "movq usrtrace_rseq_aborts@gottpoff(%%rip), %%rcx\n\t"
+      "incq %%fs:(%%rcx)\n\t"
+      "jmp 6b\n\t"
+      ".popsection\n\t"
+      : [ok] "=&r"(ok)
+      : [op] "r"(op), [slots] "r"(cpu0_slot), [rseqoff] "m"(base::usrtrace_rseq_offset)
+      : "rax", "rcx", "rdx", "rsi", "rdi", "r11", "xmm0", "xmm1", "cc", "memory");
+  return ok != 0;
+}
+
+uint64_t pack_w0(const uint8_t* p, uint32_t entries) {
+  return (reinterpret_cast<uint64_t>(p) << 16) | entries;
+}
+
+uint64_t two_words(uint32_t lo, uint32_t hi) { return lo | (static_cast<uint64_t>(hi) << 32); }
+
+// Adds the stores and the copy that put one data entry at `at`.
+void emit_event(CommitOp* op, uint8_t* at, const EntryLayout& L, uint32_t delta,
+                const void* payload, uint32_t len) {
+  if (len != L.payload) op->store(at + L.size - 8, 0);  // no stale tail bytes
+  uint32_t hi = L.type_len == 0 ? L.payload + 4 : 0;  // long form: array[0]
+  op->store(at, two_words(encode_header(L.type_len, delta), hi));
+  op->copy_dst = at + L.header;
+  op->copy_src = payload;
+  op->copy_len = len;
+}
+
+uint64_t time_extend(uint64_t delta) {
+  return two_words(encode_header(kTypeTimeExtend, static_cast<uint32_t>(delta & kTsDeltaMax)),
+                   static_cast<uint32_t>(delta >> kTsShift));
+}
+
+uint64_t time_stamp(uint64_t ts) {
+  return two_words(encode_header(kTypeTimeStamp, static_cast<uint32_t>(ts & kTsDeltaMax)),
+                   static_cast<uint32_t>(ts >> kTsShift));
+}
+
+}  // namespace
+
+struct SlowPath {
+  // Context: any thread; async-signal-safe; no lock, no allocation. The
+  // system calls it can make: rseq registration once per thread that glibc
+  // did not register, and one futex wake when a reader is blocked waiting.
+  static bool write(RingBuffer* rb, const void* payload, uint32_t len) {
+    // order: relaxed is enough; record_off is a soft switch.
+    if (rb->record_disabled_.load(std::memory_order_relaxed) != 0) return false;
+    if (len > rb->max_payload_) return false;
+    const EntryLayout L = entry_layout(len);
+
+    // Counted so that control never frees what this code reads (see
+    // wait_slow_paths). order: seq_cst pairs with seal()'s seq_cst store.
+    rb->slow_active_.fetch_add(1, std::memory_order_seq_cst);
+    struct Exit {
+      RingBuffer* rb;
+      ~Exit() { rb->slow_active_.fetch_sub(1, std::memory_order_release); }
+    } exit{rb};
+
+    for (;;) {
+      int cpu = base::rseq_cpu_id();
+      if (USRTRACE_UNLIKELY(cpu < 0 || cpu >= rb->nr_cpus_)) {
+        if (!base::rseq_register_current_thread()) return false;
+        continue;
+      }
+      CpuBuffer* cb = rb->cpu_buffer(cpu);
+      if (cb->ws.sealed.load(std::memory_order_acquire) != 0) return false;
+      // The pair need not be consistent: the section compares both.
+      // order: acquire on w0 orders the meta/page reads below after it.
+      const uint64_t w0 = cb->ws.w0.load(std::memory_order_acquire);
+      const uint64_t last = cb->ws.last_ts.load(std::memory_order_relaxed);
+      uint64_t ts = clock::read_raw(rb->clock_.load(std::memory_order_relaxed));
+      // A clock read before another thread's later commit (non-TSC clocks
+      // are read outside the section): keep time monotonic per CPU.
+      if (ts < last) ts = last;
+
+      uint8_t* wp = reinterpret_cast<uint8_t*>(w0 >> 16);
+      const uint32_t cnt = static_cast<uint32_t>(w0 & 0xffff);
+      if (wp < cb->pages || wp >= cb->pages + (uint64_t{cb->nr_pages} << cb->page_shift))
+        continue;  // torn snapshot across a resize; the section would fail anyway
+      const uint64_t slot = static_cast<uint64_t>(wp - cb->pages) >> cb->page_shift;
+      uint8_t* page = cb->page_at(slot);
+      PageMeta& tm = cb->meta[slot];
+      const uint64_t tail_seq = tm.seq.load(std::memory_order_acquire);
+      const uint32_t off = static_cast<uint32_t>(wp - page);
+      const bool abs = rb->abs_ts_.load(std::memory_order_relaxed);
+
+      CommitOp op{};
+      op.cpu = cpu;
+      op.cb = cb;
+      op.expect_w0 = w0;
+      op.expect_ts = last;
+      op.new_ts = ts;
+
+      if (tail_seq != 0) {
+        const uint32_t ext = (abs || ts - last > kTsDeltaMax) ? 8 : 0;
+        // Strictly inside: w0 never points at a page's end (it would name
+        // the next page in memory).
+        if (off + ext + L.size < cb->page_size) {
+          uint8_t* at = wp;
+          uint32_t delta = static_cast<uint32_t>(ts - last);
+          if (ext) {
+            op.store(at, abs ? time_stamp(ts) : time_extend(ts - last));
+            at += 8;
+            delta = 0;
+          }
+          emit_event(&op, at, L, delta, payload, len);
+          op.new_w0 = pack_w0(at + L.size, cnt + 1);
+          if (!rseq_commit(rb->slots() + RingBuffer::kTrapSlots, &op)) continue;
+          after_commit(rb, cb, false);
+          return true;
+        }
+      }
+
+      // Page switch: close the tail page (if any) and open the next slot.
+      const uint64_t next_slot = tail_seq == 0 ? slot : (slot + 1) % cb->nr_pages;
+      const uint64_t new_seq = tail_seq + 1;
+      PageMeta& nm = cb->meta[next_slot];
+      const uint64_t old_seq = nm.seq.load(std::memory_order_acquire);
+      if (rb->mode_.load(std::memory_order_relaxed) == Mode::kDiscard && old_seq != 0 &&
+          old_seq != new_seq &&  // new_seq: an aborted switch marked it; content is gone
+          old_seq >= cb->reader_next_seq.load(std::memory_order_acquire)) {
+        // order: relaxed is enough; the count is read by stats and by the
+        // next switch on this CPU, which only needs an eventual value.
+        cb->dropped.fetch_add(1, std::memory_order_relaxed);
+        return false;
+      }
+      const uint64_t first_index =
+          tail_seq == 0 ? 0 : tm.first_index.load(std::memory_order_relaxed) + cnt;
+      const uint64_t dropped_now = cb->dropped.load(std::memory_order_relaxed);
+      uint8_t* np = cb->page_at(next_slot);
+      auto* nh = reinterpret_cast<PageHeader*>(np);
+      // Invariant 1 (ring_buffer.h): the seq moves before the page changes.
+      op.store(&nm.seq, new_seq);
+      op.store(&nm.first_index, first_index);
+      op.store(&nm.missed, dropped_now - cb->ws.dropped_seen.load(std::memory_order_relaxed));
+      op.store(&nm.entries, 0);
+      if (tail_seq != 0) {
+        op.store(&tm.entries, cnt);
+        op.store(&reinterpret_cast<PageHeader*>(page)->commit, off - kPageHeaderSize);
+      }
+      op.store(&nh->timestamp, ts);
+      op.store(&nh->commit, 0);
+      op.store(&cb->ws.dropped_seen, dropped_now);
+      uint8_t* at = np + kPageHeaderSize;
+      if (abs) {
+        op.store(at, time_stamp(ts));
+        at += 8;
+      }
+      emit_event(&op, at, L, 0, payload, len);
+      op.new_w0 = pack_w0(at + L.size, 1);
+      if (!rseq_commit(rb->slots() + RingBuffer::kTrapSlots, &op)) continue;
+      after_commit(rb, cb, true);
+      return true;
+    }
+  }
+
+  // Wakes a blocked reader when its condition may now hold. The loads come
+  // after the commit store; a reader registers, then fences with membarrier
+  // (rseq_fence), then checks for data, so one of the two sees the other.
+  static void after_commit(RingBuffer* rb, CpuBuffer* cb, bool switched) {
+    // order: relaxed loads are enough, see above.
+    if (USRTRACE_LIKELY(rb->waiters_any_.load(std::memory_order_relaxed) == 0 &&
+                        rb->waiters_full_.load(std::memory_order_relaxed) == 0))
+      return;
+    bool wake = rb->waiters_any_.load(std::memory_order_relaxed) != 0;
+    if (!wake && switched) {
+      uint64_t percent = rb->wait_percent_.load(std::memory_order_relaxed);
+      uint64_t tail = cb->meta[cb->slot_of_w0()].seq.load(std::memory_order_relaxed);
+      uint64_t next = cb->reader_next_seq.load(std::memory_order_relaxed);
+      uint64_t dirty = tail > next ? tail - next : 0;
+      wake = (dirty + 1) * 100 >= percent * cb->nr_pages;
+    }
+    if (wake && rb->wake_pending_.exchange(false, std::memory_order_acq_rel)) rb->wake_now();
+  }
+};
+
+bool RingBuffer::write_slow(const void* payload, uint32_t len) {
+  return SlowPath::write(this, payload, len);
+}
+
+bool RingBuffer::write(const void* payload, uint32_t len) {
+  return SlowPath::write(this, payload, len);
+}
+
+void RingBuffer::wake_now() {
+  // order: release pairs with the waiter's acquire load of the word.
+  wake_seq_.fetch_add(1, std::memory_order_release);
+  base::futex_wake_all(&wake_seq_);
+}
+
+}  // namespace usrtrace::rb
