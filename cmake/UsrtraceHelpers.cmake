@@ -2,7 +2,7 @@
 
 set(USRTRACE_WARNINGS -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor
     -Wcast-align -Wunused -Woverloaded-virtual -Wconversion -Wsign-conversion
-    -Wnull-dereference -Wdouble-promotion -Wformat=2 -Wimplicit-fallthrough)
+    -Wdouble-promotion -Wformat=2 -Wimplicit-fallthrough)
 if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
   list(APPEND USRTRACE_WARNINGS -Wthread-safety)
 endif()

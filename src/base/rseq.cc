@@ -18,6 +18,7 @@ namespace usrtrace::base {
 namespace {
 
 std::atomic<int> g_membarrier_ok{-1};  // -1 unknown, 0 no, 1 registered
+std::atomic<bool> g_emulated{false};
 
 struct rseq* thread_area() {
   return reinterpret_cast<struct rseq*>(static_cast<char*>(__builtin_thread_pointer()) +
@@ -36,7 +37,17 @@ bool rseq_init() {
       ok = 1;
     g_membarrier_ok.store(ok, std::memory_order_release);
   }
+  if (g_emulated.load(std::memory_order_relaxed)) return true;
   return g_membarrier_ok.load(std::memory_order_acquire) == 1 && rseq_register_current_thread();
+}
+
+void rseq_emulate_for_instrumentation() {
+  struct rseq* area = thread_area();
+  if (static_cast<int>(area->cpu_id) < 0 && !rseq_register_current_thread()) {
+    area->cpu_id_start = 0;
+    area->cpu_id = 0;
+  }
+  g_emulated.store(true, std::memory_order_relaxed);
 }
 
 int rseq_cpu_id() {

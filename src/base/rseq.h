@@ -50,6 +50,13 @@ bool rseq_register_current_thread();
 // control plane; one system call; async-signal-safe.
 void rseq_fence();
 
+// For instruction counting under valgrind, which implements neither rseq nor
+// membarrier: gives the calling thread a fixed cpu_id of 0 without a kernel
+// registration, and lets rseq_init() succeed. No abort can then happen, so
+// this is only sound for a single writer thread; bench/ uses it to run the
+// exact write path under callgrind. Never call it in a real program.
+void rseq_emulate_for_instrumentation();
+
 // Counts critical-section aborts taken by this thread (for tests; the abort
 // handler increments it with one instruction).
 extern "C" thread_local uint64_t usrtrace_rseq_aborts;

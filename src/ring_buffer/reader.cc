@@ -92,6 +92,15 @@ struct Cursor {
   uint32_t limit() const { return copy->seq == end_seq ? std::min(copy->len, end_len) : copy->len; }
 };
 
+// Tells writers how far the consumer got. order: release; a discard-mode
+// switch that sees the index may reuse the page, and must not do so before
+// this reader is done with it.
+void publish(const Cursor& c) {
+  if (!c.consuming) return;
+  c.cb->reader_next_seq.store(c.pos->seq, std::memory_order_release);
+  c.cb->reader_index.store(c.pos->index, std::memory_order_release);
+}
+
 // The copy now holds page `seq` from its start: position the cursor there
 // and count what was lost before it.
 void enter_page(Cursor& c, uint64_t seq) {
@@ -107,9 +116,7 @@ void enter_page(Cursor& c, uint64_t seq) {
   p.off = 0;
   p.ts = reinterpret_cast<const PageHeader*>(cp.page.data())->timestamp;
   p.index = cp.first_index;
-  // order: release; the slow path's switch reads it to decide whether a
-  // discard-mode page may be reused, after this reader is done with it.
-  if (c.consuming) c.cb->reader_next_seq.store(seq, std::memory_order_release);
+  publish(c);
 }
 
 // Moves to the oldest page at or after `from` that is still there.
@@ -195,6 +202,7 @@ bool read_event(Cursor& c, Event* ev, bool advance) {
         p.pending_missed = 0;
         p.lost_unknown = false;
         if (c.read) ++*c.read;
+        publish(c);
       }
       return true;
     }
@@ -305,6 +313,7 @@ uint32_t RingBuffer::read_page(int cpu, uint8_t* out, size_t out_size, bool full
   p.ts = cp.is_tail ? cp.end_ts : p.ts;
   p.pending_missed = 0;
   p.lost_unknown = false;
+  publish(c);
   return cp.len;
 }
 

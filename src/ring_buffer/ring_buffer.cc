@@ -45,6 +45,7 @@ void init_state(CpuBuffer* cb) {
   cb->ws.dropped_seen.store(0, std::memory_order_relaxed);
   cb->dropped.store(0, std::memory_order_relaxed);
   cb->reader_next_seq.store(1, std::memory_order_relaxed);
+  cb->reader_index.store(0, std::memory_order_relaxed);
 }
 
 bool alloc_pages(CpuBuffer* cb, uint32_t nr_pages) {

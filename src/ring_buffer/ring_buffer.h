@@ -80,8 +80,8 @@
 // Readers (reader.cc) never block writers and never write the writer state.
 // They copy a page and check its meta seq before and after (seqlock); the copy
 // is the reader page of the kernel's design. A consuming reader publishes the
-// seq it reads (reader_next_seq) so that discard mode never overwrites unread
-// pages. Counting: written = first_index(tail) + entries(tail), and
+// index of the next entry it will consume (reader_index) so that discard
+// mode never overwrites unread pages. Counting: written = first_index(tail) + entries(tail), and
 // written == read + overrun + dropped + entries still in the buffer, exactly.
 //
 // Control (reset, resize, teardown) seals the CPU (closes the gate, sets
@@ -171,9 +171,11 @@ struct alignas(64) CpuBuffer {
   int cpu = 0;
 
   alignas(64) std::atomic<uint64_t> dropped{0};
-  // Discard mode: pages with seq below this are consumed. Written by the
-  // consuming reader, read by switch slow paths.
+  // Written by the consuming reader, read by switch slow paths: the page it
+  // reads (for watermarks), and the index of the next entry it will consume
+  // (discard mode reuses a page only once every entry in it is consumed).
   std::atomic<uint64_t> reader_next_seq{1};
+  std::atomic<uint64_t> reader_index{0};
 
   base::Mutex reader_mu;
   ReadPos pos USRTRACE_GUARDED_BY(reader_mu);

@@ -227,7 +227,8 @@ struct SlowPath {
       const uint64_t old_seq = nm.seq.load(std::memory_order_acquire);
       if (rb->mode_.load(std::memory_order_relaxed) == Mode::kDiscard && old_seq != 0 &&
           old_seq != new_seq &&  // new_seq: an aborted switch marked it; content is gone
-          old_seq >= cb->reader_next_seq.load(std::memory_order_acquire)) {
+          nm.first_index.load(std::memory_order_relaxed) + nm.entries.load(std::memory_order_relaxed) >
+              cb->reader_index.load(std::memory_order_acquire)) {
         // order: relaxed is enough; the count is read by stats and by the
         // next switch on this CPU, which only needs an eventual value.
         cb->dropped.fetch_add(1, std::memory_order_relaxed);
