@@ -36,6 +36,8 @@ uint64_t clock_ns(clockid_t id) {
 // read that sits in the shortest CLOCK_MONOTONIC_RAW window.
 void sample(uint64_t* tsc, uint64_t* ns) {
   uint64_t best = ~0ull;
+  *tsc = 0;
+  *ns = 0;
   for (int i = 0; i < 16; ++i) {
     uint64_t a = clock_ns(CLOCK_MONOTONIC_RAW);
     uint64_t t = rdtsc();
@@ -102,7 +104,7 @@ void start_calibration() { (void)early(); }
 const TscCalibration& tsc_calibration() {
   static const TscCalibration cal = [] {
     constexpr uint64_t kMinInterval = 20'000'000;  // 20 ms: ~5 ppm with ~100 ns jitter
-    uint64_t tsc1, ns1;
+    uint64_t tsc1 = 0, ns1 = 0;
     do {
       sample(&tsc1, &ns1);
     } while (ns1 - early().ns < kMinInterval || tsc1 <= early().tsc);

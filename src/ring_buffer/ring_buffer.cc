@@ -30,8 +30,16 @@ uint32_t pages_for(uint64_t bytes, uint32_t page_size) {
 }
 
 // The state of a CPU with nothing written: w0 points 4 bytes before the end
-// of slot 0 with no page open, so the first write takes the slow path, which
-// opens slot 0 as seq 1.
+// of the last slot, whose meta seq is 0 (no page open), so the first write
+// takes the slow path, which opens slot 0 as seq 1. The first switch, like
+// every other, thus opens a slot other than the one w0 names: a reader that
+// sees the new page's meta change before w0 moves still finds the old tail
+// (here: nothing) consistent.
+uint64_t virgin_w0(const CpuBuffer* cb) {
+  uint8_t* last = cb->pages + (uint64_t{cb->nr_pages - 1} << cb->page_shift);
+  return reinterpret_cast<uint64_t>(last + cb->page_size - 4) << 16;
+}
+
 void init_state(CpuBuffer* cb) {
   for (uint32_t i = 0; i < cb->nr_pages; ++i) {
     cb->meta[i].seq.store(0, std::memory_order_relaxed);
@@ -39,8 +47,7 @@ void init_state(CpuBuffer* cb) {
     cb->meta[i].missed.store(0, std::memory_order_relaxed);
     cb->meta[i].entries.store(0, std::memory_order_relaxed);
   }
-  cb->ws.w0.store(reinterpret_cast<uint64_t>(cb->pages + cb->page_size - 4) << 16,
-                  std::memory_order_relaxed);
+  cb->ws.w0.store(virgin_w0(cb), std::memory_order_relaxed);
   cb->ws.last_ts.store(0, std::memory_order_relaxed);
   cb->ws.dropped_seen.store(0, std::memory_order_relaxed);
   cb->dropped.store(0, std::memory_order_relaxed);
@@ -233,7 +240,7 @@ int RingBuffer::resize_locked(CpuBuffer* cb, uint32_t nr) {
   Tail t = read_tail(cb);
   uint64_t w0;
   if (t.seq == 0) {
-    w0 = reinterpret_cast<uint64_t>(fresh.pages + fresh.page_size - 4) << 16;
+    w0 = virgin_w0(&fresh);
   } else {
     uint64_t keep = std::min<uint64_t>(nr, cb->nr_pages);
     uint64_t first = t.seq >= keep ? t.seq - keep + 1 : 1;

@@ -75,7 +75,9 @@
 //   3. the closed page's commit length, the new page's header, then the
 //      event, then the commit store moving w0 into the new page.
 // An aborted switch may leave meta[next] already pointing forward; readers
-// only trust pages up to the tail's seq, so that is harmless.
+// only trust pages up to the tail's seq, so that is harmless. It is harmless
+// only because next is never the tail's own slot: a reset CPU's w0 names the
+// last slot, so even the first switch opens another (init_state).
 //
 // Readers (reader.cc) never block writers and never write the writer state.
 // They copy a page and check its meta seq before and after (seqlock); the copy

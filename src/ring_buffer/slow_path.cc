@@ -221,7 +221,8 @@ struct SlowPath {
       }
 
       // Page switch: close the tail page (if any) and open the next slot.
-      const uint64_t next_slot = tail_seq == 0 ? slot : (slot + 1) % cb->nr_pages;
+      // Never the tail's own slot, even for the first page (init_state).
+      const uint64_t next_slot = (slot + 1) % cb->nr_pages;
       const uint64_t new_seq = tail_seq + 1;
       PageMeta& nm = cb->meta[next_slot];
       const uint64_t old_seq = nm.seq.load(std::memory_order_acquire);
