@@ -24,7 +24,7 @@ if(USRTRACE_SANITIZER_FLAGS)
 endif()
 
 # The tracer never traces itself: library code is never instrumented.
-set(USRTRACE_LIB_FLAGS -fno-instrument-functions -fvisibility=hidden -fvisibility-inlines-hidden)
+set(USRTRACE_LIB_FLAGS $<$<CXX_COMPILER_ID:GNU>:-fno-instrument-functions> -fvisibility=hidden -fvisibility-inlines-hidden)
 
 function(usrtrace_cc_library name)
   cmake_parse_arguments(A "" "" "SRCS;DEPS;PUBLIC_DEPS" ${ARGN})

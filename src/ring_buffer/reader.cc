@@ -319,7 +319,7 @@ uint32_t RingBuffer::read_page(int cpu, uint8_t* out, size_t out_size, bool full
 
 // ---------------------------------------------------------------------------
 
-RingBuffer::Iterator::Iterator(RingBuffer& rb) : rb_(rb), cpus_(static_cast<size_t>(rb.nr_cpus_)) {
+RingBuffer::Iterator::Iterator(RingBuffer& rb) : cpus_(static_cast<size_t>(rb.nr_cpus_)) {
   for (int i = 0; i < rb.nr_cpus_; ++i) {
     Cpu& c = cpus_[static_cast<size_t>(i)];
     c.cb = rb.cpu_buffer(i);
@@ -334,6 +334,9 @@ RingBuffer::Iterator::Iterator(RingBuffer& rb) : rb_(rb), cpus_(static_cast<size
 
 bool RingBuffer::Iterator::fill(Cpu& c) {
   if (c.end_seq == 0) return false;
+  // Not for the position (the iterator has its own) but for the pages: a
+  // resize frees them under this lock.
+  base::MutexLock rl(&c.cb->reader_mu);
   uint64_t unused = 0;
   Cursor cur{c.cb, &c.pos, &c.copy, &lost_, &unused, false, c.end_seq, c.end_len};
   return read_event(cur, &c.ev, true);

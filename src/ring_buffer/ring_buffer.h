@@ -514,7 +514,6 @@ class RingBuffer::Iterator {
     uint32_t end_len = 0;
   };
   bool fill(Cpu& c);
-  RingBuffer& rb_;
   std::vector<Cpu> cpus_;
   uint64_t lost_ = 0;
 };

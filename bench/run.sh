@@ -1,0 +1,302 @@
+#!/usr/bin/env bash
+# Builds and runs the ring buffer write-path benchmarks and prints a Markdown
+# summary (bench/README.md explains every row).
+#
+#   bash bench/run.sh
+#
+# Steps: apt-get what is missing; configure a Release build in build-bench/;
+# build ring_buffer_bench and instr_count; start lttng-sessiond if none runs;
+# create a snapshot-mode LTTng session with usrtrace_bench:* enabled; run the
+# benchmarks (JSON to build-bench/bench_results.json); destroy the session;
+# count instructions per event with callgrind; print the table.
+#
+# Environment (all optional):
+#   USRTRACE_BENCH_BUILD_DIR     build directory            (default: <repo>/build-bench)
+#   USRTRACE_BENCH_REPETITIONS   --benchmark_repetitions    (default: 9)
+#   USRTRACE_BENCH_MIN_TIME      --benchmark_min_time, s    (default: 0.2)
+#   USRTRACE_BENCH_FILTER        --benchmark_filter         (default: all)
+#   USRTRACE_BENCH_INSTR_N       callgrind N (runs N, 2N)   (default: 100000)
+#   USRTRACE_BENCH_WERROR        USRTRACE_WERROR for the build (default: ON)
+#   USRTRACE_BENCH_KEEP_SESSIOND 1: leave a session daemon this script started running
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=${USRTRACE_BENCH_BUILD_DIR:-$ROOT/build-bench}
+REPS=${USRTRACE_BENCH_REPETITIONS:-9}
+MIN_TIME=${USRTRACE_BENCH_MIN_TIME:-0.2}
+FILTER=${USRTRACE_BENCH_FILTER:-.}
+INSTR_N=${USRTRACE_BENCH_INSTR_N:-100000}
+WERROR=${USRTRACE_BENCH_WERROR:-ON}
+
+SESSION="usrtrace_bench_$$"
+INSTANCE=/sys/kernel/tracing/instances/usrtrace_bench
+RESULTS="$BUILD/bench_results.json"
+CG_DIR="$BUILD/callgrind"
+
+log() { echo "run.sh: $*" >&2; }
+
+# ---------------------------------------------------------------------------
+# Cleanup, whatever happens: the benchmark process, the LTTng session, the
+# tracefs instance, a session daemon we started, the temporary directory.
+
+TMP=""
+BENCH_PID=""
+SESSION_CREATED=0
+SESSIOND_PID=""
+
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if [[ -n $BENCH_PID ]] && kill -0 "$BENCH_PID" 2>/dev/null; then
+    log "stopping the benchmark (pid $BENCH_PID)"
+    kill "$BENCH_PID" 2>/dev/null || true
+    wait "$BENCH_PID" 2>/dev/null || true
+  fi
+  if ((SESSION_CREATED)); then
+    lttng destroy "$SESSION" >/dev/null 2>&1 || log "warning: lttng destroy $SESSION failed"
+  fi
+  # The benchmark removes its instance itself; this catches a crash or a kill.
+  if [[ -d $INSTANCE ]]; then
+    rmdir "$INSTANCE" 2>/dev/null || log "warning: could not remove $INSTANCE"
+  fi
+  if [[ -n $SESSIOND_PID && ${USRTRACE_BENCH_KEEP_SESSIOND:-0} != 1 ]]; then
+    kill "$SESSIOND_PID" 2>/dev/null || true
+    # Wait for it to go, so that a next run does not find a dying daemon.
+    for _ in $(seq 50); do kill -0 "$SESSIOND_PID" 2>/dev/null || break; sleep 0.1; done
+  fi
+  [[ -n $TMP ]] && rm -rf "$TMP"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+TMP=$(mktemp -d /tmp/usrtrace-bench.XXXXXX)
+
+# ---------------------------------------------------------------------------
+# 1. Packages.
+
+PKGS=(cmake ninja-build g++ libbenchmark-dev valgrind liblttng-ust-dev lttng-tools pkg-config)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+command -v python3 >/dev/null || { missing+=(python3); PKGS+=(python3); }
+if ((${#missing[@]})); then
+  log "installing: ${missing[*]}"
+  SUDO=()
+  ((EUID == 0)) || SUDO=(sudo)
+  "${SUDO[@]}" apt-get update
+  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y "${PKGS[@]}"
+fi
+
+# ---------------------------------------------------------------------------
+# 2. Build (Release, benchmarks only).
+
+log "configuring $BUILD"
+cmake -S "$ROOT" -B "$BUILD" -G Ninja \
+  -DCMAKE_BUILD_TYPE=Release \
+  -DUSRTRACE_BUILD_BENCH=ON -DUSRTRACE_BUILD_TESTS=OFF -DUSRTRACE_BUILD_EXAMPLES=OFF \
+  -DUSRTRACE_WERROR="$WERROR" >"$TMP/cmake.log" || { cat "$TMP/cmake.log" >&2; exit 1; }
+grep '^-- bench:' "$TMP/cmake.log" >&2 || true
+log "building"
+cmake --build "$BUILD" --target ring_buffer_bench instr_count
+
+BENCH="$BUILD/bench/ring_buffer_bench"
+INSTR="$BUILD/bench/instr_count"
+
+# ---------------------------------------------------------------------------
+# 3. LTTng session (only if BM_LttngUst was built).
+
+HAVE_LTTNG=0
+TESTS=$("$BENCH" --benchmark_list_tests=true)
+if grep -qx 'BM_LttngUst' <<<"$TESTS"; then HAVE_LTTNG=1; fi
+
+if ((HAVE_LTTNG)); then
+  if ! pgrep -x lttng-sessiond >/dev/null; then
+    log "starting lttng-sessiond"
+    lttng-sessiond --daemonize --no-kernel
+    # The daemon writes its pid in its run directory.
+    if ((EUID == 0)); then piddir=/var/run/lttng; else piddir="${LTTNG_HOME:-$HOME}/.lttng"; fi
+    for _ in 1 2 3 4 5 6 7 8 9 10; do
+      [[ -s $piddir/lttng-sessiond.pid ]] && break
+      sleep 0.2
+    done
+    SESSIOND_PID=$(cat "$piddir/lttng-sessiond.pid" 2>/dev/null || true)
+  fi
+  log "creating snapshot-mode LTTng session $SESSION"
+  lttng create "$SESSION" --snapshot --output="$TMP/lttng" >/dev/null
+  SESSION_CREATED=1
+  lttng enable-event --userspace 'usrtrace_bench:*' --session="$SESSION" >/dev/null
+  lttng start "$SESSION" >/dev/null
+else
+  log "liblttng-ust not found at build time: BM_LttngUst is not built (apt-get install liblttng-ust-dev)"
+fi
+
+# ---------------------------------------------------------------------------
+# 4. Benchmarks. Repetitions run in random order across benchmarks, so drift
+# of the shared machine hits every benchmark alike.
+
+log "running $BENCH ($REPS repetitions, min time ${MIN_TIME}s)"
+# Run in the background and wait, so that INT/TERM reach the trap at once.
+LTTNG_UST_REGISTER_TIMEOUT=10000 "$BENCH" \
+  --benchmark_filter="$FILTER" \
+  --benchmark_repetitions="$REPS" \
+  --benchmark_enable_random_interleaving=true \
+  --benchmark_min_time="$MIN_TIME" \
+  --benchmark_display_aggregates_only=true \
+  --benchmark_out="$RESULTS" --benchmark_out_format=json &
+BENCH_PID=$!
+wait "$BENCH_PID"
+BENCH_PID=""
+
+LTTNG_NOTE=""
+if ((SESSION_CREATED)); then
+  lttng stop "$SESSION" >/dev/null
+  # Evidence that the tracepoint really recorded: events in a snapshot.
+  if lttng snapshot record --session="$SESSION" >/dev/null 2>&1 && command -v babeltrace >/dev/null; then
+    n=$(babeltrace "$TMP/lttng" 2>/dev/null | grep -c 'usrtrace_bench:event' || true)
+    LTTNG_NOTE="LTTng snapshot taken after the run holds ${n} usrtrace_bench:event events (the newest; snapshot mode overwrites)."
+  fi
+  lttng destroy "$SESSION" >/dev/null
+  SESSION_CREATED=0
+fi
+
+# ---------------------------------------------------------------------------
+# 5. Instructions per event: callgrind, collection restricted to each loop
+# function, at N and 2N; (Ir(2N) - Ir(N)) / N cancels everything constant.
+
+mkdir -p "$CG_DIR"
+ir_of() {  # mode n -> collected Ir
+  local mode=$1 n=$2 out="$CG_DIR/$1.$2.out"
+  valgrind --tool=callgrind --callgrind-out-file="$out" \
+    --toggle-collect="usrtrace_bench_${mode}_loop" "$INSTR" "$mode" "$n" \
+    >"$CG_DIR/$mode.$n.log" 2>&1 || { cat "$CG_DIR/$mode.$n.log" >&2; return 1; }
+  # A --toggle-collect pattern that matched nothing would give 0: refuse it.
+  awk '/^summary:/ { print $2; found = ($2 > 0) } END { if (!found) exit 1 }' "$out" ||
+    { log "callgrind collected nothing for usrtrace_bench_${mode}_loop ($out)"; return 1; }
+}
+IR_ARGS=()
+for mode in ideal baseline usrtrace; do
+  log "callgrind: $mode at N=$INSTR_N and 2N"
+  ir1=$(ir_of "$mode" "$INSTR_N")
+  ir2=$(ir_of "$mode" $((2 * INSTR_N)))
+  IR_ARGS+=("$mode=$ir1,$ir2")
+done
+
+# ---------------------------------------------------------------------------
+# 6. Summary.
+
+python3 - "$RESULTS" "$INSTR_N" "$HAVE_LTTNG" "$LTTNG_NOTE" "${IR_ARGS[@]}" <<'PY'
+import json
+import statistics
+import sys
+
+results_path, instr_n, have_lttng, lttng_note = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4]
+ir = {}
+for arg in sys.argv[5:]:
+    mode, vals = arg.split("=")
+    a, b = (int(v) for v in vals.split(","))
+    ir[mode] = (b - a) / instr_n
+
+with open(results_path) as f:
+    data = json.load(f)
+
+to_ns = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+runs = {}    # name -> {"threads", "cpu": [...], "wall": [...]}
+errors = {}  # name -> message
+order = []
+for b in data["benchmarks"]:
+    if b.get("run_type") != "iteration":
+        continue
+    name = b["run_name"]
+    if name not in order:
+        order.append(name)
+    if b.get("error_occurred"):
+        errors[name] = b.get("error_message", "error")
+        continue
+    r = runs.setdefault(name, {"threads": b["threads"], "cpu": [], "wall": []})
+    unit = to_ns[b.get("time_unit", "ns")]
+    # Google Benchmark: cpu_time = CPU of all threads / events of all threads
+    # (one event on one thread); real_time = wall / events of all threads.
+    r["cpu"].append(b["cpu_time"] * unit)
+    r["wall"].append(b["real_time"] * unit * b["threads"])
+
+def med(name, key="cpu"):
+    r = runs.get(name)
+    return statistics.median(r[key]) if r and r[key] else None
+
+ideal1 = med("BM_IdealWrite")
+ideal2 = med("BM_IdealWrite/threads:2")
+
+def fmt(x, spec=".2f"):
+    return "–" if x is None else format(x, spec)
+
+def ratio(x, base):
+    return None if x is None or not base else x / base
+
+instr = {"BM_IdealWrite": ir.get("ideal"), "BM_IdealWrite/threads:2": ir.get("ideal"),
+         "BM_UsrtraceWrite": ir.get("usrtrace"), "BM_UsrtraceWrite/threads:2": ir.get("usrtrace")}
+
+reps = max((len(r["cpu"]) for r in runs.values()), default=0)
+print()
+print(f"## usrtrace write path ({reps} repetitions, medians; ns per event per thread)")
+print()
+print("| Benchmark | median ns (CPU) | median ns (wall) | min–max ns (CPU) | × BM_IdealWrite | × BM_IdealWrite/threads:2 | instr/event |")
+print("|---|---:|---:|---:|---:|---:|---:|")
+wanted = ["BM_IdealWrite", "BM_IdealWrite/threads:2", "BM_UsrtraceWrite", "BM_UsrtraceWrite/threads:2",
+          "BM_UsrtraceWriteDisabled", "BM_LttngUst", "BM_TraceMarker"]
+for name in wanted + [n for n in order if n not in wanted]:
+    if name == "BM_LttngUst" and not have_lttng:
+        print(f"| {name} | not built: liblttng-ust not found (pkg-config lttng-ust) | | | | | |")
+        continue
+    if name in errors and name not in runs:
+        print(f"| {name} | skipped: {errors[name]} | | | | | |")
+        continue
+    if name not in runs:
+        if name in order or name in wanted[:5]:
+            print(f"| {name} | not run | | | | | |")
+        continue
+    r = runs[name]
+    c, w = med(name), med(name, "wall")
+    two = name.endswith("/threads:2")
+    print(f"| {name} | {fmt(c)} | {fmt(w)} | {fmt(min(r['cpu']))}–{fmt(max(r['cpu']))} "
+          f"| {fmt(ratio(c, ideal1))} | {fmt(ratio(c, ideal2)) if two else '–'} "
+          f"| {fmt(instr.get(name), '.1f')} |")
+
+print()
+print(f"Instructions per event (callgrind, exact; (Ir(2N) - Ir(N)) / N with N = {instr_n}, "
+      "collection toggled on the loop function only):")
+print()
+print("| loop | instr/event |")
+print("|---|---:|")
+rows = [("ideal: rdtsc + one 16-byte store + loop", ir.get("ideal")),
+        ("baseline: payload fill + loop, no write", ir.get("baseline")),
+        ("usrtrace: payload fill + write<28>() + loop", ir.get("usrtrace"))]
+if ir.get("usrtrace") is not None and ir.get("baseline") is not None:
+    rows.append(("usrtrace write<28>() alone (usrtrace - baseline; page switches amortised)",
+                 ir["usrtrace"] - ir["baseline"]))
+for label, v in rows:
+    print(f"| {label} | {fmt(v)} |")
+
+print()
+print("Checks (CPU-time medians of this run):")
+def check(label, value, limit, unit=""):
+    if value is None:
+        print(f"- {label}: not measured")
+    else:
+        verdict = "ok" if value <= limit else "ABOVE TARGET"
+        print(f"- {label}: {value:.2f}{unit} (target <= {limit}{unit}) {verdict}")
+check("BM_UsrtraceWrite / BM_IdealWrite", ratio(med("BM_UsrtraceWrite"), ideal1), 1.25, "x")
+check("BM_UsrtraceWrite/threads:2 / BM_IdealWrite/threads:2",
+      ratio(med("BM_UsrtraceWrite/threads:2"), ideal2), 1.25, "x")
+check("BM_UsrtraceWriteDisabled", med("BM_UsrtraceWriteDisabled"), 1.0, " ns")
+if ir.get("usrtrace") is not None:
+    check("usrtrace loop instructions per event", ir["usrtrace"], 40)
+    if ir.get("baseline") is not None:
+        check("write<28>() alone, instructions per event", ir["usrtrace"] - ir["baseline"], 40)
+if lttng_note:
+    print()
+    print(lttng_note)
+PY
+log "JSON: $RESULTS; callgrind profiles: $CG_DIR"

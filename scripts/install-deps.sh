@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what usrtrace needs to build and test on Debian 12.
+# Usage: scripts/install-deps.sh [--bench]
+set -euo pipefail
+pkgs=(cmake ninja-build g++ clang libclang-rt-14-dev pkg-config
+      libgtest-dev libgmock-dev libbenchmark-dev libtraceevent-dev trace-cmd valgrind)
+if [[ "${1:-}" == "--bench" ]]; then
+  pkgs+=(liblttng-ust-dev lttng-tools)
+fi
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""
+  [[ $(id -u) -eq 0 ]] || SUDO=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq "${missing[@]}"
+fi
