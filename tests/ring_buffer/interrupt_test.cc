@@ -1,17 +1,29 @@
 // A signal handler that writes while the interrupted code is mid-write, at
-// every instruction boundary of the write, one after the other.
+// every instruction of the write, one after the other.
 //
-// The x86 trap flag makes the CPU raise SIGTRAP after each instruction. For
-// k = 1, 2, ... the handler counts k traps, then writes a nested event and
-// clears the flag. Whatever k, both the interrupted event and the nested one
-// must be in the buffer exactly once and intact; when k falls inside a
-// critical section, the kernel aborts it on signal delivery (counted in
-// base::usrtrace_rseq_aborts) and the write restarts.
+// 1. Trace: with rseq unregistered for this thread (and cpu_id faked to 0,
+//    so no section can abort), the CPU's trap flag single-steps one write
+//    and records the address of every instruction it executes.
+// 2. For each recorded address A: re-register rseq, put an int3 at A, write
+//    again. The SIGTRAP handler restores the byte, writes a nested event and
+//    returns; if A is inside a critical section, the kernel has already
+//    moved the thread to the section's abort handler, and the write
+//    restarts.
+// Whatever A, both events must be in the buffer exactly once and intact, and
+// the number of aborts must equal the number of breakpoints that fell inside
+// a critical section (from the __rseq_cs descriptors).
 #include <gtest/gtest.h>
+#include <sys/rseq.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/ucontext.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <set>
+#include <thread>
 #include <vector>
 
 #include "base/rseq.h"
@@ -25,127 +37,206 @@
 #endif
 #endif
 
+extern "C" {
+extern const char __start___rseq_cs[];
+extern const char __stop___rseq_cs[];
+extern const char __executable_start[];
+extern const char etext[];
+}
+
 namespace usrtrace::rb {
 namespace {
 
 using testing::Payload;
 
+struct RseqCs {  // ABI: struct rseq_cs
+  uint32_t version, flags;
+  uint64_t start_ip, post_commit_offset, abort_ip;
+};
+
+bool in_critical_section(uintptr_t ip) {
+  for (auto* d = reinterpret_cast<const RseqCs*>(__start___rseq_cs);
+       d < reinterpret_cast<const RseqCs*>(__stop___rseq_cs); ++d)
+    if (ip - d->start_ip < d->post_commit_offset) return true;
+  return false;
+}
+
+struct rseq* rseq_area() {
+  return reinterpret_cast<struct rseq*>(static_cast<char*>(__builtin_thread_pointer()) +
+                                        __rseq_offset);
+}
+
+// Handler state; a handler runs on the test thread only.
 RingBuffer* g_rb;
-volatile int g_steps_left;
-volatile int g_nested_ok;
-volatile int g_nested_tried;
+std::vector<uintptr_t>* g_trace;
+volatile sig_atomic_t g_tracing;
+uintptr_t g_bp;          // breakpoint address, 0 when none
+unsigned char g_saved;   // the byte the int3 replaced
+volatile sig_atomic_t g_hit, g_nested_ok, g_aborted;
 constexpr uint32_t kNestedSeq = 0xfeed;
 
 void on_trap(int, siginfo_t*, void* ctx) {
   auto* uc = static_cast<ucontext_t*>(ctx);
-  g_steps_left = g_steps_left - 1;
-  if (g_steps_left != 0) return;
-  uc->uc_mcontext.gregs[REG_EFL] &= ~0x100LL;  // stop stepping
+  auto& ip = uc->uc_mcontext.gregs[REG_RIP];
+  if (g_tracing) {
+    if (g_trace->size() < g_trace->capacity()) g_trace->push_back(static_cast<uintptr_t>(ip));
+    return;
+  }
+  if (g_bp == 0) return;
+  *reinterpret_cast<volatile unsigned char*>(g_bp) = g_saved;
+  if (static_cast<uintptr_t>(ip) == g_bp + 1) {
+    ip = static_cast<greg_t>(g_bp);  // re-execute the instruction we covered
+  } else {
+    g_aborted = 1;  // rseq moved us to an abort handler
+  }
+  g_bp = 0;
+  g_hit = 1;
   Payload p = Payload::make(2, kNestedSeq, 1);
-  g_nested_tried = 1;
   g_nested_ok = g_rb->write<sizeof p>(&p);
-}
-
-__attribute__((always_inline)) inline void trap_flag_on() {
-  asm volatile("pushfq\n\torq $0x100, (%%rsp)\n\tpopfq" ::: "memory", "cc");
-}
-__attribute__((always_inline)) inline void trap_flag_off() {
-  asm volatile("pushfq\n\tandq $-257, (%%rsp)\n\tpopfq" ::: "memory", "cc");
 }
 
 enum class Path { kFast, kSlow, kSwitch };
 
-class InterruptTest : public ::testing::TestWithParam<Path> {
- protected:
-  void SetUp() override {
+struct Scenario {
+  RingBuffer* rb;
+  Path path;
+  uint32_t fillers = 0;
+
+  // Fills the first page so that the next event needs a new one: 203
+  // entries of 20 bytes leave 20, and a write keeps w0 strictly inside.
+  void prepare() {
+    rb->reset();
+    fillers = 0;
+    Payload p = Payload::make(3, 0, 0);
+    // kFast: one event first, so that the write under test finds a page open.
+    int n = path == Path::kSwitch ? 203 : path == Path::kFast ? 1 : 0;
+    for (int i = 0; i < n; ++i, ++fillers) EXPECT_TRUE(rb->write<sizeof p>(&p));
+  }
+  __attribute__((noinline)) bool write_once(uint32_t k) {
+    Payload p = Payload::make(1, k, 0);
+    if (path == Path::kSlow) return rb->write(&p, sizeof p);
+    return rb->write<sizeof p>(&p);
+  }
+};
+
+void trap_flag(bool on) {
+  if (on)
+    asm volatile("pushfq\n\torq $0x100, (%%rsp)\n\tpopfq" ::: "memory", "cc");
+  else
+    asm volatile("pushfq\n\tandq $-257, (%%rsp)\n\tpopfq" ::: "memory", "cc");
+}
+
+class InterruptTest : public ::testing::TestWithParam<Path> {};
+
+TEST_P(InterruptTest, NestedWriteAtEveryInstruction) {
 #ifdef USRTRACE_TSAN
-    GTEST_SKIP() << "ThreadSanitizer defers signal handlers, so no handler runs mid-write";
+  GTEST_SKIP() << "ThreadSanitizer defers signal handlers: none would run mid-write";
 #endif
-    pin_ = std::make_unique<testing::Pinned>(0);
-    ASSERT_TRUE(pin_->ok);
-    rb_ = testing::make_buffer(16 * 1024);
-    ASSERT_NE(rb_, nullptr);
-    g_rb = rb_.get();
-    struct sigaction sa = {};
+  // A thread of its own: its rseq registration is changed below.
+  std::thread t([&] {
+    testing::Pinned pin(0);
+    ASSERT_TRUE(pin.ok);
+    auto rb = testing::make_buffer(16 * 1024);
+    ASSERT_NE(rb, nullptr);
+    g_rb = rb.get();
+    Scenario sc{rb.get(), GetParam()};
+    struct sigaction sa = {}, old = {};
     sa.sa_sigaction = on_trap;
     sa.sa_flags = SA_SIGINFO;
     sigemptyset(&sa.sa_mask);
-    ASSERT_EQ(sigaction(SIGTRAP, &sa, &old_), 0);
-  }
-  void TearDown() override {
-    if (rb_) sigaction(SIGTRAP, &old_, nullptr);
-  }
+    ASSERT_EQ(sigaction(SIGTRAP, &sa, &old), 0);
 
-  // Fills the first page so that the next 16-byte event needs a new page.
-  uint32_t fill_page() {
-    uint32_t n = 0;
-    Payload p = Payload::make(3, 0, 0);
-    // 4080 data bytes hold 255 entries of 16; leave 12 bytes free.
-    for (; n < 254; ++n) EXPECT_TRUE(rb_->write<sizeof p>(&p));
-    uint8_t small[4] = {};
-    EXPECT_TRUE(rb_->write(small, 4));  // 8 bytes: 4 left, not enough for 20
-    return n + 1;
-  }
+    // 1. Trace the write with no rseq registration (nothing can abort).
+    struct rseq* area = rseq_area();
+    ASSERT_EQ(syscall(SYS_rseq, area, 32, RSEQ_FLAG_UNREGISTER, base::kRseqSig), 0);
+    area->cpu_id_start = 0;
+    area->cpu_id = 0;
+    std::vector<uintptr_t> trace;
+    trace.reserve(100000);
+    g_trace = &trace;
+    sc.prepare();
+    g_tracing = 1;
+    trap_flag(true);
+    bool ok = sc.write_once(0);
+    trap_flag(false);
+    g_tracing = 0;
+    ASSERT_TRUE(ok);
+    area->cpu_id = static_cast<uint32_t>(RSEQ_CPU_ID_UNINITIALIZED);
+    ASSERT_EQ(syscall(SYS_rseq, area, 32, 0, base::kRseqSig), 0);
+    ASSERT_EQ(base::rseq_cpu_id(), 0);
 
-  std::unique_ptr<testing::Pinned> pin_;
-  std::unique_ptr<RingBuffer> rb_;
-  struct sigaction old_ = {};
-};
+    // Every distinct instruction of the write that lies in this executable.
+    std::vector<uintptr_t> ips;
+    std::set<uintptr_t> seen;
+    for (uintptr_t ip : trace)
+      if (ip >= reinterpret_cast<uintptr_t>(__executable_start) &&
+          ip < reinterpret_cast<uintptr_t>(etext) && seen.insert(ip).second)
+        ips.push_back(ip);
+    ASSERT_GT(ips.size(), 20u);
+    size_t in_cs = static_cast<size_t>(std::count_if(ips.begin(), ips.end(), in_critical_section));
+    ASSERT_GT(in_cs, 10u) << "the trace never entered a critical section";
 
-TEST_P(InterruptTest, NestedWriteAtEveryInstruction) {
-  const Path path = GetParam();
-  const uint64_t aborts_before = base::usrtrace_rseq_aborts;
-  int interrupted = 0;
-  for (int k = 1;; ++k) {
-    rb_->reset();
-    uint32_t fillers = path == Path::kSwitch ? fill_page() : 0;
-    Payload outer = Payload::make(1, static_cast<uint32_t>(k), 0);
-    std::vector<uint8_t> var(sizeof outer);
-    std::memcpy(var.data(), &outer, sizeof outer);
-    g_steps_left = k;
-    g_nested_ok = 0;
-    g_nested_tried = 0;
-    bool ok;
-    trap_flag_on();
-    if (path == Path::kSlow)
-      ok = rb_->write(var.data(), static_cast<uint32_t>(var.size()));
-    else
-      ok = rb_->write<sizeof outer>(&outer);
-    trap_flag_off();
-    ASSERT_TRUE(ok) << "k=" << k;
-    if (!g_nested_tried) break;  // k is past the end of the write
-    ++interrupted;
-    ASSERT_TRUE(g_nested_ok) << "k=" << k;
-
-    // Both events, once each, intact, after the fillers.
-    Event ev;
-    uint32_t seen_fillers = 0, seen_outer = 0, seen_nested = 0;
-    while (rb_->consume(&ev, 0)) {
-      if (ev.len == 4) {
-        ++seen_fillers;
+    // 2. A breakpoint at each of them in turn.
+    const long pg = sysconf(_SC_PAGESIZE);
+    auto text = reinterpret_cast<uintptr_t>(__executable_start) & ~static_cast<uintptr_t>(pg - 1);
+    size_t text_len = reinterpret_cast<uintptr_t>(etext) - text;
+    if (mprotect(reinterpret_cast<void*>(text), text_len, PROT_READ | PROT_WRITE | PROT_EXEC) != 0)
+      GTEST_SKIP() << "cannot make the text writable for breakpoints";
+    const uint64_t aborts_before = base::usrtrace_rseq_aborts;
+    size_t hits = 0, hits_in_cs = 0, aborted = 0, missed_in_cs = 0;
+    for (size_t k = 0; k < ips.size(); ++k) {
+      sc.prepare();
+      g_hit = 0;
+      g_nested_ok = 0;
+      g_aborted = 0;
+      g_saved = *reinterpret_cast<unsigned char*>(ips[k]);
+      g_bp = ips[k];
+      *reinterpret_cast<volatile unsigned char*>(ips[k]) = 0xcc;
+      bool outer_ok = sc.write_once(static_cast<uint32_t>(k + 1));
+      if (g_bp != 0) {  // not reached this time: take it out
+        *reinterpret_cast<volatile unsigned char*>(ips[k]) = g_saved;
+        g_bp = 0;
+      }
+      ASSERT_TRUE(outer_ok) << "k=" << k;
+      if (!g_hit) {
+        missed_in_cs += in_critical_section(ips[k]);
         continue;
       }
-      ASSERT_EQ(ev.len, sizeof(Payload)) << "k=" << k;
-      Payload p;
-      std::memcpy(&p, ev.data, sizeof p);
-      ASSERT_TRUE(p.check()) << "torn event, k=" << k;
-      if (p.writer == 3) ++seen_fillers;
-      else if (p.writer == 1 && p.seq == static_cast<uint32_t>(k)) ++seen_outer;
-      else if (p.writer == 2 && p.seq == kNestedSeq && p.nested == 1) ++seen_nested;
-      else ADD_FAILURE() << "unexpected event, k=" << k;
+      ++hits;
+      hits_in_cs += in_critical_section(ips[k]);
+      aborted += g_aborted ? 1u : 0u;
+      ASSERT_TRUE(g_nested_ok) << "k=" << k;
+      Event ev;
+      uint32_t fillers = 0, outer = 0, nested = 0;
+      while (rb->consume(&ev, 0)) {
+        ASSERT_EQ(ev.len, sizeof(Payload));
+        Payload p;
+        std::memcpy(&p, ev.data, sizeof p);
+        ASSERT_TRUE(p.check()) << "torn event, k=" << k;
+        if (p.writer == 3) ++fillers;
+        else if (p.writer == 1 && p.seq == k + 1) ++outer;
+        else if (p.writer == 2 && p.seq == kNestedSeq) ++nested;
+        else ADD_FAILURE() << "unexpected event, k=" << k;
+      }
+      EXPECT_EQ(fillers, sc.fillers) << "k=" << k;
+      EXPECT_EQ(outer, 1u) << "k=" << k << " ip=" << std::hex << ips[k];
+      EXPECT_EQ(nested, 1u) << "k=" << k << " ip=" << std::hex << ips[k];
     }
-    EXPECT_EQ(seen_fillers, fillers) << "k=" << k;
-    EXPECT_EQ(seen_outer, 1u) << "k=" << k;
-    EXPECT_EQ(seen_nested, 1u) << "k=" << k;
-    CpuStats s = rb_->stats(0);
-    EXPECT_EQ(s.written, fillers + 2) << "k=" << k;
-    ASSERT_LT(k, 20000) << "the write never ended";
-  }
-  // The sections were really interrupted (the kernel aborted them on signal
-  // delivery) at least once per instruction inside the fast path's section.
-  EXPECT_GT(interrupted, 20);
-  EXPECT_GE(base::usrtrace_rseq_aborts - aborts_before, 15u);
-  RecordProperty("instruction_boundaries", interrupted);
+    mprotect(reinterpret_cast<void*>(text), text_len, PROT_READ | PROT_EXEC);
+    sigaction(SIGTRAP, &old, nullptr);
+    // The path is the same as traced, but for instructions that ran only
+    // in the first write of the process (lazy binding, first-use set-up);
+    // every instruction inside a critical section is hit again.
+    EXPECT_GE(hits, ips.size() * 3 / 4);
+    EXPECT_EQ(missed_in_cs, 0u);
+    // Each breakpoint inside a section aborted it, and only those did.
+    EXPECT_EQ(aborted, hits_in_cs);
+    EXPECT_EQ(base::usrtrace_rseq_aborts - aborts_before, hits_in_cs);
+    EXPECT_GT(hits_in_cs, 10u);
+    RecordProperty("instructions", static_cast<int>(hits));
+    RecordProperty("in_critical_sections", static_cast<int>(hits_in_cs));
+  });
+  t.join();
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, InterruptTest,
