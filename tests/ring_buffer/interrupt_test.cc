@@ -10,8 +10,8 @@
 //    moved the thread to the section's abort handler, and the write
 //    restarts.
 // Whatever A, both events must be in the buffer exactly once and intact, and
-// the number of aborts must equal the number of breakpoints that fell inside
-// a critical section (from the __rseq_cs descriptors).
+// the breakpoints that were followed by an abort must be exactly those that
+// fell inside a critical section (from the __rseq_cs descriptors).
 #include <gtest/gtest.h>
 #include <sys/rseq.h>
 #include <signal.h>
@@ -229,9 +229,11 @@ TEST_P(InterruptTest, NestedWriteAtEveryInstruction) {
     // every instruction inside a critical section is hit again.
     EXPECT_GE(hits, ips.size() * 3 / 4);
     EXPECT_EQ(missed_in_cs, 0u);
-    // Each breakpoint inside a section aborted it, and only those did.
+    // Each breakpoint inside a section aborted it, and only those did (as
+    // the handler saw it). The abort counter may count more: the scheduler
+    // can preempt the thread inside a section too.
     EXPECT_EQ(aborted, hits_in_cs);
-    EXPECT_EQ(base::usrtrace_rseq_aborts - aborts_before, hits_in_cs);
+    EXPECT_GE(base::usrtrace_rseq_aborts - aborts_before, hits_in_cs);
     EXPECT_GT(hits_in_cs, 10u);
     RecordProperty("instructions", static_cast<int>(hits));
     RecordProperty("in_critical_sections", static_cast<int>(hits_in_cs));
