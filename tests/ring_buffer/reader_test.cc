@@ -22,6 +22,14 @@ Payload payload_of(const Event& ev) {
   return p;
 }
 
+// `n` self-checking events from the calling thread, seq 0..n-1.
+void write_seq(RingBuffer& rb, uint32_t n) {
+  for (uint32_t i = 0; i < n; ++i) {
+    Payload p = Payload::make(0, i, 0);
+    ASSERT_TRUE(rb.write<sizeof p>(&p));
+  }
+}
+
 // Two threads, one per CPU, so both CPU streams have events.
 void write_on_both_cpus(RingBuffer& rb, uint32_t per_cpu) {
   std::vector<std::thread> ts;
@@ -65,10 +73,7 @@ TEST(IteratorTest, MergesCpusByTimeWithoutConsuming) {
 TEST(IteratorTest, StartsAtTheConsumer) {
   Pinned pin(0);
   auto rb = make_buffer();
-  for (uint32_t i = 0; i < 100; ++i) {
-    Payload p = Payload::make(0, i, 0);
-    rb->write<sizeof p>(&p);
-  }
+  write_seq(*rb, 100);
   Event ev;
   for (int i = 0; i < 30; ++i) ASSERT_TRUE(rb->consume(&ev, 0));
   RingBuffer::Iterator it(*rb);
@@ -143,10 +148,7 @@ TEST(ReadPageTest, FullOnlyWaitsForClosedPages) {
 TEST(ReadPageTest, ConsumedPrefixBecomesPaddingWithExactTimes) {
   Pinned pin(0);
   auto rb = make_buffer();
-  for (uint32_t i = 0; i < 50; ++i) {
-    Payload p = Payload::make(0, i, 0);
-    rb->write<sizeof p>(&p);
-  }
+  write_seq(*rb, 50);
   // Record every event's time through the iterator, then consume 20.
   std::vector<uint64_t> ts;
   {
