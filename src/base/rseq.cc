@@ -10,9 +10,20 @@
 #include "base/compiler.h"
 
 extern "C" {
-__attribute__((visibility("hidden"))) ptrdiff_t usrtrace_rseq_offset = 0;
+// The storage behind rseq.h's const usrtrace_rseq_offset: the same symbol
+// under another name, so that this file alone may write it.
+__attribute__((visibility("hidden"))) ptrdiff_t usrtrace_rseq_offset_storage __asm__(
+    "usrtrace_rseq_offset") = 0;
 __attribute__((tls_model("initial-exec"))) thread_local uint64_t usrtrace_rseq_aborts = 0;
 }
+
+namespace {
+// glibc's dynamic linker (or static start-up code) sets __rseq_offset before
+// any constructor runs; priority 101 runs this before unprioritized ones.
+__attribute__((constructor(101))) void usrtrace_init_rseq_offset() {
+  usrtrace_rseq_offset_storage = __rseq_offset;
+}
+}  // namespace
 
 namespace usrtrace::base {
 namespace {
@@ -28,7 +39,6 @@ struct rseq* thread_area() {
 }  // namespace
 
 bool rseq_init() {
-  usrtrace_rseq_offset = __rseq_offset;
   if (g_membarrier_ok.load(std::memory_order_acquire) < 0) {
     long q = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
     int ok = 0;
@@ -50,9 +60,6 @@ void rseq_emulate_for_instrumentation() {
   g_emulated.store(true, std::memory_order_relaxed);
 }
 
-int rseq_cpu_id() {
-  return static_cast<int>(__atomic_load_n(&thread_area()->cpu_id, __ATOMIC_RELAXED));
-}
 
 bool rseq_register_current_thread() {
   struct rseq* area = thread_area();

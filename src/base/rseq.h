@@ -25,9 +25,11 @@ inline constexpr int kRseqCpuIdOffset = 4;
 inline constexpr int kRseqCsOffset = 8;
 
 // __rseq_offset copied into a hidden variable so the write path reaches it
-// with one rip-relative load instead of a GOT indirection. Set by
-// rseq_init() before any ring buffer exists; never changes afterwards.
-extern "C" ptrdiff_t usrtrace_rseq_offset;
+// with one rip-relative load instead of a GOT indirection. Set when the
+// program is loaded (a constructor that runs before any user code) and never
+// changed afterwards, so it is declared const: the compiler may then load it
+// once for a whole loop of writes. rseq.cc holds the (writable) definition.
+extern "C" __attribute__((visibility("hidden"))) const ptrdiff_t usrtrace_rseq_offset;
 
 // Prepares rseq use for the process: caches the offset and registers for
 // membarrier's rseq fence. Idempotent. Returns false if the kernel or libc
@@ -36,7 +38,11 @@ bool rseq_init();
 
 // The calling thread's CPU as rseq reports it; negative when the thread has
 // no registration (glibc built or started without rseq). Context: any.
-int rseq_cpu_id();
+inline int rseq_cpu_id() {
+  const auto* cpu_id = reinterpret_cast<const uint32_t*>(
+      static_cast<const char*>(__builtin_thread_pointer()) + usrtrace_rseq_offset + kRseqCpuIdOffset);
+  return static_cast<int>(__atomic_load_n(cpu_id, __ATOMIC_RELAXED));
+}
 
 // Registers rseq for the calling thread if glibc did not (GLIBC_TUNABLES=
 // glibc.pthread.rseq=0). One system call, once per thread. Returns true when

@@ -44,6 +44,12 @@ const ClockDesc& describe(ClockId id);
 std::optional<ClockId> clock_from_name(std::string_view name);
 
 inline uint64_t rdtsc() { return __rdtsc(); }
+// The clocks whose raw value is a TSC reading (describe(id).tsc), inline for
+// the write path.
+constexpr bool is_tsc(ClockId id) {
+  return id == ClockId::kLocal || id == ClockId::kGlobal || id == ClockId::kPerf ||
+         id == ClockId::kX86Tsc;
+}
 
 // Reads the clock's raw value, what the ring buffer stores.
 // Context: any thread; async-signal-safe; no lock, no allocation.

@@ -15,9 +15,18 @@
 namespace usrtrace::rb {
 namespace {
 
-// Installed in the slots for rseq cpu_id -1 and -2: a last_ts of 0 and a
-// closed gate send the fast path to the slow path, which registers rseq.
+// Installed in the slots for rseq cpu_id -1 and -2; the slow path never uses
+// it (it registers the thread first), so that no slot holds nullptr.
 CpuBuffer g_trap;
+
+// What a closed gate points at: a limit of 0 fails every fast-path write.
+// Never written: no fast path gets past the limit check.
+WriterState g_closed;
+
+// limit for a w0 that points into the page starting at `page`.
+uint64_t limit_for(const uint8_t* page, uint32_t page_size) {
+  return reinterpret_cast<uint64_t>(page + page_size) << 16;
+}
 
 bool is_pow2(uint32_t v) { return v && !(v & (v - 1)); }
 
@@ -48,6 +57,8 @@ void init_state(CpuBuffer* cb) {
     cb->meta[i].entries.store(0, std::memory_order_relaxed);
   }
   cb->ws.w0.store(virgin_w0(cb), std::memory_order_relaxed);
+  cb->ws.limit.store(limit_for(cb->page_at(cb->nr_pages - 1), cb->page_size),
+                     std::memory_order_relaxed);
   cb->ws.last_ts.store(0, std::memory_order_relaxed);
   cb->ws.dropped_seen.store(0, std::memory_order_relaxed);
   cb->dropped.store(0, std::memory_order_relaxed);
@@ -91,7 +102,7 @@ std::unique_ptr<RingBuffer> RingBuffer::create(const Options& opts, int* err) {
   clock::start_calibration();
 
   const int n = base::nr_possible_cpus();
-  void* mem = ::operator new(sizeof(RingBuffer) + size_t(n + kTrapSlots) * sizeof(void*),
+  void* mem = ::operator new(sizeof(RingBuffer) + 2 * size_t(n + kTrapSlots) * sizeof(void*),
                              std::align_val_t{alignof(RingBuffer)}, std::nothrow);
   if (!mem) return fail(ENOMEM);
   std::unique_ptr<RingBuffer> rb(new (mem) RingBuffer());
@@ -100,8 +111,10 @@ std::unique_ptr<RingBuffer> RingBuffer::create(const Options& opts, int* err) {
   rb->clock_.store(opts.clock, std::memory_order_relaxed);
   // Room for a long header and a time stamp, with the tail strictly inside.
   rb->max_payload_ = opts.page_size - kPageHeaderSize - 8 - 8 - 4;
-  for (int i = 0; i < kTrapSlots; ++i) new (&rb->slots()[i]) std::atomic<CpuBuffer*>(&g_trap);
-  for (int c = 0; c < n; ++c) new (&rb->slots()[c + kTrapSlots]) std::atomic<CpuBuffer*>(nullptr);
+  for (int i = 0; i < n + kTrapSlots; ++i) {
+    new (&rb->gates()[i]) std::atomic<WriterState*>(&g_closed);
+    new (&rb->slots()[i]) std::atomic<CpuBuffer*>(i < kTrapSlots ? &g_trap : nullptr);
+  }
   const uint32_t nr = pages_for(opts.size_per_cpu, opts.page_size);
   for (int c = 0; c < n; ++c) {
     auto* cb = new (std::nothrow) CpuBuffer;
@@ -114,13 +127,13 @@ std::unique_ptr<RingBuffer> RingBuffer::create(const Options& opts, int* err) {
     init_state(cb);
   }
   base::MutexLock l(&rb->control_mu_);
-  for (int c = 0; c < n; ++c) rb->unseal(rb->cpu_buffer(c));
+  for (int c = 0; c < n; ++c) rb->unseal(c);
   return rb;
 }
 
 RingBuffer::~RingBuffer() {
   for (int c = 0; c < nr_cpus_; ++c)
-    if (CpuBuffer* cb = cpu_buffer(c)) seal(cb);
+    if (cpu_buffer(c)) seal(c);
   base::rseq_fence();
   wait_slow_paths();
   for (int c = 0; c < nr_cpus_; ++c) {
@@ -136,30 +149,32 @@ void RingBuffer::operator delete(void* p) { ::operator delete(p, std::align_val_
 // ---------------------------------------------------------------------------
 // Gates and seals.
 
-void RingBuffer::seal(CpuBuffer* cb) {
+void RingBuffer::seal(int cpu) {
+  CpuBuffer* cb = cpu_buffer(cpu);
   // order: seq_cst; a slow path increments slow_active_ (seq_cst) and then
   // reads `sealed`, and wait_slow_paths() reads slow_active_ after this.
   cb->ws.sealed.store(1, std::memory_order_seq_cst);
-  cb->ws.gate.store(0, std::memory_order_seq_cst);
+  gates()[cpu + kTrapSlots].store(&g_closed, std::memory_order_seq_cst);
 }
 
-void RingBuffer::unseal(CpuBuffer* cb) {
-  cb->ws.sealed.store(0, std::memory_order_release);
-  update_gate(cb);
+void RingBuffer::unseal(int cpu) {
+  cpu_buffer(cpu)->ws.sealed.store(0, std::memory_order_release);
+  update_gate(cpu);
 }
 
-void RingBuffer::update_gate(CpuBuffer* cb) {
+void RingBuffer::update_gate(int cpu) {
+  CpuBuffer* cb = cpu_buffer(cpu);
   bool open = cb->ws.sealed.load(std::memory_order_relaxed) == 0 &&
               !abs_ts_.load(std::memory_order_relaxed) &&
               clock::describe(clock_.load(std::memory_order_relaxed)).tsc &&
               waiters_any_.load(std::memory_order_relaxed) == 0;
   // order: release; a writer that sees the gate open sees the state set up
   // before it.
-  cb->ws.gate.store(open ? uint64_t{cb->page_size} << 16 : 0, std::memory_order_release);
+  gates()[cpu + kTrapSlots].store(open ? &cb->ws : &g_closed, std::memory_order_release);
 }
 
 void RingBuffer::update_gates() {
-  for (int c = 0; c < nr_cpus_; ++c) update_gate(cpu_buffer(c));
+  for (int c = 0; c < nr_cpus_; ++c) update_gate(c);
 }
 
 void RingBuffer::wait_slow_paths() {
@@ -174,13 +189,13 @@ void RingBuffer::set_time_stamp_abs(bool on) {
 
 void RingBuffer::set_clock(clock::ClockId id) {
   base::MutexLock l(&control_mu_);
-  for (int c = 0; c < nr_cpus_; ++c) seal(cpu_buffer(c));
+  for (int c = 0; c < nr_cpus_; ++c) seal(c);
   base::rseq_fence();
   wait_slow_paths();
   clock_.store(id, std::memory_order_relaxed);
   for (int c = 0; c < nr_cpus_; ++c) {
     reset_locked(cpu_buffer(c));
-    unseal(cpu_buffer(c));
+    unseal(c);
   }
 }
 
@@ -200,12 +215,12 @@ void RingBuffer::reset(int cpu) {
   base::MutexLock l(&control_mu_);
   int lo = cpu < 0 ? 0 : cpu, hi = cpu < 0 ? nr_cpus_ : cpu + 1;
   if (lo >= nr_cpus_) return;
-  for (int c = lo; c < hi; ++c) seal(cpu_buffer(c));
+  for (int c = lo; c < hi; ++c) seal(c);
   base::rseq_fence();
   wait_slow_paths();
   for (int c = lo; c < hi; ++c) {
     reset_locked(cpu_buffer(c));
-    unseal(cpu_buffer(c));
+    unseal(c);
   }
 }
 
@@ -219,11 +234,11 @@ int RingBuffer::resize(int cpu, uint64_t bytes) {
     CpuBuffer* cb = cpu_buffer(c);
     uint32_t nr = pages_for(bytes, cb->page_size);
     if (nr == cb->nr_pages) continue;
-    seal(cb);
+    seal(c);
     base::rseq_fence();
     wait_slow_paths();
     rc = resize_locked(cb, nr);
-    unseal(cb);
+    unseal(c);
   }
   return rc;
 }
@@ -265,6 +280,10 @@ int RingBuffer::resize_locked(CpuBuffer* cb, uint32_t nr) {
   fresh.pages = nullptr;
   fresh.meta = nullptr;
   cb->ws.w0.store(w0, std::memory_order_relaxed);
+  uint8_t* wp = reinterpret_cast<uint8_t*>(w0 >> 16);
+  cb->ws.limit.store(limit_for(cb->page_at(static_cast<uint64_t>(wp - cb->pages) >> cb->page_shift),
+                               cb->page_size),
+                     std::memory_order_relaxed);
   return 0;
 }
 
@@ -286,8 +305,8 @@ int RingBuffer::swap_cpu(RingBuffer& other, int cpu) {
     // loaded: the event lands in one of the two, never in neither.
     slots()[c + kTrapSlots].store(theirs, std::memory_order_release);
     other.slots()[c + kTrapSlots].store(mine, std::memory_order_release);
-    update_gate(theirs);
-    other.update_gate(mine);
+    update_gate(c);
+    other.update_gate(c);
   }
   return 0;
 }

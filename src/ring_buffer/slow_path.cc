@@ -14,7 +14,7 @@
 namespace usrtrace::rb {
 namespace {
 
-constexpr int kMaxStores = 12;
+constexpr int kMaxStores = 4;
 
 struct Store {
   void* addr;
@@ -53,18 +53,17 @@ static_assert(offsetof(CommitOp, cb) == 8 && offsetof(CommitOp, expect_w0) == 16
 USRTRACE_NOINLINE bool rseq_commit(std::atomic<CpuBuffer*>* cpu0_slot, const CommitOp* op) {
   int ok;
   asm volatile(
-      "movq %[rseqoff], %%r11\n\t"
       "6:\n\t"
       "leaq 3f(%%rip), %%rax\n\t"
-      "movq %%rax, %%fs:8(%%r11)\n\t"
+      "movq %%rax, %%fs:8(%[rseqoff])\n\t"
       "1:\n\t"
-      "movslq %%fs:4(%%r11), %%rax\n\t"
+      "movslq %%fs:4(%[rseqoff]), %%rax\n\t"
       "cmpq %%rax, 0(%[op])\n\t"
       "jne 5f\n\t"
       "movq (%[slots],%%rax,8), %%rdx\n\t"
       "cmpq %%rdx, 8(%[op])\n\t"
       "jne 5f\n\t"
-      "cmpl $0, 24(%%rdx)\n\t"  // sealed
+      "cmpl $0, 24(%%rdx)\n\t"  // sealed (kWsSealed)
       "jne 5f\n\t"
       "movq (%%rdx), %%rax\n\t"
       "cmpq %%rax, 16(%[op])\n\t"
@@ -89,8 +88,7 @@ USRTRACE_NOINLINE bool rseq_commit(std::atomic<CpuBuffer*>* cpu0_slot, const Com
       "movq 64(%[op]), %%rcx\n\t"
       "rep movsb\n\t"
       "movq 32(%[op]), %%xmm0\n\t"
-      "movq 40(%[op]), %%xmm1\n\t"
-      "punpcklqdq %%xmm1, %%xmm0\n\t"
+      "pinsrq $1, 40(%[op]), %%xmm0\n\t"
       "movaps %%xmm0, (%%rdx)\n\t"  // commit
       "2:\n\t"
       "movl $1, %[ok]\n\t"
@@ -113,9 +111,188 @@ USRTRACE_NOINLINE bool rseq_commit(std::atomic<CpuBuffer*>* cpu0_slot, const Com
       "jmp 6b\n\t"
       ".popsection\n\t"
       : [ok] "=&r"(ok)
-      : [op] "r"(op), [slots] "r"(cpu0_slot), [rseqoff] "m"(base::usrtrace_rseq_offset)
-      : "rax", "rcx", "rdx", "rsi", "rdi", "r11", "xmm0", "xmm1", "cc", "memory");
+      : [op] "r"(op), [slots] "r"(cpu0_slot), [rseqoff] "r"(base::usrtrace_rseq_offset)
+      : "rax", "rcx", "rdx", "rsi", "rdi", "xmm0", "cc", "memory");
   return ok != 0;
+}
+
+// ABI with rseq_switch's assembly; offsets asserted below.
+struct SwitchOp {
+  int64_t cpu;             // 0: the CPU the snapshot was taken on
+  CpuBuffer* cb;           // 8: must still be installed for that CPU
+  uint64_t expect_w0;      // 16
+  uint64_t expect_ts;      // 24
+  uint64_t new_w0;         // 32
+  uint64_t new_ts;         // 40: also the new page's time stamp
+  PageMeta* next_meta;     // 48: the page being opened
+  uint64_t new_seq;        // 56
+  uint64_t first_index;    // 64
+  uint64_t missed;         // 72
+  PageMeta* tail_meta;     // 80: the page being closed; nullptr if none
+  uint64_t tail_entries;   // 88
+  uint64_t* tail_commit;   // 96
+  uint64_t tail_len;       // 104
+  uint8_t* new_page;       // 112
+  uint64_t dropped_seen;   // 120
+  uint64_t head[2];        // 128: the first 16 data bytes (stamp, header word)
+  uint8_t* zero_at;        // 144: 8 zero bytes covering the payload's padding
+  uint8_t* copy_dst;       // 152
+  const void* copy_src;    // 160
+  uint64_t copy_len;       // 168
+};
+static_assert(offsetof(SwitchOp, new_w0) == 32 && offsetof(SwitchOp, next_meta) == 48 &&
+              offsetof(SwitchOp, tail_meta) == 80 && offsetof(SwitchOp, new_page) == 112 &&
+              offsetof(SwitchOp, head) == 128 && offsetof(SwitchOp, zero_at) == 144 &&
+              offsetof(SwitchOp, copy_len) == 168);
+static_assert(offsetof(PageMeta, seq) == 0 && offsetof(PageMeta, first_index) == 8 &&
+              offsetof(PageMeta, missed) == 16 && offsetof(PageMeta, entries) == 24);
+static_assert(offsetof(PageHeader, timestamp) == 0 && offsetof(PageHeader, commit) == 8 &&
+              kPageHeaderSize == 16);
+
+// The page switch as one critical section: the generic rseq_commit with its
+// stores laid out in advance, because it runs once per page (every ~127
+// events of 28 bytes) and so weighs on the cost of every event. Checks as
+// rseq_commit does, then stores in the order of the invariants in
+// ring_buffer.h: the next page's meta (seq first), the closed page's entries
+// and commit length, the new page's header, the writer's dropped_seen, a
+// limit of 0, the event, and last the 16-byte commit. rseq_fix_limit then
+// opens the new page to the fast path.
+// Context: any thread; async-signal-safe; no lock, no allocation.
+USRTRACE_NOINLINE bool rseq_switch(std::atomic<CpuBuffer*>* cpu0_slot, const SwitchOp* op) {
+  int ok;
+  asm volatile(
+      "6:\n\t"
+      "leaq 3f(%%rip), %%rax\n\t"
+      "movq %%rax, %%fs:8(%[rseqoff])\n\t"
+      "1:\n\t"
+      "movslq %%fs:4(%[rseqoff]), %%rax\n\t"
+      "cmpq %%rax, 0(%[op])\n\t"
+      "jne 5f\n\t"
+      "movq (%[slots],%%rax,8), %%rdx\n\t"
+      "cmpq %%rdx, 8(%[op])\n\t"
+      "jne 5f\n\t"
+      "cmpl $0, %c[sealed](%%rdx)\n\t"
+      "jne 5f\n\t"
+      "movq (%%rdx), %%rax\n\t"
+      "cmpq %%rax, 16(%[op])\n\t"
+      "jne 5f\n\t"
+      "movq 8(%%rdx), %%rax\n\t"
+      "cmpq %%rax, 24(%[op])\n\t"
+      "jne 5f\n\t"
+      "movq 48(%[op]), %%rsi\n\t"  // next page's meta: seq first (invariant 1)
+      "movq 56(%[op]), %%rax\n\t"
+      "movq %%rax, 0(%%rsi)\n\t"
+      "movq 64(%[op]), %%rax\n\t"
+      "movq %%rax, 8(%%rsi)\n\t"
+      "movq 72(%[op]), %%rax\n\t"
+      "movq %%rax, 16(%%rsi)\n\t"
+      "movq $0, 24(%%rsi)\n\t"
+      "movq 80(%[op]), %%rsi\n\t"  // close the tail page, if there is one
+      "testq %%rsi, %%rsi\n\t"
+      "jz 7f\n\t"
+      "movq 88(%[op]), %%rax\n\t"
+      "movq %%rax, 24(%%rsi)\n\t"
+      "movq 96(%[op]), %%rsi\n\t"
+      "movq 104(%[op]), %%rax\n\t"
+      "movq %%rax, (%%rsi)\n\t"
+      "7:\n\t"
+      "movq 112(%[op]), %%rdi\n\t"  // the new page's header
+      "movq 40(%[op]), %%rax\n\t"
+      "movq %%rax, 0(%%rdi)\n\t"
+      "movq $0, 8(%%rdi)\n\t"
+      "movq 120(%[op]), %%rax\n\t"
+      "movq %%rax, %c[dropped_seen](%%rdx)\n\t"
+      "movq $0, %c[limit](%%rdx)\n\t"  // the limit invariant (ring_buffer.h)
+      "movq 144(%[op]), %%rax\n\t"  // the event
+      "movq $0, (%%rax)\n\t"
+      "movq 128(%[op]), %%rax\n\t"
+      "movq %%rax, 16(%%rdi)\n\t"
+      "movq 136(%[op]), %%rax\n\t"
+      "movq %%rax, 24(%%rdi)\n\t"
+      "movq 152(%[op]), %%rdi\n\t"
+      "movq 160(%[op]), %%rsi\n\t"
+      "movq 168(%[op]), %%rcx\n\t"
+      "shrq $3, %%rcx\n\t"
+      "rep movsq\n\t"
+      "movq 168(%[op]), %%rcx\n\t"
+      "andq $7, %%rcx\n\t"
+      "rep movsb\n\t"
+      "movq 32(%[op]), %%xmm0\n\t"
+      "pinsrq $1, 40(%[op]), %%xmm0\n\t"
+      "movaps %%xmm0, (%%rdx)\n\t"  // commit
+      "2:\n\t"
+      "movl $1, %[ok]\n\t"
+      "jmp 9f\n\t"
+      "5:\n\t"
+      "movl $0, %[ok]\n\t"
+      "9:\n\t"
+      ".pushsection __rseq_cs, \"aw\"\n\t"
+      ".balign 32\n\t"
+      "3:\n\t"
+      ".long 0, 0\n\t"
+      ".quad 1b, 2b - 1b, 4f\n\t"
+      ".popsection\n\t"
+      ".pushsection __rseq_failure, \"ax\"\n\t"
+      ".byte 0x0f, 0xb9, 0x3d\n\t"
+      ".long 0x53053053\n\t"
+      "4:\n\t"
+      "movq usrtrace_rseq_aborts@gottpoff(%%rip), %%rcx\n\t"
+      "incq %%fs:(%%rcx)\n\t"
+      "jmp 6b\n\t"
+      ".popsection\n\t"
+      : [ok] "=&r"(ok)
+      : [op] "r"(op), [slots] "r"(cpu0_slot), [rseqoff] "r"(base::usrtrace_rseq_offset),
+        [sealed] "i"(kWsSealed), [dropped_seen] "i"(kWsDroppedSeen), [limit] "i"(kWsLimit)
+      : "rax", "rcx", "rdx", "rsi", "rdi", "xmm0", "cc", "memory");
+  return ok != 0;
+}
+
+// Opens the tail page of `cpu` to the fast path after a switch: limit = the
+// end of the page w0 points into, in w0's units. The store is the section's
+// last instruction and w0 is read inside it, so limit only ever names w0's
+// page (or is 0). If the thread migrated since the switch, nothing is done:
+// the next write on that CPU takes the slow path, whose rseq_commit sets the
+// limit as well. Context: any thread; async-signal-safe.
+USRTRACE_NOINLINE void rseq_fix_limit(std::atomic<CpuBuffer*>* cpu0_slot, int64_t cpu, CpuBuffer* cb) {
+  const uint64_t page_size = cb->page_size;
+  asm volatile(
+      "6:\n\t"
+      "leaq 3f(%%rip), %%rax\n\t"
+      "movq %%rax, %%fs:8(%[rseqoff])\n\t"
+      "1:\n\t"
+      "movslq %%fs:4(%[rseqoff]), %%rax\n\t"
+      "cmpq %%rax, %[cpu]\n\t"
+      "jne 2f\n\t"
+      "cmpq %[cb], (%[slots],%%rax,8)\n\t"
+      "jne 2f\n\t"
+      "cmpl $0, %c[sealed](%[cb])\n\t"
+      "jne 2f\n\t"
+      "movq (%[cb]), %%rax\n\t"  // w0
+      "shrq $16, %%rax\n\t"
+      "andq %[mask], %%rax\n\t"  // its page
+      "addq %[size], %%rax\n\t"  // the page's end
+      "shlq $16, %%rax\n\t"
+      "movq %%rax, %c[limit](%[cb])\n\t"
+      "2:\n\t"
+      ".pushsection __rseq_cs, \"aw\"\n\t"
+      ".balign 32\n\t"
+      "3:\n\t"
+      ".long 0, 0\n\t"
+      ".quad 1b, 2b - 1b, 4f\n\t"
+      ".popsection\n\t"
+      ".pushsection __rseq_failure, \"ax\"\n\t"
+      ".byte 0x0f, 0xb9, 0x3d\n\t"
+      ".long 0x53053053\n\t"
+      "4:\n\t"
+      "movq usrtrace_rseq_aborts@gottpoff(%%rip), %%rax\n\t"
+      "incq %%fs:(%%rax)\n\t"
+      "jmp 6b\n\t"
+      ".popsection\n\t"
+      :
+      : [cpu] "r"(cpu), [cb] "r"(cb), [slots] "r"(cpu0_slot), [mask] "r"(~(page_size - 1)),
+        [size] "r"(page_size), [rseqoff] "r"(base::usrtrace_rseq_offset), [sealed] "i"(kWsSealed),
+        [limit] "i"(kWsLimit)
+      : "rax", "cc", "memory");
 }
 
 uint64_t pack_w0(const uint8_t* p, uint32_t entries) {
@@ -177,7 +354,8 @@ struct SlowPath {
       // order: acquire on w0 orders the meta/page reads below after it.
       const uint64_t w0 = cb->ws.w0.load(std::memory_order_acquire);
       const uint64_t last = cb->ws.last_ts.load(std::memory_order_relaxed);
-      uint64_t ts = clock::read_raw(rb->clock_.load(std::memory_order_relaxed));
+      const clock::ClockId clk = rb->clock_.load(std::memory_order_relaxed);
+      uint64_t ts = clock::is_tsc(clk) ? clock::rdtsc() : clock::read_raw(clk);
       // A clock read before another thread's later commit (non-TSC clocks
       // are read outside the section): keep time monotonic per CPU.
       if (ts < last) ts = last;
@@ -193,19 +371,18 @@ struct SlowPath {
       const uint32_t off = static_cast<uint32_t>(wp - page);
       const bool abs = rb->abs_ts_.load(std::memory_order_relaxed);
 
-      CommitOp op;  // not zeroed: 272 bytes per page switch; every field used is set
-      op.nstores = 0;
-      op.cpu = cpu;
-      op.cb = cb;
-      op.expect_w0 = w0;
-      op.expect_ts = last;
-      op.new_ts = ts;
-
       if (tail_seq != 0) {
         const uint32_t ext = (abs || ts - last > kTsDeltaMax) ? 8 : 0;
         // Strictly inside: w0 never points at a page's end (it would name
         // the next page in memory).
         if (off + ext + L.size < cb->page_size) {
+          CommitOp op;  // not zeroed: every field used is set
+          op.nstores = 0;
+          op.cpu = cpu;
+          op.cb = cb;
+          op.expect_w0 = w0;
+          op.expect_ts = last;
+          op.new_ts = ts;
           uint8_t* at = wp;
           uint32_t delta = static_cast<uint32_t>(ts - last);
           if (ext) {
@@ -214,6 +391,10 @@ struct SlowPath {
             delta = 0;
           }
           emit_event(&op, at, L, delta, payload, len);
+          // w0 stays in this page, so the limit names its page before and
+          // after the commit (it may be 0 after a switch whose thread
+          // migrated before rseq_fix_limit).
+          op.store(&cb->ws.limit, reinterpret_cast<uint64_t>(page + cb->page_size) << 16);
           op.new_w0 = pack_w0(at + L.size, cnt + 1);
           if (!rseq_commit(rb->slots() + RingBuffer::kTrapSlots, &op)) continue;
           after_commit(rb, cb, false);
@@ -223,44 +404,63 @@ struct SlowPath {
 
       // Page switch: close the tail page (if any) and open the next slot.
       // Never the tail's own slot, even for the first page (init_state).
-      const uint64_t next_slot = (slot + 1) % cb->nr_pages;
+      const uint64_t next_slot = slot + 1 == cb->nr_pages ? 0 : slot + 1;
       const uint64_t new_seq = tail_seq + 1;
       PageMeta& nm = cb->meta[next_slot];
-      const uint64_t old_seq = nm.seq.load(std::memory_order_acquire);
-      if (rb->mode_.load(std::memory_order_relaxed) == Mode::kDiscard && old_seq != 0 &&
-          old_seq != new_seq &&  // new_seq: an aborted switch marked it; content is gone
-          nm.first_index.load(std::memory_order_relaxed) + nm.entries.load(std::memory_order_relaxed) >
-              cb->reader_index.load(std::memory_order_acquire)) {
-        // order: relaxed is enough; the count is read by stats and by the
-        // next switch on this CPU, which only needs an eventual value.
-        cb->dropped.fetch_add(1, std::memory_order_relaxed);
-        return false;
+      if (rb->mode_.load(std::memory_order_relaxed) == Mode::kDiscard) {
+        const uint64_t old_seq = nm.seq.load(std::memory_order_acquire);
+        if (old_seq != 0 &&
+            old_seq != new_seq &&  // new_seq: an aborted switch marked it; content is gone
+            nm.first_index.load(std::memory_order_relaxed) + nm.entries.load(std::memory_order_relaxed) >
+                cb->reader_index.load(std::memory_order_acquire)) {
+          // order: relaxed is enough; the count is read by stats and by the
+          // next switch on this CPU, which only needs an eventual value.
+          cb->dropped.fetch_add(1, std::memory_order_relaxed);
+          return false;
+        }
       }
-      const uint64_t first_index =
-          tail_seq == 0 ? 0 : tm.first_index.load(std::memory_order_relaxed) + cnt;
       const uint64_t dropped_now = cb->dropped.load(std::memory_order_relaxed);
       uint8_t* np = cb->page_at(next_slot);
-      auto* nh = reinterpret_cast<PageHeader*>(np);
-      // Invariant 1 (ring_buffer.h): the seq moves before the page changes.
-      op.store(&nm.seq, new_seq);
-      op.store(&nm.first_index, first_index);
-      op.store(&nm.missed, dropped_now - cb->ws.dropped_seen.load(std::memory_order_relaxed));
-      op.store(&nm.entries, 0);
+      SwitchOp sw;
+      sw.cpu = cpu;
+      sw.cb = cb;
+      sw.expect_w0 = w0;
+      sw.expect_ts = last;
+      sw.new_ts = ts;
+      sw.next_meta = &nm;
+      sw.new_seq = new_seq;
+      sw.missed = dropped_now - cb->ws.dropped_seen.load(std::memory_order_relaxed);
       if (tail_seq != 0) {
-        op.store(&tm.entries, cnt);
-        op.store(&reinterpret_cast<PageHeader*>(page)->commit, off - kPageHeaderSize);
+        sw.first_index = tm.first_index.load(std::memory_order_relaxed) + cnt;
+        sw.tail_meta = &tm;
+        sw.tail_entries = cnt;
+        sw.tail_commit = &reinterpret_cast<PageHeader*>(page)->commit;
+        sw.tail_len = off - kPageHeaderSize;
+      } else {
+        sw.first_index = 0;
+        sw.tail_meta = nullptr;
       }
-      op.store(&nh->timestamp, ts);
-      op.store(&nh->commit, 0);
-      op.store(&cb->ws.dropped_seen, dropped_now);
-      uint8_t* at = np + kPageHeaderSize;
+      sw.new_page = np;
+      sw.dropped_seen = dropped_now;
+      // The data area starts with [time stamp] header [array0] payload.
+      const uint32_t stamp = abs ? 8 : 0;
+      const uint32_t hi = L.type_len == 0 ? L.payload + 4 : 0;  // long form: array[0]
+      const uint64_t header = two_words(encode_header(L.type_len, 0), hi);
       if (abs) {
-        op.store(at, time_stamp(ts));
-        at += 8;
+        sw.head[0] = time_stamp(ts);
+        sw.head[1] = header;
+      } else {
+        sw.head[0] = header;
+        sw.head[1] = 0;  // overwritten by the payload, or past the entry
       }
-      emit_event(&op, at, L, 0, payload, len);
-      op.new_w0 = pack_w0(at + L.size, 1);
-      if (!rseq_commit(rb->slots() + RingBuffer::kTrapSlots, &op)) continue;
+      uint8_t* at = np + kPageHeaderSize + stamp;
+      sw.zero_at = at + L.size - 8;
+      sw.copy_dst = at + L.header;
+      sw.copy_src = payload;
+      sw.copy_len = len;
+      sw.new_w0 = pack_w0(at + L.size, 1);
+      if (!rseq_switch(rb->slots() + RingBuffer::kTrapSlots, &sw)) continue;
+      rseq_fix_limit(rb->slots() + RingBuffer::kTrapSlots, cpu, cb);
       after_commit(rb, cb, true);
       return true;
     }

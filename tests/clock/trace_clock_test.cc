@@ -24,6 +24,10 @@ TEST(TraceClockTest, NamesInTheKernelsOrder) {
   EXPECT_FALSE(clock_from_name("").has_value());
 }
 
+TEST(TraceClockTest, InlineIsTscAgreesWithTheTable) {
+  for (const ClockDesc& d : all_clocks()) EXPECT_EQ(is_tsc(d.id), d.tsc) << d.name;
+}
+
 TEST(TraceClockTest, TscConvertsToMonotonicRawNanoseconds) {
   start_calibration();
   uint64_t a = ns(CLOCK_MONOTONIC_RAW);
