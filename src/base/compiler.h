@@ -6,7 +6,9 @@
 #define USRTRACE_ALWAYS_INLINE inline __attribute__((always_inline))
 #define USRTRACE_NOINLINE __attribute__((noinline))
 #define USRTRACE_COLD __attribute__((cold))
+#ifndef USRTRACE_EXPORT
 #define USRTRACE_EXPORT __attribute__((visibility("default")))
+#endif
 
 #if defined(__clang__)
 #define USRTRACE_GUARDED_BY(x) __attribute__((guarded_by(x)))

@@ -1,0 +1,73 @@
+// The registry of trace events: every EventDesc of every loaded object, by
+// id and by system/name, and the format-file text generated from each.
+//
+// Ids: the kernel's ids are dynamic; ours are stable for a given event name
+// (a hash of "system:name" into [kFirstDynamicId, 65535], probing on a
+// collision), so the same program gives the same ids run after run. The
+// built-in ftrace events keep the kernel's ids.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/compiler.h"
+#include "base/mutex.h"
+#include "usrtrace/internal/event_impl.h"
+
+namespace usrtrace::events {
+
+using internal::EventDesc;
+using internal::FieldDesc;
+
+inline constexpr uint16_t kPrintId = 5;     // ftrace:print, as on the kernel
+inline constexpr uint16_t kRawDataId = 12;  // ftrace:raw_data
+inline constexpr uint16_t kFirstDynamicId = 1000;
+
+class Registry {
+ public:
+  static Registry& get();
+
+  // Context: any thread but not signal handlers; takes the registry lock.
+  void add(EventDesc* ev);
+  void remove(EventDesc* ev);
+
+  // Lock-free lookup for readers and printers. The pointer stays valid
+  // while the object that defines the event is loaded.
+  // Context: any thread.
+  const EventDesc* by_id(uint16_t id) const {
+    // order: acquire pairs with add()'s release store: the desc is complete.
+    return by_id_[id].load(std::memory_order_acquire);
+  }
+
+  // Context: control plane.
+  EventDesc* find(std::string_view system, std::string_view name);
+  // Calls f for every event, sorted by system then name, under the lock:
+  // f must not call back into the registry.
+  void for_each(const std::function<void(EventDesc&)>& f);
+  std::vector<std::string> systems();
+
+  // Sets or clears bit `slot` of `enabled` in every event whose system and
+  // name match the globs; returns how many matched. Context: control plane.
+  int set_enabled(int slot, std::string_view system_glob, std::string_view name_glob, bool on);
+  // Clears bit `slot` everywhere (instance removal).
+  void clear_slot(int slot);
+
+ private:
+  Registry() = default;
+  mutable base::Mutex mu_;
+  EventDesc* head_ USRTRACE_GUARDED_BY(mu_) = nullptr;
+  std::atomic<const EventDesc*> by_id_[65536] = {};
+};
+
+// The events/SYS/NAME/format text, as the kernel writes it.
+std::string format_text(const EventDesc& ev);
+// events/header_page and events/header_event are in ring_buffer/page_format.h.
+
+// Glob match as the kernel's set_event uses it (*, ?, [...]).
+bool glob_match(std::string_view pattern, std::string_view text);
+
+}  // namespace usrtrace::events

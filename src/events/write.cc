@@ -1,0 +1,199 @@
+// The lower half of every event write, and the built-in ftrace:print event.
+#include <dlfcn.h>
+
+#include <array>
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include "base/compiler.h"
+#include "events/registry.h"
+#include "events/write.h"
+#include "instance/instance.h"
+#include "instance/writers.h"
+#include "output/flags.h"
+
+namespace usrtrace::events {
+namespace {
+
+// Writes with the inline fast path for every record length up to 256 bytes
+// (the length is a template argument of the fast path), the slow path above.
+using WriteFn = bool (*)(rb::RingBuffer*, const void*);
+template <uint32_t kLen>
+bool write_n(rb::RingBuffer* rb, const void* rec) {
+  return rb->write<kLen>(rec);
+}
+template <uint32_t... kWords>
+constexpr std::array<WriteFn, sizeof...(kWords)> make_writers(std::integer_sequence<uint32_t, kWords...>) {
+  return {&write_n<(kWords + 1) * 4>...};
+}
+constexpr auto kWriters = make_writers(std::make_integer_sequence<uint32_t, 64>{});
+static_assert(kWriters.size() * 4 == rb::RingBuffer::kMaxInlinePayload);
+
+bool write_sized(rb::RingBuffer* rb, const void* rec, uint32_t len) {
+  if (len <= rb::RingBuffer::kMaxInlinePayload && len % 4 == 0 && len >= 4)
+    return kWriters[len / 4 - 1](rb, rec);
+  return rb->write(rec, len);
+}
+
+void fill_common(void* rec, const writers::ThreadState& t) {
+  auto* h = static_cast<internal::CommonHeader*>(rec);
+  const uint32_t depth = t.nesting.load(std::memory_order_relaxed) - 1;
+  h->flags = depth > 0 ? output::kFlagHardirq : 0;
+  h->preempt_count = static_cast<uint8_t>(depth < 15 ? depth : 15);
+  h->pid = t.tid;
+}
+
+bool write_slot(int slot, const void* rec, uint32_t len, int tid) {
+  instance::SlotState& s = instance::g_slot_state[slot];
+  // order: acquire pairs with the release that published the buffer.
+  rb::RingBuffer* rb = s.buffer.load(std::memory_order_acquire);
+  if (!rb) return false;
+  if (const instance::PidFilter* f = s.pids.load(std::memory_order_acquire);
+      USRTRACE_UNLIKELY(f != nullptr) && !f->admits(tid))
+    return false;
+  return write_sized(rb, rec, len);
+}
+
+// ftrace:print: trace_marker writes and printk-style writes.
+struct PrintRecord {
+  internal::CommonHeader common;
+  uint64_t ip;
+  // char buf[] follows
+};
+
+int print_print(const void* rec, uint32_t len, char* out, size_t size) {
+  if (len < sizeof(PrintRecord)) return snprintf(out, size, "<bad print record>");
+  uint64_t ip;
+  std::memcpy(&ip, static_cast<const char*>(rec) + offsetof(PrintRecord, ip), sizeof ip);
+  const char* text = static_cast<const char*>(rec) + sizeof(PrintRecord);
+  int n = static_cast<int>(strnlen(text, len - sizeof(PrintRecord)));
+  if (ip == 0) return snprintf(out, size, "tracing_mark_write: %.*s", n, text);
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(ip), &info) && info.dli_sname)
+    return snprintf(out, size, "%s: %.*s", info.dli_sname, n, text);
+  return snprintf(out, size, "0x%llx: %.*s", static_cast<unsigned long long>(ip), n, text);
+}
+
+const internal::FieldDesc kPrintFields[] = {
+    {"ip", "unsigned long", 8, 8, 0, false, internal::FieldKind::kInteger},
+    {"buf", "char", 16, 0, 0, true, internal::FieldKind::kCharArray},
+};
+
+internal::EventDesc g_print_desc{"ftrace",        "print", "\"%ps: %s\", (void *)REC->ip, REC->buf",
+                                 kPrintFields,    2,       sizeof(PrintRecord),
+                                 &print_print};
+
+// ftrace:raw_data: trace_marker_raw writes (a u32 id, then binary data).
+struct RawRecord {
+  internal::CommonHeader common;
+  uint32_t id;
+  // char buf[] follows
+};
+
+int print_raw(const void* rec, uint32_t len, char* out, size_t size) {
+  if (len < sizeof(RawRecord)) return snprintf(out, size, "<bad raw_data record>");
+  uint32_t id;
+  std::memcpy(&id, static_cast<const char*>(rec) + offsetof(RawRecord, id), sizeof id);
+  int n = snprintf(out, size, "# %x buf:", id);
+  const auto* p = static_cast<const unsigned char*>(rec) + sizeof(RawRecord);
+  for (uint32_t i = 0; i < len - sizeof(RawRecord) && n >= 0 && static_cast<size_t>(n) < size; ++i)
+    n += snprintf(out + n, size - static_cast<size_t>(n), "%02x ", p[i]);
+  return n;
+}
+
+const internal::FieldDesc kRawFields[] = {
+    {"id", "unsigned int", 8, 4, 0, false, internal::FieldKind::kInteger},
+    {"buf", "char", 12, 0, 0, true, internal::FieldKind::kCharArray},
+};
+
+internal::EventDesc g_raw_desc{"ftrace",   "raw_data", "\"id:%04x %08x\", REC->id, (int)REC->buf[0]",
+                               kRawFields, 2,          sizeof(RawRecord),
+                               &print_raw};
+
+struct RegisterBuiltins {
+  RegisterBuiltins() {
+    g_print_desc.id = kPrintId;
+    Registry::get().add(&g_print_desc);
+    g_raw_desc.id = kRawDataId;
+    Registry::get().add(&g_raw_desc);
+  }
+};
+__attribute__((init_priority(102))) RegisterBuiltins g_register_builtins;
+
+}  // namespace
+
+const internal::EventDesc& print_event() { return g_print_desc; }
+
+long write_print(int slot, std::string_view text, uint64_t ip) {
+  alignas(8) char buf[internal::kMaxRecord + 8];
+  auto* r = reinterpret_cast<PrintRecord*>(buf);
+  r->common.type = g_print_desc.id;
+  r->ip = ip;
+  const size_t room = internal::kMaxRecord - sizeof(PrintRecord) - 2;
+  const size_t n = text.size() < room ? text.size() : room;
+  char* text_out = buf + sizeof(PrintRecord);
+  std::memcpy(text_out, text.data(), n);
+  size_t end = n;
+  if (n == 0 || text_out[n - 1] != '\n') text_out[end++] = '\n';
+  text_out[end++] = 0;
+  uint32_t len = internal::pad_record(buf, static_cast<uint32_t>(sizeof(PrintRecord) + end));
+  writers::ThreadState& t = writers::enter();
+  fill_common(buf, t);
+  // A marker is written from the writer's own context: depth 1, as the
+  // kernel shows trace_marker writes (preempt-depth 1).
+  r->common.preempt_count = static_cast<uint8_t>(r->common.preempt_count + 1);
+  write_slot(slot, buf, len, t.tid);
+  writers::exit(t);
+  return static_cast<long>(n);
+}
+
+long write_raw(int slot, std::string_view data) {
+  if (data.size() < 4) return -EINVAL;
+  if (data.size() - 4 > internal::kMaxRecord - sizeof(RawRecord)) return -EINVAL;
+  alignas(8) char buf[internal::kMaxRecord + 8];
+  auto* r = reinterpret_cast<RawRecord*>(buf);
+  r->common.type = g_raw_desc.id;
+  std::memcpy(&r->id, data.data(), 4);
+  std::memcpy(buf + sizeof(RawRecord), data.data() + 4, data.size() - 4);
+  uint32_t len = internal::pad_record(buf, static_cast<uint32_t>(sizeof(RawRecord) + data.size() - 4));
+  writers::ThreadState& t = writers::enter();
+  fill_common(buf, t);
+  r->common.preempt_count = static_cast<uint8_t>(r->common.preempt_count + 1);
+  write_slot(slot, buf, len, t.tid);
+  writers::exit(t);
+  return static_cast<long>(data.size());
+}
+
+}  // namespace usrtrace::events
+
+namespace usrtrace::internal {
+
+void write_event(const EventDesc* ev, void* rec, uint32_t len) {
+  writers::ThreadState& t = writers::enter();
+  events::fill_common(rec, t);
+  // order: relaxed is enough; the mask is a soft switch, and the slots it
+  // names are read with acquire in write_slot.
+  uint64_t mask = ev->enabled.load(std::memory_order_relaxed);
+  while (mask) {
+    const int slot = __builtin_ctzll(mask);
+    mask &= mask - 1;
+    events::write_slot(slot, rec, len, t.tid);
+  }
+  writers::exit(t);
+}
+
+int print_record(char* buf, size_t size, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+  int n = vsnprintf(buf, size, fmt, ap);
+#pragma GCC diagnostic pop
+  va_end(ap);
+  return n;
+}
+
+}  // namespace usrtrace::internal

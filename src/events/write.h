@@ -1,0 +1,23 @@
+// The write side of events beyond the inline call sites: the built-in
+// ftrace:print event (trace_marker, printk).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "usrtrace/internal/event_impl.h"
+
+namespace usrtrace::events {
+
+const internal::EventDesc& print_event();
+
+// Writes an ftrace:print record into the instance in `slot` (not through
+// the enabled mask: trace_marker belongs to its instance). `ip` 0 prints as
+// tracing_mark_write. Returns the text bytes recorded.
+// Context: any thread; async-signal-safe; no lock, no allocation.
+long write_print(int slot, std::string_view text, uint64_t ip);
+// trace_marker_raw: a u32 id then data; -EINVAL if shorter than 4 bytes or
+// longer than a record holds.
+long write_raw(int slot, std::string_view data);
+
+}  // namespace usrtrace::events

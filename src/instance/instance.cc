@@ -1,0 +1,233 @@
+#include "instance/instance.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cctype>
+#include <ctime>
+#include <map>
+
+#include "events/registry.h"
+#include "events/write.h"
+#include "instance/writers.h"
+#include "usrtrace/internal/event_impl.h"
+
+namespace usrtrace::instance {
+
+const OptionInfo kOptions[kNumOptions] = {
+    {"print-parent", true},  {"sym-offset", false},      {"sym-addr", false},
+    {"verbose", false},      {"raw", false},             {"hex", false},
+    {"bin", false},          {"block", false},           {"fields", false},
+    {"trace_printk", true},  {"annotate", true},         {"userstacktrace", false},
+    {"sym-userobj", false},  {"printk-msg-only", false}, {"context-info", true},
+    {"latency-format", false}, {"record-cmd", true},     {"record-tgid", false},
+    {"overwrite", true},     {"disable_on_free", false}, {"irq-info", true},
+    {"markers", true},       {"event-fork", false},
+};
+
+int option_by_name(std::string_view name) {
+  for (int i = 0; i < kNumOptions; ++i)
+    if (name == kOptions[i].name) return i;
+  return -1;
+}
+
+bool PidFilter::admits(int tid) const {
+  if (!trace.empty() && !std::binary_search(trace.begin(), trace.end(), tid)) return false;
+  return notrace.empty() || !std::binary_search(notrace.begin(), notrace.end(), tid);
+}
+
+SlotState g_slot_state[kMaxInstances];
+
+namespace {
+
+base::Mutex g_mu;  // the instance table
+Instance* g_instances[kMaxInstances] USRTRACE_GUARDED_BY(g_mu) = {};
+
+}  // namespace
+
+Instance::Instance(std::string name, int slot, std::unique_ptr<rb::RingBuffer> rb)
+    : name_(std::move(name)), slot_(slot), rb_(std::move(rb)) {
+  for (int i = 0; i < kNumOptions; ++i) options_[i].store(kOptions[i].default_on);
+}
+
+Instance::~Instance() = default;
+
+Instance* Instance::top() {
+  static Instance* top = [] {
+    int err = 0;
+    auto rb = rb::RingBuffer::create(rb::Options{}, &err);
+    if (!rb) return static_cast<Instance*>(nullptr);
+    auto* inst = new Instance("", 0, std::move(rb));
+    base::MutexLock l(&g_mu);
+    g_instances[0] = inst;
+    // order: release; a writer that loads the pointer sees the buffer built.
+    g_slot_state[0].buffer.store(&inst->buffer(), std::memory_order_release);
+    return inst;
+  }();
+  return top;
+}
+
+bool Instance::valid_name(std::string_view name) {
+  if (name.empty() || name.size() > 64 || name == "." || name == "..") return false;
+  for (char c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'))
+      return false;
+  return true;
+}
+
+Instance* Instance::create(std::string_view name, int* err) {
+  auto fail = [&](int e) {
+    if (err) *err = e;
+    return static_cast<Instance*>(nullptr);
+  };
+  if (!valid_name(name)) return fail(EINVAL);
+  top();  // slot 0 is the top's
+  base::MutexLock l(&g_mu);
+  int slot = -1;
+  for (int i = 1; i < kMaxInstances; ++i) {
+    if (g_instances[i] && g_instances[i]->name_ == name) return fail(EEXIST);
+    if (!g_instances[i] && slot < 0) slot = i;
+  }
+  if (slot < 0) return fail(ENOSPC);
+  int rerr = 0;
+  auto rb = rb::RingBuffer::create(rb::Options{}, &rerr);
+  if (!rb) return fail(rerr);
+  auto* inst = new Instance(std::string(name), slot, std::move(rb));
+  g_instances[slot] = inst;
+  g_slot_state[slot].buffer.store(&inst->buffer(), std::memory_order_release);
+  return inst;
+}
+
+Instance* Instance::find(std::string_view name) {
+  if (name.empty()) return top();
+  base::MutexLock l(&g_mu);
+  for (int i = 1; i < kMaxInstances; ++i)
+    if (g_instances[i] && g_instances[i]->name_ == name) return g_instances[i];
+  return nullptr;
+}
+
+int Instance::destroy(std::string_view name) {
+  if (name.empty()) return -EINVAL;
+  Instance* inst = nullptr;
+  {
+    base::MutexLock l(&g_mu);
+    for (int i = 1; i < kMaxInstances; ++i)
+      if (g_instances[i] && g_instances[i]->name_ == name) inst = g_instances[i];
+    if (!inst) return -ENOENT;
+    if (inst->readers_.load(std::memory_order_acquire) != 0) return -EBUSY;
+    g_instances[inst->slot_] = nullptr;
+    // Unpublish: no new write can find the instance after this...
+    events::Registry::get().clear_slot(inst->slot_);
+    g_slot_state[inst->slot_].buffer.store(nullptr, std::memory_order_release);
+    g_slot_state[inst->slot_].pids.store(nullptr, std::memory_order_release);
+  }
+  // ...and none in flight still uses it after this.
+  writers::synchronize_writers();
+  delete inst;
+  return 0;
+}
+
+std::vector<std::string> Instance::names() {
+  base::MutexLock l(&g_mu);
+  std::vector<std::string> out;
+  for (int i = 1; i < kMaxInstances; ++i)
+    if (g_instances[i]) out.push_back(g_instances[i]->name_);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void Instance::set_tracing_on(bool on) {
+  if (on)
+    rb_->record_on();
+  else
+    rb_->record_off();
+}
+
+void Instance::set_option(Option o, bool on) {
+  options_[o].store(on, std::memory_order_relaxed);
+  if (o == kOptOverwrite) rb_->set_mode(on ? rb::Mode::kOverwrite : rb::Mode::kDiscard);
+}
+
+int Instance::set_event(std::string_view system_glob, std::string_view event_glob, bool on) {
+  return events::Registry::get().set_enabled(slot_, system_glob, event_glob, on);
+}
+
+void Instance::clear_events() { events::Registry::get().set_enabled(slot_, "*", "*", false); }
+
+bool Instance::event_enabled(uint16_t id) const {
+  const auto* ev = events::Registry::get().by_id(id);
+  return ev && (ev->enabled.load(std::memory_order_relaxed) >> slot_ & 1);
+}
+
+void Instance::set_pid_filter(std::vector<int> trace, std::vector<int> notrace) {
+  std::sort(trace.begin(), trace.end());
+  trace.erase(std::unique(trace.begin(), trace.end()), trace.end());
+  std::sort(notrace.begin(), notrace.end());
+  notrace.erase(std::unique(notrace.begin(), notrace.end()), notrace.end());
+  std::unique_ptr<PidFilter> old;
+  {
+    base::MutexLock l(&mu_);
+    old = std::move(pids_);
+    if (!trace.empty() || !notrace.empty())
+      pids_ = std::make_unique<PidFilter>(PidFilter{std::move(trace), std::move(notrace)});
+    g_slot_state[slot_].pids.store(pids_.get(), std::memory_order_release);
+  }
+  if (old) writers::synchronize_writers();
+}
+
+PidFilter Instance::pid_filter() const {
+  base::MutexLock l(&mu_);
+  return pids_ ? *pids_ : PidFilter{};
+}
+
+long Instance::write_marker(std::string_view text) {
+  if (!option(kOptMarkers)) return -EINVAL;
+  return events::write_print(slot_, text, 0);
+}
+
+long Instance::write_marker_raw(std::string_view data) {
+  if (!option(kOptMarkers)) return -EINVAL;
+  return events::write_raw(slot_, data);
+}
+
+long Instance::printk(std::string_view text, uintptr_t ip) {
+  if (!option(kOptTracePrintk)) return 0;
+  return events::write_print(slot_, text, ip);
+}
+
+uint64_t Instance::entries_written() {
+  uint64_t n = 0;
+  for (int c = 0; c < rb_->nr_cpus(); ++c) n += rb_->stats(c).written;
+  return n;
+}
+
+void Instance::log_error(std::string_view subsystem, std::string_view message,
+                         std::string_view command, size_t caret) {
+  // The kernel's format: "[  secs.usecs] sys: error: msg\n  Command: cmd\n    ^\n".
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  char head[64];
+  snprintf(head, sizeof head, "[%5lld.%06ld] ", static_cast<long long>(ts.tv_sec),
+           ts.tv_nsec / 1000);
+  std::string e = head;
+  e.append(subsystem).append(": error: ").append(message).append("\n  Command: ");
+  e.append(command).append("\n");
+  e.append(std::string(11 + std::min(caret, command.size()), ' ')).append("^\n");
+  base::MutexLock l(&mu_);
+  error_log_.push_back(std::move(e));
+  if (error_log_.size() > 16) error_log_.erase(error_log_.begin());  // the kernel keeps 16
+}
+
+std::string Instance::error_log() const {
+  base::MutexLock l(&mu_);
+  std::string out;
+  for (const auto& e : error_log_) out += e;
+  return out;
+}
+
+void Instance::clear_error_log() {
+  base::MutexLock l(&mu_);
+  error_log_.clear();
+}
+
+}  // namespace usrtrace::instance

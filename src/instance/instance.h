@@ -1,0 +1,147 @@
+// Instances: the user-space trace_array. The top instance (slot 0) always
+// exists once anything asks for it; named ones (instances/NAME) are created
+// and removed at run time, up to kMaxInstances in all.
+//
+// What writers see of an instance is its slot: bit `slot` of an event's
+// `enabled` word, and the published pointers in g_slot_state[slot]. Removal
+// unpublishes them, waits for a grace period (instance/writers.h), and only
+// then frees the buffer, so a writer in flight never touches freed memory and
+// writers to other instances are never held up.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/mutex.h"
+#include "clock/trace_clock.h"
+#include "ring_buffer/ring_buffer.h"
+
+namespace usrtrace::instance {
+
+inline constexpr int kMaxInstances = 64;
+
+// trace_options / options/, in the kernel's order of the ones we have.
+enum Option : int {
+  kOptPrintParent,
+  kOptSymOffset,
+  kOptSymAddr,
+  kOptVerbose,
+  kOptRaw,
+  kOptHex,
+  kOptBin,
+  kOptBlock,
+  kOptFields,
+  kOptTracePrintk,
+  kOptAnnotate,
+  kOptUserstacktrace,
+  kOptSymUserobj,
+  kOptPrintkMsgOnly,
+  kOptContextInfo,
+  kOptLatencyFormat,
+  kOptRecordCmd,
+  kOptRecordTgid,
+  kOptOverwrite,
+  kOptDisableOnFree,
+  kOptIrqInfo,
+  kOptMarkers,
+  kOptEventFork,
+  kNumOptions,
+};
+struct OptionInfo {
+  const char* name;
+  bool default_on;
+};
+extern const OptionInfo kOptions[kNumOptions];
+int option_by_name(std::string_view name);  // -1 if unknown
+
+// Pid filters (set_event_pid / set_event_notrace_pid), immutable once
+// published; replaced as a whole.
+struct PidFilter {
+  std::vector<int> trace;    // sorted; empty: no restriction
+  std::vector<int> notrace;  // sorted
+  bool admits(int tid) const;
+};
+
+// What the write path reads per slot. Published with release stores,
+// unpublished before a grace period.
+struct SlotState {
+  std::atomic<rb::RingBuffer*> buffer{nullptr};
+  std::atomic<const PidFilter*> pids{nullptr};
+};
+extern SlotState g_slot_state[kMaxInstances];
+
+class Instance {
+ public:
+  // The top instance, created on first use; nullptr if the system lacks rseq.
+  static Instance* top();
+  // instances/NAME. Returns nullptr with *err = EEXIST, EINVAL (bad name),
+  // ENOSPC (no free slot), ENOMEM or ENOSYS.
+  static Instance* create(std::string_view name, int* err);
+  static Instance* find(std::string_view name);  // "" is the top instance
+  // rmdir: EBUSY while a reader holds it, ENOENT, EINVAL for the top.
+  static int destroy(std::string_view name);
+  static std::vector<std::string> names();  // named instances, sorted
+  static bool valid_name(std::string_view name);
+
+  const std::string& name() const { return name_; }
+  bool is_top() const { return slot_ == 0; }
+  int slot() const { return slot_; }
+  rb::RingBuffer& buffer() { return *rb_; }
+
+  bool tracing_on() const { return rb_->record_is_on(); }
+  void set_tracing_on(bool on);
+
+  bool option(Option o) const { return options_[o].load(std::memory_order_relaxed); }
+  void set_option(Option o, bool on);
+
+  // Enables or disables events matching "system:event" globs (set_event
+  // syntax; "event" alone means any system). Returns the count matched.
+  int set_event(std::string_view system_glob, std::string_view event_glob, bool on);
+  void clear_events();
+  bool event_enabled(uint16_t id) const;
+
+  // set_event_pid / set_event_notrace_pid (thread ids).
+  void set_pid_filter(std::vector<int> trace, std::vector<int> notrace);
+  PidFilter pid_filter() const;
+
+  // trace_marker: records `text` as an ftrace:print event (a newline is
+  // added if missing). Returns the bytes taken or -errno (EINVAL when the
+  // markers option is off, EBADF when the buffer is off is not an error).
+  long write_marker(std::string_view text);
+  // trace_marker_raw: a u32 id followed by binary data (raw_data event).
+  long write_marker_raw(std::string_view data);
+  // trace_array_printk: like a marker, from code.
+  long printk(std::string_view text, uintptr_t ip);
+
+  // error_log: the kernel's per-instance list of recent control errors.
+  void log_error(std::string_view subsystem, std::string_view message, std::string_view command,
+                 size_t caret);
+  std::string error_log() const;
+  void clear_error_log();
+
+  // Readers that must keep the instance alive (trace_pipe reads in flight).
+  void get_reader() { readers_.fetch_add(1, std::memory_order_acq_rel); }
+  void put_reader() { readers_.fetch_sub(1, std::memory_order_acq_rel); }
+
+  // Entries ever written into every CPU of the buffer since the last reset.
+  uint64_t entries_written();
+
+  ~Instance();
+
+ private:
+  Instance(std::string name, int slot, std::unique_ptr<rb::RingBuffer> rb);
+  std::string name_;
+  int slot_;
+  std::unique_ptr<rb::RingBuffer> rb_;
+  std::atomic<bool> options_[kNumOptions];
+  std::atomic<int> readers_{0};
+  mutable base::Mutex mu_;  // pid filter, error log
+  std::unique_ptr<PidFilter> pids_ USRTRACE_GUARDED_BY(mu_);
+  std::vector<std::string> error_log_ USRTRACE_GUARDED_BY(mu_);
+};
+
+}  // namespace usrtrace::instance

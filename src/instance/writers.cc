@@ -1,0 +1,140 @@
+#include "instance/writers.h"
+
+#include <linux/membarrier.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "base/mutex.h"
+#include "base/sys.h"
+
+namespace usrtrace::writers {
+namespace {
+
+__attribute__((tls_model("initial-exec"))) thread_local ThreadState t_state;
+
+std::atomic<ThreadState*> g_head{nullptr};
+base::Mutex g_mu;  // unlinking and scanning
+pthread_key_t g_exit_key;
+std::atomic<int> g_membarrier{-1};
+
+void unlink(ThreadState* t) {
+  base::MutexLock l(&g_mu);
+  ThreadState* expected = t;
+  if (g_head.compare_exchange_strong(expected, t->next, std::memory_order_acq_rel)) return;
+  for (ThreadState* p = g_head.load(std::memory_order_acquire); p; p = p->next) {
+    if (p->next == t) {
+      p->next = t->next;
+      return;
+    }
+  }
+}
+
+void on_thread_exit(void* p) { unlink(static_cast<ThreadState*>(p)); }
+
+void after_fork_child() {
+  // Only the forking thread exists in the child; the other threads' nodes
+  // would block grace periods forever.
+  ThreadState* me = &t_state;
+  me->next = nullptr;
+  me->tid = 0;
+  me->registered = false;
+  g_head.store(nullptr, std::memory_order_relaxed);
+  new (&g_mu) base::Mutex();
+}
+
+struct Init {
+  Init() {
+    pthread_key_create(&g_exit_key, on_thread_exit);
+    pthread_atfork(nullptr, nullptr, after_fork_child);
+    int ok = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+    g_membarrier.store(ok, std::memory_order_release);
+  }
+};
+__attribute__((init_priority(101))) Init g_init;
+
+// saved_cmdlines: a fixed table, one entry per tid hash; a writer that
+// finds the entry busy skips (the name is best effort).
+constexpr int kCmdlines = 1024;
+struct CmdlineEntry {
+  std::atomic<uint32_t> seq{0};  // odd while written
+  int tid = 0;
+  char comm[16] = {};
+};
+CmdlineEntry g_cmdlines[kCmdlines];
+
+}  // namespace
+
+ThreadState& self() { return t_state; }
+
+void register_self(ThreadState& t) {
+  t.tid = base::gettid_cached();
+  char comm[16] = {};
+  if (prctl(PR_GET_NAME, comm, 0, 0, 0) != 0) std::strcpy(comm, "<...>");
+  save_comm(t.tid, comm);
+  pthread_setspecific(g_exit_key, &t);
+  ThreadState* head = g_head.load(std::memory_order_relaxed);
+  do {
+    t.next = head;
+  } while (!g_head.compare_exchange_weak(head, &t, std::memory_order_acq_rel));
+  t.registered = true;
+}
+
+void synchronize_writers() {
+  if (g_membarrier.load(std::memory_order_acquire) == 1)
+    syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+  else
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // single-threaded use only
+  base::MutexLock l(&g_mu);
+  for (ThreadState* t = g_head.load(std::memory_order_acquire); t; t = t->next) {
+    if (t == &t_state) continue;  // the caller is not writing
+    while (t->nesting.load(std::memory_order_relaxed) != 0) sched_yield();
+  }
+}
+
+void save_comm(int tid, const char* comm) {
+  CmdlineEntry& e = g_cmdlines[static_cast<unsigned>(tid) % kCmdlines];
+  uint32_t s = e.seq.load(std::memory_order_relaxed);
+  if ((s & 1) || !e.seq.compare_exchange_strong(s, s + 1, std::memory_order_acquire)) return;
+  e.tid = tid;
+  std::memset(e.comm, 0, sizeof e.comm);
+  std::strncpy(e.comm, comm, sizeof e.comm - 1);
+  e.seq.store(s + 2, std::memory_order_release);
+}
+
+static bool read_entry(const CmdlineEntry& e, int* tid, char* comm) {
+  for (int tries = 0; tries < 100; ++tries) {
+    uint32_t s = e.seq.load(std::memory_order_acquire);
+    if (s & 1) continue;
+    *tid = e.tid;
+    std::memcpy(comm, e.comm, 16);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (e.seq.load(std::memory_order_relaxed) == s) return s != 0;
+  }
+  return false;
+}
+
+std::string comm_of(int tid) {
+  if (tid == 0) return "<idle>";
+  int t = 0;
+  char comm[16];
+  if (read_entry(g_cmdlines[static_cast<unsigned>(tid) % kCmdlines], &t, comm) && t == tid)
+    return std::string(comm, strnlen(comm, 15));
+  return "<...>";
+}
+
+std::vector<Cmdline> saved_cmdlines() {
+  std::vector<Cmdline> out;
+  for (const CmdlineEntry& e : g_cmdlines) {
+    int tid = 0;
+    char comm[16];
+    if (read_entry(e, &tid, comm)) out.push_back({tid, std::string(comm, strnlen(comm, 15))});
+  }
+  return out;
+}
+
+}  // namespace usrtrace::writers
