@@ -1,0 +1,33 @@
+// The trace text: what `cat trace` and `cat trace_pipe` print, as the kernel
+// prints it for the nop tracer (see ../shared/ftrace-formats.md section 4),
+// with every option the instance has set (latency-format, raw, hex, bin,
+// irq-info, record-tgid, context-info, ...).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "instance/instance.h"
+#include "ring_buffer/ring_buffer.h"
+
+namespace usrtrace::output {
+
+// The header of the `trace` file ("# tracer: nop" ... column legend).
+// `cpu` < 0: all CPUs (per_cpu/cpuN/trace passes N). Context: control plane.
+std::string trace_header(instance::Instance& inst, int cpu);
+
+// Appends one event as a line (ending in '\n') as `trace` prints it, with
+// the instance's options. `next_ts` is the raw time of the event that
+// follows (latency-format's delay mark), or ev.ts if none.
+// Context: reader threads.
+void format_event(instance::Instance& inst, const rb::Event& ev, uint64_t next_ts, std::string* out);
+
+// The whole `trace` file (header + every event, not consumed).
+std::string read_trace(instance::Instance& inst, int cpu);
+
+// trace_pipe: formats and consumes events into `out` until about `max_bytes`
+// are there or no event is left. Returns the number of events consumed.
+// Never blocks (the tracefs layer waits with RingBuffer::wait).
+size_t read_pipe(instance::Instance& inst, int cpu, size_t max_bytes, std::string* out);
+
+}  // namespace usrtrace::output
