@@ -102,7 +102,7 @@ void save_comm(int tid, const char* comm) {
   if ((s & 1) || !e.seq.compare_exchange_strong(s, s + 1, std::memory_order_acquire)) return;
   e.tid = tid;
   std::memset(e.comm, 0, sizeof e.comm);
-  std::strncpy(e.comm, comm, sizeof e.comm - 1);
+  std::memcpy(e.comm, comm, strnlen(comm, sizeof e.comm - 1));
   e.seq.store(s + 2, std::memory_order_release);
 }
 
