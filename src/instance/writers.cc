@@ -11,6 +11,7 @@
 
 #include "base/mutex.h"
 #include "base/sys.h"
+#include "events/thread_events.h"
 
 namespace usrtrace::writers {
 namespace {
@@ -34,7 +35,11 @@ void unlink(ThreadState* t) {
   }
 }
 
-void on_thread_exit(void* p) { unlink(static_cast<ThreadState*>(p)); }
+void on_thread_exit(void* p) {
+  auto* t = static_cast<ThreadState*>(p);
+  events::on_thread_exit(t->tid);
+  unlink(t);
+}
 
 void after_fork_child() {
   // Only the forking thread exists in the child; the other threads' nodes

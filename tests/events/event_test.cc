@@ -10,6 +10,9 @@
 
 #include "events/registry.h"
 #include "instance/instance.h"
+#include "instance/writers.h"
+
+#include <pthread.h>
 
 enum class Mode : uint8_t { kIdle = 0, kBusy = 2 };
 
@@ -143,6 +146,45 @@ TEST(EventTest, GlobMatch) {
   EXPECT_FALSE(events::glob_match("sched_*", "irq_handler"));
   EXPECT_TRUE(events::glob_match("*_entry", "softirq_entry"));
   EXPECT_FALSE(events::glob_match("", "x"));
+}
+
+}  // namespace
+}  // namespace usrtrace
+
+namespace usrtrace {
+namespace {
+
+TEST(ThreadEventsTest, RenameAndExitAreRecorded) {
+  instance::Instance* top = instance::Instance::top();
+  top->buffer().reset();
+  ASSERT_EQ(top->set_event("usrtrace", "thread_*", true), 2);
+  top->set_event("evtest", "message", true);
+  int tid = 0;
+  std::thread([&] {
+    pthread_setname_np(pthread_self(), "before");
+    trace_evtest_message("registers the thread", 0);
+    tid = writers::self().tid;
+    pthread_setname_np(pthread_self(), "worker-7");
+  }).join();
+  top->set_event("usrtrace", "thread_*", false);
+  top->set_event("evtest", "message", false);
+  std::vector<std::string> lines;
+  rb::Event ev;
+  while (top->buffer().consume(&ev)) {
+    internal::CommonHeader h;
+    std::memcpy(&h, ev.data, sizeof h);
+    const auto* d = events::Registry::get().by_id(h.type);
+    char buf[256];
+    d->print(ev.data, ev.len, buf, sizeof buf);
+    lines.push_back(std::string(d->name) + ": " + buf);
+  }
+  const std::string p = std::to_string(tid);
+  ASSERT_EQ(lines.size(), 4u) << ::testing::PrintToString(lines);
+  EXPECT_EQ(lines[0], "thread_rename: pid=" + p + " oldcomm=event_test newcomm=before");
+  EXPECT_EQ(lines[1], "message: level=0 text=registers the thread");
+  EXPECT_EQ(lines[2], "thread_rename: pid=" + p + " oldcomm=before newcomm=worker-7");
+  EXPECT_EQ(lines[3], "thread_exit: comm=worker-7 pid=" + p);
+  EXPECT_EQ(writers::comm_of(tid), "worker-7");
 }
 
 }  // namespace
