@@ -23,7 +23,10 @@
 // 2 KiB; longer dynamic data is truncated.
 //
 // Define an event once in a header and include it where it is used; the
-// event registers itself when the program (or shared object) is loaded.
+// event registers itself when the program (or shared object) is loaded and
+// unregisters when it is unloaded. (g++ marks the event's inline statics
+// STB_GNU_UNIQUE, which keeps a shared object loaded after dlclose unless it
+// is built with -fno-gnu-unique; its events then simply stay.)
 // Context of a call site: any thread, signal handlers included; no lock, no
 // allocation, no system call (except a thread's very first event, which
 // registers the thread and reads its name).

@@ -14,6 +14,7 @@
 #include "instance/instance.h"
 #include "instance/writers.h"
 #include "output/flags.h"
+#include "usrtrace/event.h"
 
 namespace usrtrace::events {
 namespace {
