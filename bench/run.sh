@@ -100,7 +100,7 @@ cmake -S "$ROOT" -B "$BUILD" -G Ninja \
   -DUSRTRACE_WERROR="$WERROR" >"$TMP/cmake.log" || { cat "$TMP/cmake.log" >&2; exit 1; }
 grep '^-- bench:' "$TMP/cmake.log" >&2 || true
 log "building"
-cmake --build "$BUILD" --target ring_buffer_bench instr_count
+cmake --build "$BUILD" --target ring_buffer_bench instr_count event_bench
 
 BENCH="$BUILD/bench/ring_buffer_bench"
 INSTR="$BUILD/bench/instr_count"
@@ -299,4 +299,36 @@ if lttng_note:
     print()
     print(lttng_note)
 PY
-log "JSON: $RESULTS; callgrind profiles: $CG_DIR"
+# ---------------------------------------------------------------------------
+# 7. Typed events against the ring buffer's own write (event_bench).
+
+EVENT_RESULTS="$BUILD/event_results.json"
+log "running $BUILD/bench/event_bench ($REPS repetitions)"
+"$BUILD/bench/event_bench" --benchmark_repetitions="$REPS" \
+  --benchmark_enable_random_interleaving=true --benchmark_min_time="$MIN_TIME" \
+  --benchmark_display_aggregates_only=true \
+  --benchmark_out="$EVENT_RESULTS" --benchmark_out_format=json >/dev/null &
+BENCH_PID=$!
+wait "$BENCH_PID"
+BENCH_PID=""
+python3 - "$EVENT_RESULTS" <<'PY'
+import json, sys
+data = json.load(open(sys.argv[1]))
+med = {b["run_name"]: b["cpu_time"] for b in data["benchmarks"]
+       if b.get("aggregate_name") == "median"}
+base = med["BM_RingBufferWrite"]
+print()
+print("## Typed events (medians, ns CPU; ratios to BM_RingBufferWrite of the same run)")
+print()
+print("| Benchmark | median ns | x ring buffer write |")
+print("|---|---:|---:|")
+for name in ["BM_RingBufferWrite", "BM_EventDisabled", "BM_EventEnabled", "BM_EventEnabled3"]:
+    print(f"| {name} | {med[name]:.2f} | {med[name] / base:.2f} |")
+print()
+def check(label, value, limit, unit):
+    print(f"- {label}: {value:.2f}{unit} (target <= {limit}{unit}) {'ok' if value <= limit else 'MISSED'}")
+check("BM_EventDisabled", med["BM_EventDisabled"], 1.0, " ns")
+check("BM_EventEnabled / BM_RingBufferWrite", med["BM_EventEnabled"] / base, 1.1, "x")
+check("BM_EventEnabled3 / BM_RingBufferWrite", med["BM_EventEnabled3"] / base, 3.3, "x")
+PY
+log "JSON: $RESULTS, $EVENT_RESULTS; callgrind profiles: $CG_DIR"
