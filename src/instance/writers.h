@@ -34,24 +34,34 @@ namespace usrtrace::writers {
 struct ThreadState {
   std::atomic<uint32_t> nesting{0};  // written by the thread only
   int32_t tid = 0;
-  bool registered = false;
+  // kUnregistered -> kRegistering -> kRegistered, and back to kUnregistered
+  // when the thread exits. Written by the thread only (and its signal
+  // handlers, which see kRegistering if they interrupt registration).
+  uint8_t state = 0;
   ThreadState* next = nullptr;  // registry list
 };
+inline constexpr uint8_t kUnregistered = 0;
+inline constexpr uint8_t kRegistering = 1;
+inline constexpr uint8_t kRegistered = 2;
 
 // This thread's state. Context: any; async-signal-safe.
 ThreadState& self();
-// Registers the calling thread (first event): tid, comm, list. Context:
-// any thread, signal handlers included; a few system calls, no allocation.
-void register_self(ThreadState& t);
+// Registers the calling thread (first event): tid, comm, list. Returns
+// false if a signal handler interrupted the thread's own registration (the
+// event is then dropped: the thread is not yet visible to grace periods).
+// Context: any thread, signal handlers included; a few system calls, no
+// allocation.
+bool register_self(ThreadState& t);
 
-inline ThreadState& enter() {
+// [A] of the protocol above. nullptr: drop the event (see register_self).
+inline ThreadState* enter() {
   ThreadState& t = self();
-  if (__builtin_expect(!t.registered, 0)) register_self(t);
+  if (__builtin_expect(t.state != kRegistered, 0) && !register_self(t)) return nullptr;
   // order: relaxed; the ordering against loads of published pointers comes
   // from the membarrier in synchronize_writers() (see above).
   t.nesting.store(t.nesting.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  return t;
+  return &t;
 }
 inline void exit(ThreadState& t) {
   std::atomic_signal_fence(std::memory_order_seq_cst);
