@@ -26,15 +26,24 @@ endif()
 # The tracer never traces itself: library code is never instrumented.
 set(USRTRACE_LIB_FLAGS $<$<CXX_COMPILER_ID:GNU>:-fno-instrument-functions> -fvisibility=hidden -fvisibility-inlines-hidden)
 
+# usrtrace_cc_library(name SRCS ... [DEPS ...] [PUBLIC_DEPS ...])
+# A static library for the tests and tools, built from an object library
+# (name_objects) whose objects also go into libusrtrace.so and libusrtrace.a
+# (cmake/UsrtracePackage.cmake), so every source is compiled once.
 function(usrtrace_cc_library name)
   cmake_parse_arguments(A "" "" "SRCS;DEPS;PUBLIC_DEPS" ${ARGN})
-  add_library(${name} STATIC ${A_SRCS})
-  target_include_directories(${name} PUBLIC
-    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
-    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/src>)
-  target_compile_options(${name} PRIVATE ${USRTRACE_WARNINGS} ${USRTRACE_LIB_FLAGS})
-  set_target_properties(${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
-  target_link_libraries(${name} PRIVATE ${A_DEPS} PUBLIC ${A_PUBLIC_DEPS})
+  add_library(${name}_objects OBJECT ${A_SRCS})
+  add_library(${name} STATIC $<TARGET_OBJECTS:${name}_objects>)
+  foreach(t ${name}_objects ${name})
+    target_include_directories(${t} PUBLIC
+      $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+      $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/src>)
+    target_link_libraries(${t} PRIVATE ${A_DEPS} PUBLIC ${A_PUBLIC_DEPS})
+  endforeach()
+  target_compile_options(${name}_objects PRIVATE ${USRTRACE_WARNINGS} ${USRTRACE_LIB_FLAGS})
+  set_target_properties(${name}_objects PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  set_target_properties(${name} PROPERTIES LINKER_LANGUAGE CXX)
+  set_property(GLOBAL APPEND PROPERTY USRTRACE_LIBRARIES ${name})
 endfunction()
 
 # usrtrace_cc_test(name SRCS ... DEPS ... [LABELS ...])

@@ -75,7 +75,9 @@ bool Instance::valid_name(std::string_view name) {
   return true;
 }
 
-Instance* Instance::create(std::string_view name, int* err) {
+Instance* Instance::create(std::string_view name, int* err) { return create(name, err, false); }
+
+Instance* Instance::create(std::string_view name, int* err, bool get_ref) {
   auto fail = [&](int e) {
     if (err) *err = e;
     return static_cast<Instance*>(nullptr);
@@ -93,6 +95,7 @@ Instance* Instance::create(std::string_view name, int* err) {
   auto rb = rb::RingBuffer::create(rb::Options{}, &rerr);
   if (!rb) return fail(rerr);
   auto* inst = new Instance(std::string(name), slot, std::move(rb));
+  if (get_ref) inst->get_reader();  // before anyone can see it
   g_instances[slot] = inst;
   g_slot_state[slot].buffer.store(&inst->buffer(), std::memory_order_release);
   return inst;
@@ -106,15 +109,15 @@ Instance* Instance::find(std::string_view name) {
   return nullptr;
 }
 
-int Instance::destroy(std::string_view name) {
-  if (name.empty()) return -EINVAL;
+template <class Match>
+int Instance::remove(Match match, int max_refs, int missing) {
   Instance* inst = nullptr;
   {
     base::MutexLock l(&g_mu);
     for (int i = 1; i < kMaxInstances; ++i)
-      if (g_instances[i] && g_instances[i]->name_ == name) inst = g_instances[i];
-    if (!inst) return -ENOENT;
-    if (inst->readers_.load(std::memory_order_acquire) != 0) return -EBUSY;
+      if (g_instances[i] && match(g_instances[i])) inst = g_instances[i];
+    if (!inst) return missing;
+    if (inst->readers_.load(std::memory_order_acquire) > max_refs) return -EBUSY;
     g_instances[inst->slot_] = nullptr;
     // Unpublish: no new write can find the instance after this...
     events::Registry::get().clear_slot(inst->slot_);
@@ -125,6 +128,53 @@ int Instance::destroy(std::string_view name) {
   writers::synchronize_writers();
   delete inst;
   return 0;
+}
+
+int Instance::destroy(std::string_view name) {
+  if (name.empty()) return -EINVAL;
+  return remove([&](const Instance* i) { return i->name_ == name; }, 0, -ENOENT);
+}
+
+int Instance::destroy(Instance* inst, int max_refs) {
+  if (!inst || inst == top()) return -EINVAL;
+  return remove([&](const Instance* i) { return i == inst; }, max_refs, -ENODEV);
+}
+
+Instance* Instance::get(std::string_view name, GetMode mode, int* err) {
+  if (name.empty()) {
+    Instance* t = top();
+    if (!t) {
+      if (err) *err = ENOSYS;
+      return nullptr;
+    }
+    t->get_reader();
+    return t;
+  }
+  if (!valid_name(name)) {
+    if (err) *err = EINVAL;
+    return nullptr;
+  }
+  for (;;) {
+    if (mode != GetMode::kNew) {
+      base::MutexLock l(&g_mu);
+      for (int i = 1; i < kMaxInstances; ++i) {
+        if (g_instances[i] && g_instances[i]->name_ == name) {
+          g_instances[i]->get_reader();
+          return g_instances[i];
+        }
+      }
+      if (mode == GetMode::kExisting) {
+        if (err) *err = ENOENT;
+        return nullptr;
+      }
+    }
+    int cerr = 0;
+    if (Instance* inst = create(name, &cerr, /*get_ref=*/true)) return inst;
+    // Created by another thread since we looked: look again.
+    if (cerr == EEXIST && mode == GetMode::kExistingOrNew) continue;
+    if (err) *err = cerr;
+    return nullptr;
+  }
 }
 
 std::vector<std::string> Instance::names() {

@@ -85,6 +85,18 @@ class Instance {
   // rmdir: EBUSY while a reader holds it, ENOENT, EINVAL for the top.
   static int destroy(std::string_view name);
   static std::vector<std::string> names();  // named instances, sorted
+
+  // trace_array_get_by_name(): looks NAME up ("" is the top) and takes a
+  // reference (get_reader()) under the table lock, so that no destroy can
+  // free the instance in between. kExisting: ENOENT if missing; kNew:
+  // create() (EEXIST if present); kExistingOrNew: create it if missing.
+  // Returns nullptr with *err set (EINVAL for a bad name, create()'s).
+  enum class GetMode { kExisting, kNew, kExistingOrNew };
+  static Instance* get(std::string_view name, GetMode mode, int* err);
+  // trace_array_destroy(): removes `inst` if it is still in the table and
+  // holds at most `max_refs` references. -EINVAL for the top, -ENODEV if it
+  // is not there (a stale pointer is only compared, never read), -EBUSY.
+  static int destroy(Instance* inst, int max_refs);
   static bool valid_name(std::string_view name);
 
   const std::string& name() const { return name_; }
@@ -123,7 +135,8 @@ class Instance {
   std::string error_log() const;
   void clear_error_log();
 
-  // Readers that must keep the instance alive (trace_pipe reads in flight).
+  // References that keep the instance alive (trace_pipe readers, API
+  // handles): while any is held, destroy() fails with EBUSY.
   void get_reader() { readers_.fetch_add(1, std::memory_order_acq_rel); }
   void put_reader() { readers_.fetch_sub(1, std::memory_order_acq_rel); }
 
@@ -134,6 +147,11 @@ class Instance {
 
  private:
   Instance(std::string name, int slot, std::unique_ptr<rb::RingBuffer> rb);
+  // Unpublishes and frees the first named instance `match` accepts, if at
+  // most `max_refs` references are held; `missing` if none matches.
+  template <class Match>
+  static int remove(Match match, int max_refs, int missing);
+  static Instance* create(std::string_view name, int* err, bool get_ref);
   std::string name_;
   int slot_;
   std::unique_ptr<rb::RingBuffer> rb_;

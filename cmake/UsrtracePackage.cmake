@@ -1,0 +1,74 @@
+# The libraries users link, and how they are installed.
+#
+#   usrtrace         libusrtrace.so.0 (alias usrtrace::usrtrace)
+#   usrtrace_static  libusrtrace.a    (alias usrtrace::usrtrace_static)
+#
+# Both hold every object of src/ (each usrtrace_cc_library's objects) and
+# export only the public API: the sources are compiled with hidden
+# visibility, public functions are marked USRTRACE_EXPORT, and the shared
+# library's version script (usrtrace.map) keeps std:: template instances
+# and the like local.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+get_property(_usrtrace_libs GLOBAL PROPERTY USRTRACE_LIBRARIES)
+set(_usrtrace_objects "")
+foreach(lib IN LISTS _usrtrace_libs)
+  list(APPEND _usrtrace_objects $<TARGET_OBJECTS:${lib}_objects>)
+endforeach()
+
+set(_usrtrace_includes
+  $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+  $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+
+add_library(usrtrace SHARED ${_usrtrace_objects})
+add_library(usrtrace::usrtrace ALIAS usrtrace)
+set_target_properties(usrtrace PROPERTIES
+  VERSION ${PROJECT_VERSION} SOVERSION 0 LINKER_LANGUAGE CXX
+  LINK_DEPENDS ${PROJECT_SOURCE_DIR}/cmake/usrtrace.map)
+target_include_directories(usrtrace PUBLIC ${_usrtrace_includes})
+target_link_libraries(usrtrace PUBLIC fmt::fmt PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
+target_link_options(usrtrace PRIVATE -Wl,--version-script=${PROJECT_SOURCE_DIR}/cmake/usrtrace.map)
+if(NOT USRTRACE_SANITIZE)
+  # Sanitizer runtimes are linked into executables only, so their symbols
+  # are undefined in a sanitized shared library.
+  target_link_options(usrtrace PRIVATE -Wl,--no-undefined)
+endif()
+
+add_library(usrtrace_static STATIC ${_usrtrace_objects})
+add_library(usrtrace::usrtrace_static ALIAS usrtrace_static)
+set_target_properties(usrtrace_static PROPERTIES OUTPUT_NAME usrtrace LINKER_LANGUAGE CXX)
+target_include_directories(usrtrace_static PUBLIC ${_usrtrace_includes})
+target_link_libraries(usrtrace_static PUBLIC fmt::fmt Threads::Threads ${CMAKE_DL_LIBS})
+
+if(USRTRACE_INSTALL)
+  set(_cmakedir ${CMAKE_INSTALL_LIBDIR}/cmake/usrtrace)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/usrtrace
+          DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h" PATTERN "*.hpp")
+  install(TARGETS usrtrace usrtrace_static EXPORT usrtraceTargets
+          LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} NAMELINK_COMPONENT Development
+          ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(EXPORT usrtraceTargets NAMESPACE usrtrace:: DESTINATION ${_cmakedir})
+  configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/usrtraceConfig.cmake.in
+    ${PROJECT_BINARY_DIR}/usrtraceConfig.cmake INSTALL_DESTINATION ${_cmakedir})
+  write_basic_package_version_file(${PROJECT_BINARY_DIR}/usrtraceConfigVersion.cmake
+    COMPATIBILITY SameMinorVersion)  # 0.x: a minor version may break the API
+  install(FILES ${PROJECT_BINARY_DIR}/usrtraceConfig.cmake
+                ${PROJECT_BINARY_DIR}/usrtraceConfigVersion.cmake DESTINATION ${_cmakedir})
+
+  # usrtrace.pc, relocatable: the prefix is found from the .pc file's own
+  # place, so `cmake --install --prefix DIR` works for any DIR.
+  if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}" OR IS_ABSOLUTE "${CMAKE_INSTALL_INCLUDEDIR}")
+    set(USRTRACE_PC_PREFIX "${CMAKE_INSTALL_PREFIX}")
+    set(USRTRACE_PC_LIBDIR "${CMAKE_INSTALL_FULL_LIBDIR}")
+    set(USRTRACE_PC_INCLUDEDIR "${CMAKE_INSTALL_FULL_INCLUDEDIR}")
+  else()
+    file(RELATIVE_PATH _up "/root/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/root")
+    string(REGEX REPLACE "/$" "" _up "${_up}")
+    set(USRTRACE_PC_PREFIX "\${pcfiledir}/${_up}")
+    set(USRTRACE_PC_LIBDIR "\${prefix}/${CMAKE_INSTALL_LIBDIR}")
+    set(USRTRACE_PC_INCLUDEDIR "\${prefix}/${CMAKE_INSTALL_INCLUDEDIR}")
+  endif()
+  configure_file(${PROJECT_SOURCE_DIR}/cmake/usrtrace.pc.in ${PROJECT_BINARY_DIR}/usrtrace.pc @ONLY)
+  install(FILES ${PROJECT_BINARY_DIR}/usrtrace.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+endif()

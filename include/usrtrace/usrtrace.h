@@ -1,0 +1,163 @@
+/*
+ * usrtrace's C API: the kernel's trace_array_* calls for a program's own
+ * trace instances, and path-based access to the control files.
+ *
+ *   struct usrtrace_array *tr = usrtrace_array_get_by_name("myapp");
+ *   usrtrace_array_set_clr_event(tr, "myapp", "*", true);
+ *   usrtrace_array_printk(tr, "request %d done\n", id);
+ *   ...
+ *   usrtrace_array_put(tr);
+ *
+ * Instances are the directories under instances/ (the top instance is the
+ * tree's root); a struct usrtrace_array is a counted reference to one. While
+ * any reference is held the instance cannot be removed: rmdir fails with
+ * EBUSY, as the kernel's does for a trace_array a module holds.
+ *
+ * Errors are negative errno values (the kernel's errno for the same
+ * mistake); calls returning a pointer return NULL and set errno.
+ *
+ * Context of every call here: any thread but not a signal handler; may
+ * allocate and take locks. The C++ API is usrtrace/usrtrace.hpp.
+ */
+#ifndef USRTRACE_USRTRACE_H_
+#define USRTRACE_USRTRACE_H_
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#ifndef USRTRACE_EXPORT
+#define USRTRACE_EXPORT __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A reference to an instance (the kernel's struct trace_array). Opaque. */
+struct usrtrace_array;
+
+/*
+ * Returns a new reference to the instance NAME, creating the instance if
+ * it does not exist (the kernel's trace_array_get_by_name() since 5.7).
+ * NULL or "" is the top instance, which always exists. Release the
+ * reference with usrtrace_array_put().
+ * Errors (NULL, errno set): EINVAL (a bad name: empty, ".", "..", "/" or
+ * characters other than [A-Za-z0-9._-], over 64 bytes), ENOSPC (64
+ * instances exist), ENOMEM, ENOSYS (the kernel lacks rseq).
+ */
+USRTRACE_EXPORT struct usrtrace_array *usrtrace_array_get_by_name(const char *name);
+
+/*
+ * Creates instance NAME (as mkdir instances/NAME does) and returns a
+ * reference to it. Errors (NULL, errno set): EEXIST if it exists, and those
+ * of usrtrace_array_get_by_name().
+ */
+USRTRACE_EXPORT struct usrtrace_array *usrtrace_array_create(const char *name);
+
+/*
+ * Returns a reference to instance NAME if it exists, without creating it
+ * (the kernel's trace_array_get_by_name() before 5.7). NULL or "" is the
+ * top instance. Errors (NULL, errno set): ENOENT, EINVAL (a bad name).
+ */
+USRTRACE_EXPORT struct usrtrace_array *usrtrace_array_lookup(const char *name);
+
+/* Takes another reference (trace_array_get()). Returns TR. */
+USRTRACE_EXPORT struct usrtrace_array *usrtrace_array_get(struct usrtrace_array *tr);
+
+/*
+ * Drops a reference (trace_array_put()); TR must not be used after. NULL
+ * is ignored.
+ */
+USRTRACE_EXPORT void usrtrace_array_put(struct usrtrace_array *tr);
+
+/*
+ * Removes the instance TR refers to, with its buffer and settings
+ * (trace_array_destroy()). As in the kernel it succeeds when at most one
+ * reference is held, which is consumed: destroy with your only reference,
+ * or put it first and then destroy. TR must not be used after a success.
+ * Returns 0, -EBUSY (other references are held: nothing changes), -ENODEV
+ * (already removed), -EINVAL (NULL or the top instance).
+ */
+USRTRACE_EXPORT int usrtrace_array_destroy(struct usrtrace_array *tr);
+
+/*
+ * The instance's name ("" for the top instance), valid while TR is held.
+ */
+USRTRACE_EXPORT const char *usrtrace_array_name(const struct usrtrace_array *tr);
+
+/*
+ * printf-style text into TR's buffer as an ftrace:print event, shown as
+ * "caller_function: text" (trace_array_printk(); the caller's address is
+ * the kernel's ip argument). Unlike the kernel, the top instance takes
+ * printk too: it is the program's own. A newline is added if FMT's output
+ * lacks one; text past 2000 bytes is cut. Returns the bytes recorded, 0
+ * when the trace_printk option is off, -ENOENT for a NULL TR.
+ * Context: also async-signal-safe when FMT has no floating-point
+ * conversions (no lock, no allocation on this path).
+ */
+USRTRACE_EXPORT int usrtrace_array_printk(struct usrtrace_array *tr, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* usrtrace_array_printk() with a va_list. */
+USRTRACE_EXPORT int usrtrace_array_vprintk(struct usrtrace_array *tr, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
+
+/*
+ * Enables (ENABLE true) or disables the events of TR whose system and name
+ * match SYSTEM and EVENT (trace_array_set_clr_event()). NULL or "" matches
+ * any system or any event; unlike the kernel's, both are globs ("sched",
+ * "sched_*", "*"). Returns 0 as the kernel does, -EINVAL when nothing
+ * matched, -ENOENT for a NULL TR.
+ */
+USRTRACE_EXPORT int usrtrace_array_set_clr_event(struct usrtrace_array *tr, const char *system,
+                                                 const char *event, bool enable);
+
+/*
+ * Starts and stops recording into TR's buffer (tracing_on in TR's
+ * directory; the kernel's tracer_tracing_on()/off()). NULL is the top
+ * instance.
+ */
+USRTRACE_EXPORT void usrtrace_tracing_on(struct usrtrace_array *tr);
+USRTRACE_EXPORT void usrtrace_tracing_off(struct usrtrace_array *tr);
+/* Whether TR records (tracer_tracing_is_on()). NULL is the top instance. */
+USRTRACE_EXPORT bool usrtrace_tracing_is_on(struct usrtrace_array *tr);
+
+/*
+ * Control files. PATH is relative to the tree's root, as the kernel's are
+ * to /sys/kernel/tracing: "trace", "set_event",
+ * "instances/myapp/tracing_on", "events/sched/enable".
+ */
+
+/*
+ * Reads PATH from its start into BUF, like open + read(2) until BUF is full
+ * or the file ends + close; no NUL is added. trace_pipe consumes only what
+ * it returns and does not wait for more. Returns the bytes read or -errno
+ * (-ENOENT, -EISDIR, -EACCES for a write-only file).
+ */
+USRTRACE_EXPORT long usrtrace_tracefs_read(const char *path, char *buf, size_t size);
+
+/*
+ * Writes SIZE bytes of TEXT to PATH as `echo -n TEXT > PATH` does (the file
+ * is truncated first: writing set_event clears it, as in the kernel).
+ * Returns the bytes taken or -errno; a refused write adds a line to the
+ * instance's error_log where the kernel's would.
+ */
+USRTRACE_EXPORT long usrtrace_tracefs_write(const char *path, const char *text, size_t size);
+
+/* As usrtrace_tracefs_write(), appending: `echo -n TEXT >> PATH`. */
+USRTRACE_EXPORT long usrtrace_tracefs_append(const char *path, const char *text, size_t size);
+
+/*
+ * mkdir/rmdir under the tree; only instances/NAME can be made or removed.
+ * Return 0 or -errno (-EEXIST, -ENOENT, -EINVAL for a bad name, -EBUSY
+ * while a reference or an open trace_pipe holds the instance, -EACCES
+ * anywhere but instances/).
+ */
+USRTRACE_EXPORT int usrtrace_tracefs_mkdir(const char *path);
+USRTRACE_EXPORT int usrtrace_tracefs_rmdir(const char *path);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif /* USRTRACE_USRTRACE_H_ */

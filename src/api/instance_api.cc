@@ -1,0 +1,118 @@
+// The C++ API (usrtrace/instance.h). A handle is a usrtrace_array* holding
+// one reference, so copies, moves and destruction are the C API's get/put.
+#include "usrtrace/instance.h"
+
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <string>
+
+#include "api/api_internal.h"
+#include "instance/instance.h"
+
+namespace usrtrace {
+namespace {
+
+instance::Instance* impl(usrtrace_array* tr) { return reinterpret_cast<instance::Instance*>(tr); }
+
+// The C API reports failures in errno.
+int last_error() { return errno != 0 ? errno : EINVAL; }
+
+}  // namespace
+
+Instance Instance::top() {
+  errno = 0;
+  return Instance(usrtrace_array_get_by_name(nullptr));
+}
+
+Result<Instance> Instance::get_by_name(std::string_view name) {
+  std::string n(name);
+  usrtrace_array* tr = usrtrace_array_get_by_name(n.c_str());
+  if (!tr) return Result<Instance>::error(last_error());
+  return Instance(tr);
+}
+
+Result<Instance> Instance::create(std::string_view name) {
+  std::string n(name);
+  usrtrace_array* tr = usrtrace_array_create(n.c_str());
+  if (!tr) return Result<Instance>::error(last_error());
+  return Instance(tr);
+}
+
+Result<Instance> Instance::lookup(std::string_view name) {
+  std::string n(name);
+  usrtrace_array* tr = usrtrace_array_lookup(n.c_str());
+  if (!tr) return Result<Instance>::error(last_error());
+  return Instance(tr);
+}
+
+Instance::Instance(const Instance& o) : tr_(usrtrace_array_get(o.tr_)) {}
+
+Instance& Instance::operator=(const Instance& o) {
+  if (this != &o) {
+    usrtrace_array* old = tr_;
+    tr_ = usrtrace_array_get(o.tr_);
+    usrtrace_array_put(old);
+  }
+  return *this;
+}
+
+Instance& Instance::operator=(Instance&& o) noexcept {
+  if (this != &o) {
+    usrtrace_array_put(tr_);
+    tr_ = std::exchange(o.tr_, nullptr);
+  }
+  return *this;
+}
+
+Instance::~Instance() { usrtrace_array_put(tr_); }
+
+std::string_view Instance::name() const { return tr_ ? impl(tr_)->name() : std::string_view(); }
+
+int Instance::destroy() {
+  if (!tr_) return -EINVAL;
+  int r = usrtrace_array_destroy(tr_);
+  if (r == 0) tr_ = nullptr;  // the reference went with the instance
+  return r;
+}
+
+int Instance::printk(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int r = api::printk_ap(tr_, __builtin_return_address(0), fmt, ap);
+  va_end(ap);
+  return r;
+}
+
+int Instance::vprintk(const char* fmt, va_list ap) {
+  return api::printk_ap(tr_, __builtin_return_address(0), fmt, ap);
+}
+
+int Instance::puts(std::string_view text) {
+  if (!tr_) return -ENOENT;
+  return static_cast<int>(
+      impl(tr_)->printk(text, reinterpret_cast<uintptr_t>(__builtin_return_address(0))));
+}
+
+int Instance::set_event(std::string_view system, std::string_view event, bool enable) {
+  if (!tr_) return -ENOENT;
+  int n = impl(tr_)->set_event(system.empty() ? "*" : system, event.empty() ? "*" : event, enable);
+  return n > 0 ? n : -EINVAL;
+}
+
+void Instance::tracing_on() {
+  if (tr_) impl(tr_)->set_tracing_on(true);
+}
+
+void Instance::tracing_off() {
+  if (tr_) impl(tr_)->set_tracing_on(false);
+}
+
+bool Instance::is_tracing_on() const { return tr_ && impl(tr_)->tracing_on(); }
+
+std::string Instance::dir() const {
+  if (!tr_ || impl(tr_)->is_top()) return "";
+  return "instances/" + impl(tr_)->name() + "/";
+}
+
+}  // namespace usrtrace
