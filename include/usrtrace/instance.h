@@ -66,17 +66,18 @@ class USRTRACE_EXPORT Instance {
   int destroy();
 
   // printf-style text recorded as an ftrace:print event, shown as
-  // "calling_function: text" (trace_array_printk()). A newline is added if
-  // missing; text past kMaxPrint is cut. Returns the bytes recorded, 0 when
-  // the trace_printk option is off, -ENOENT on an empty handle.
-  // Context: any thread; async-signal-safe without floating-point
-  // conversions (no lock, no allocation).
+  // "calling_function: text" (trace_array_printk(); the function is found
+  // from the return address, so a tail call shows the caller's caller). A
+  // newline is added if missing; text past kMaxPrint is cut. Returns the
+  // bytes of text recorded, 0 when the trace_printk option is off, -ENOENT
+  // on an empty handle.
+  // Context: any thread, not a signal handler (vsnprintf); no lock.
   int printk(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
   int vprintk(const char* fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 
-  // fmt-style printk: print("{} of {}", i, n). Checked at compile time.
-  // Context: any thread; no lock or allocation of usrtrace's own (the
-  // formatting of user types is fmt's and theirs).
+  // fmt-style printk: print("{} of {}", i, n), checked at compile time.
+  // Context: any thread, not a signal handler; no lock or allocation of
+  // usrtrace's own (formatting user types is fmt's and theirs).
   template <class... Args>
   [[gnu::always_inline]] inline int print(fmt::format_string<Args...> format, Args&&... args) {
     char buf[kMaxPrint];
@@ -84,7 +85,7 @@ class USRTRACE_EXPORT Instance {
     return puts(std::string_view(buf, r.size < sizeof buf ? r.size : sizeof buf));
   }
   // Records TEXT as printk() would, without formatting.
-  // Context: as printk().
+  // Context: any thread, signal handlers included; no lock, no allocation.
   int puts(std::string_view text);
 
   // Enables or disables the events whose system and name match the globs

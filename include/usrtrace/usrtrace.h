@@ -88,13 +88,13 @@ USRTRACE_EXPORT const char *usrtrace_array_name(const struct usrtrace_array *tr)
 
 /*
  * printf-style text into TR's buffer as an ftrace:print event, shown as
- * "caller_function: text" (trace_array_printk(); the caller's address is
- * the kernel's ip argument). Unlike the kernel, the top instance takes
- * printk too: it is the program's own. A newline is added if FMT's output
- * lacks one; text past 2000 bytes is cut. Returns the bytes recorded, 0
- * when the trace_printk option is off, -ENOENT for a NULL TR.
- * Context: also async-signal-safe when FMT has no floating-point
- * conversions (no lock, no allocation on this path).
+ * "calling_function: text" (trace_array_printk(), whose ip argument is
+ * here the call's return address: a tail call shows the caller's caller).
+ * Unlike the kernel, the top instance takes printk too: it is the
+ * program's own. A newline is added if the text lacks one; text past 2030
+ * bytes is cut. Returns the bytes of text recorded, 0 when the
+ * trace_printk option is off, -ENOENT for a NULL TR, -EINVAL for a NULL
+ * FMT. Context: any thread, not a signal handler (vsnprintf); no lock.
  */
 USRTRACE_EXPORT int usrtrace_array_printk(struct usrtrace_array *tr, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
