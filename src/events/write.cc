@@ -41,7 +41,7 @@ bool write_sized(rb::RingBuffer* rb, const void* rec, uint32_t len) {
 
 void fill_common(void* rec, const writers::ThreadState& t) {
   auto* h = static_cast<internal::CommonHeader*>(rec);
-  const uint32_t depth = t.nesting.load(std::memory_order_relaxed) - 1;
+  const uint32_t depth = t.depth() - 1;
   h->flags = depth > 0 ? output::kFlagHardirq : 0;
   h->preempt_count = static_cast<uint8_t>(depth < 15 ? depth : 15);
   h->pid = t.tid;

@@ -104,7 +104,16 @@ void synchronize_writers() {
   base::MutexLock l(&g_mu);
   for (ThreadState* t = g_head.load(std::memory_order_acquire); t; t = t->next) {
     if (t == &t_state) continue;  // the caller is not writing
-    while (t->nesting.load(std::memory_order_relaxed) != 0) sched_yield();
+    const uint64_t seen = t->ctr.load(std::memory_order_relaxed);
+    if ((seen & 0xff) == 0) continue;
+    for (int spins = 0;; ++spins) {
+      const uint64_t now = t->ctr.load(std::memory_order_relaxed);
+      if ((now & 0xff) == 0 || (now >> 8) != (seen >> 8)) break;
+      if (spins < 1000)
+        __builtin_ia32_pause();
+      else
+        sched_yield();
+    }
   }
 }
 
