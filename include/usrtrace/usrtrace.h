@@ -7,6 +7,7 @@
  *   usrtrace_array_printk(tr, "request %d done\n", id);
  *   ...
  *   usrtrace_array_put(tr);
+ *   usrtrace_array_destroy(tr);     // rmdir instances/myapp, if wanted
  *
  * Instances are the directories under instances/ (the top instance is the
  * tree's root); a struct usrtrace_array is a counted reference to one. While
@@ -73,11 +74,14 @@ USRTRACE_EXPORT void usrtrace_array_put(struct usrtrace_array *tr);
 
 /*
  * Removes the instance TR refers to, with its buffer and settings
- * (trace_array_destroy()). As in the kernel it succeeds when at most one
- * reference is held, which is consumed: destroy with your only reference,
- * or put it first and then destroy. TR must not be used after a success.
- * Returns 0, -EBUSY (other references are held: nothing changes), -ENODEV
- * (already removed), -EINVAL (NULL or the top instance).
+ * (trace_array_destroy()). As in the kernel, drop your reference first:
+ *
+ *   usrtrace_array_put(tr);
+ *   usrtrace_array_destroy(tr);   // TR is only compared, never read
+ *
+ * Returns 0 (TR must not be used after), -EBUSY while any reference is
+ * held or a control file of the instance is open (nothing changes),
+ * -ENODEV (already removed), -EINVAL (NULL or the top instance).
  */
 USRTRACE_EXPORT int usrtrace_array_destroy(struct usrtrace_array *tr);
 

@@ -84,8 +84,9 @@ void usrtrace_array_put(usrtrace_array* tr) {
 }
 
 int usrtrace_array_destroy(usrtrace_array* tr) {
-  // At most one reference (the caller's, if it did not put it first).
-  return Instance::destroy(to_instance(tr), 1);
+  // The kernel's order is put, then destroy: the directory itself holds
+  // the one reference its __remove_instance() allows, which we don't count.
+  return Instance::destroy(to_instance(tr), 0);
 }
 
 const char* usrtrace_array_name(const usrtrace_array* tr) {

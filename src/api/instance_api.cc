@@ -71,7 +71,9 @@ std::string_view Instance::name() const { return tr_ ? impl(tr_)->name() : std::
 
 int Instance::destroy() {
   if (!tr_) return -EINVAL;
-  int r = usrtrace_array_destroy(tr_);
+  // This handle's own reference is the one allowed: removing the instance
+  // and dropping it are one step, so no lookup can slip in between.
+  int r = instance::Instance::destroy(impl(tr_), 1);
   if (r == 0) tr_ = nullptr;  // the reference went with the instance
   return r;
 }

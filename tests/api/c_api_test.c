@@ -35,22 +35,24 @@ const char *c_lifecycle(const char *name) {
   struct usrtrace_array *c = usrtrace_array_lookup(name);
   CHECK(c == a);
   CHECK(usrtrace_array_get(c) == a);
-  CHECK(usrtrace_array_destroy(a) == -EBUSY); /* b, c and c again */
+  CHECK(usrtrace_array_destroy(a) == -EBUSY); /* a, b, c and c again */
   usrtrace_array_put(b);
   usrtrace_array_put(c);
-  CHECK(usrtrace_array_destroy(a) == -EBUSY);
   usrtrace_array_put(c);
+  CHECK(usrtrace_array_destroy(a) == -EBUSY); /* a's own: put it first */
   /* Held references make rmdir fail too, as a module's do in the kernel. */
   CHECK(driver_rmdir(name) == -EBUSY);
-  CHECK(usrtrace_array_destroy(a) == 0); /* with the caller's own reference */
+  usrtrace_array_put(a);
+  CHECK(usrtrace_array_destroy(a) == 0);
   errno = 0;
   CHECK(usrtrace_array_lookup(name) == NULL && errno == ENOENT);
 
-  /* The kernel's order: put, then destroy. */
-  a = usrtrace_array_get_by_name(name); /* creates it */
+  /* get_by_name creates; destroying twice finds nothing the second time. */
+  a = usrtrace_array_get_by_name(name);
   CHECK(a != NULL);
   usrtrace_array_put(a);
   CHECK(usrtrace_array_destroy(a) == 0);
+  CHECK(usrtrace_array_destroy(a) == -ENODEV);
   errno = 0;
   CHECK(usrtrace_array_lookup(name) == NULL && errno == ENOENT);
   return NULL;
