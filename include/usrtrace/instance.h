@@ -80,10 +80,15 @@ class USRTRACE_EXPORT Instance {
   // usrtrace's own (formatting user types is fmt's and theirs).
   template <class... Args>
   [[gnu::always_inline]] inline int print(fmt::format_string<Args...> format, Args&&... args) {
-    char buf[kMaxPrint];
-    auto r = fmt::format_to_n(buf, sizeof buf, format, std::forward<Args>(args)...);
-    return puts(std::string_view(buf, r.size < sizeof buf ? r.size : sizeof buf));
+    return vprint(format, fmt::make_format_args(args...));
   }
+  // print() with type-erased arguments (fmt::vformat's shape). The
+  // formatting runs inside the library, which carries its own header-only
+  // copy of fmt: programs need fmt's headers, not its library, and g++ and
+  // clang++ programs alike can call it (they mangle some of libfmt's
+  // template symbols differently). Returns as printk(); -EINVAL if a
+  // formatter fails. Context: as print().
+  int vprint(fmt::string_view format, fmt::format_args args);
   // Records TEXT as printk() would, without formatting.
   // Context: any thread, signal handlers included; no lock, no allocation.
   int puts(std::string_view text);

@@ -1,6 +1,10 @@
 // The C++ API (usrtrace/instance.h). A handle is a usrtrace_array* holding
 // one reference, so copies, moves and destruction are the C API's get/put.
+// fmt is compiled into the library (FMT_HEADER_ONLY, set in
+// src/CMakeLists.txt) so that it needs no libfmt.so and no symbol of one.
 #include "usrtrace/instance.h"
+
+#include <fmt/format.h>
 
 #include <cerrno>
 #include <cstdarg>
@@ -88,6 +92,19 @@ int Instance::printk(const char* fmt, ...) {
 
 int Instance::vprintk(const char* fmt, va_list ap) {
   return api::printk_ap(tr_, __builtin_return_address(0), fmt, ap);
+}
+
+int Instance::vprint(fmt::string_view format, fmt::format_args args) {
+  if (!tr_) return -ENOENT;
+  char buf[kMaxPrint];
+  size_t n = 0;
+  try {
+    n = fmt::vformat_to_n(buf, sizeof buf, format, args).size;
+  } catch (...) {  // a user formatter's exception never leaves the library
+    return -EINVAL;
+  }
+  return static_cast<int>(impl(tr_)->printk(std::string_view(buf, n < sizeof buf ? n : sizeof buf),
+                                            reinterpret_cast<uintptr_t>(__builtin_return_address(0))));
 }
 
 int Instance::puts(std::string_view text) {

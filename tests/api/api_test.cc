@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,6 +33,15 @@ extern "C" [[gnu::noinline]] int cxx_printk_caller(usrtrace::Instance& inst, int
 extern "C" [[gnu::noinline]] int cxx_print_caller(usrtrace::Instance& inst, int v) {
   return inst.print("cxx print {} {:>4}|{}", v, "ab", std::string("str"));
 }
+
+// A user type whose formatter throws: print() reports it, nothing escapes.
+struct Throws {};
+template <>
+struct fmt::formatter<Throws> : fmt::formatter<int> {
+  auto format(Throws, fmt::format_context&) const -> fmt::format_context::iterator {
+    throw std::runtime_error("formatter failed");
+  }
+};
 
 namespace usrtrace {
 namespace {
@@ -142,6 +152,11 @@ TEST_P(ApiInstanceTest, LongPrintIsCut) {
     ASSERT_NE(colon, std::string::npos);
     EXPECT_EQ(l.text.substr(colon + 2), std::string(Instance::kMaxPrint, 'y') + "\n");
   }
+}
+
+TEST_P(ApiInstanceTest, PrintWithAFailingFormatter) {
+  EXPECT_EQ(inst_.print("before {} after", Throws{}), -EINVAL);
+  EXPECT_TRUE(drain(name_).empty());
 }
 
 TEST_P(ApiInstanceTest, PrintkRespectsTheTracePrintkOption) {
@@ -259,7 +274,10 @@ TEST_P(ApiInstanceTest, HandlesAreReferences) {
   impl_ = nullptr;  // gone
 }
 
-TEST(ApiCTest, Lifecycle) { EXPECT_EQ(c_lifecycle("api_c_life"), nullptr); }
+TEST(ApiCTest, Lifecycle) {
+  const char* r = c_lifecycle("api_c_life");
+  EXPECT_EQ(r, nullptr) << r;
+}
 
 TEST(ApiCTest, Errors) {
   const char* r = c_errors();
