@@ -68,7 +68,7 @@ Opts options_of(Instance& inst) {
   o.in_ns = clock::describe(o.clock).in_ns;
   const uint64_t start = inst.buffer().time_start();
   o.time_start_ns = start == 0 ? 0 : clock::raw_to_ns(o.clock, start);
-  o.self_pid = static_cast<int>(getpid());
+  o.self_pid = o.tgid ? static_cast<int>(getpid()) : 0;  // a system call: only when shown
   return o;
 }
 
@@ -554,6 +554,9 @@ std::string read_trace(Instance& inst, int cpu) {
   std::string out;
   put_header(o, inst, cpu, &out);
   if (!valid_cpu(inst, cpu)) return out;
+  // One allocation for the usual line length instead of a dozen regrowths
+  // of a many-megabyte string.
+  out.reserve(out.size() + totals(inst.buffer()).entries * 96);
   rb::RingBuffer::Iterator it(inst.buffer());
   auto next = [&](rb::Event* ev) {
     while (it.next(ev))
