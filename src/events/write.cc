@@ -98,10 +98,11 @@ int print_raw(const void* rec, uint32_t len, char* out, size_t size) {
   if (len < sizeof(RawRecord)) return snprintf(out, size, "<bad raw_data record>");
   uint32_t id;
   std::memcpy(&id, static_cast<const char*>(rec) + offsetof(RawRecord, id), sizeof id);
+  // The kernel's trace_raw_data(): every stored byte, padding included.
   int n = snprintf(out, size, "# %x buf:", id);
   const auto* p = static_cast<const unsigned char*>(rec) + sizeof(RawRecord);
   for (uint32_t i = 0; i < len - sizeof(RawRecord) && n >= 0 && static_cast<size_t>(n) < size; ++i)
-    n += snprintf(out + n, size - static_cast<size_t>(n), "%02x ", p[i]);
+    n += snprintf(out + n, size - static_cast<size_t>(n), " %02x", p[i]);
   return n;
 }
 
