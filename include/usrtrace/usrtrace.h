@@ -134,9 +134,12 @@ USRTRACE_EXPORT bool usrtrace_tracing_is_on(struct usrtrace_array *tr);
 
 /*
  * Reads PATH from its start into BUF, like open + read(2) until BUF is full
- * or the file ends + close; no NUL is added. trace_pipe consumes only what
- * it returns and does not wait for more. Returns the bytes read or -errno
- * (-ENOENT, -EISDIR, -EACCES for a write-only file).
+ * or the file ends + close; no NUL is added. trace_pipe does not wait for
+ * data, and consumes what the open file took from the buffer: text that
+ * did not fit in BUF is lost, as when a reader closes the kernel's
+ * trace_pipe mid-read, so give it room (a file handle API that streams
+ * is not there yet). Returns the bytes read or -errno (-ENOENT, -EISDIR,
+ * -EACCES for a write-only file).
  */
 USRTRACE_EXPORT long usrtrace_tracefs_read(const char *path, char *buf, size_t size);
 
@@ -154,8 +157,8 @@ USRTRACE_EXPORT long usrtrace_tracefs_append(const char *path, const char *text,
 /*
  * mkdir/rmdir under the tree; only instances/NAME can be made or removed.
  * Return 0 or -errno (-EEXIST, -ENOENT, -EINVAL for a bad name, -EBUSY
- * while a reference or an open trace_pipe holds the instance, -EACCES
- * anywhere but instances/).
+ * while a reference or an open control file holds the instance, -EPERM
+ * anywhere but instances/, as the kernel's tracefs).
  */
 USRTRACE_EXPORT int usrtrace_tracefs_mkdir(const char *path);
 USRTRACE_EXPORT int usrtrace_tracefs_rmdir(const char *path);

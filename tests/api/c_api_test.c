@@ -41,7 +41,11 @@ const char *c_lifecycle(const char *name) {
   usrtrace_array_put(c);
   CHECK(usrtrace_array_destroy(a) == -EBUSY); /* a's own: put it first */
   /* Held references make rmdir fail too, as a module's do in the kernel. */
-  CHECK(driver_rmdir(name) == -EBUSY);
+#if USRTRACE_HAVE_TRACEFS
+  char dir[128];
+  snprintf(dir, sizeof dir, "instances/%s", name);
+  CHECK(usrtrace_tracefs_rmdir(dir) == -EBUSY);
+#endif
   usrtrace_array_put(a);
   CHECK(usrtrace_array_destroy(a) == 0);
   errno = 0;
@@ -88,15 +92,16 @@ const char *c_errors(void) {
 }
 
 /* The print event shows the function that called printk: its return
- * address. The empty asm keeps these calls from being tail calls, which
- * would show this function's caller instead. */
-int c_printk(struct usrtrace_array *tr, int value) {
+ * address. The empty asm keeps these calls from being tail calls, and
+ * noinline these functions from being folded into a caller: either would
+ * show another function. */
+__attribute__((noinline)) int c_printk(struct usrtrace_array *tr, int value) {
   int r = usrtrace_array_printk(tr, "c value=%d %s\n", value, "done");
   __asm__ volatile("" ::: "memory");
   return r;
 }
 
-int c_vprintk(struct usrtrace_array *tr, const char *fmt, ...) {
+__attribute__((noinline)) int c_vprintk(struct usrtrace_array *tr, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   int r = usrtrace_array_vprintk(tr, fmt, ap);
@@ -117,3 +122,57 @@ const char *c_tracing_on_off(struct usrtrace_array *tr) {
   CHECK(usrtrace_tracing_is_on(tr));
   return NULL;
 }
+
+/* The control files from C: mkdir/rmdir and their errors, printk read back
+ * from instances/NAME/trace, a refused write and its error_log line. */
+#if USRTRACE_HAVE_TRACEFS
+const char *c_tracefs(const char *name) {
+  char dir[128], path[192];
+  static char buf[1 << 16];
+  snprintf(dir, sizeof dir, "instances/%s", name);
+
+  CHECK(usrtrace_tracefs_mkdir(dir) == 0);
+  CHECK(usrtrace_tracefs_mkdir(dir) == -EEXIST);
+  CHECK(usrtrace_tracefs_mkdir("instances/bad name") == -EINVAL);
+  CHECK(usrtrace_tracefs_mkdir("not_instances") == -EPERM);
+  CHECK(usrtrace_tracefs_rmdir("instances/never_made") == -ENOENT);
+
+  struct usrtrace_array *tr = usrtrace_array_lookup(name);
+  CHECK(tr != NULL);
+  CHECK(c_printk(tr, 31) > 0);
+  snprintf(path, sizeof path, "%s/trace", dir);
+  long n = usrtrace_tracefs_read(path, buf, sizeof buf - 1);
+  CHECK(n > 0);
+  buf[n] = 0;
+  CHECK(strstr(buf, " c_printk: c value=31 done\n") != NULL);
+  /* A short buffer gets the file's start. */
+  char head[8];
+  CHECK(usrtrace_tracefs_read(path, head, sizeof head) == (long)sizeof head);
+  CHECK(memcmp(head, buf, sizeof head) == 0);
+
+  /* A refused write: the kernel's errno and an error_log line. */
+  snprintf(path, sizeof path, "%s/trace_clock", dir);
+  CHECK(usrtrace_tracefs_write(path, "nosuchclock", 11) == -EINVAL);
+  snprintf(path, sizeof path, "%s/error_log", dir);
+  n = usrtrace_tracefs_read(path, buf, sizeof buf - 1);
+  CHECK(n > 0);
+  buf[n] = 0;
+  CHECK(strstr(buf, "Command: nosuchclock\n") != NULL);
+
+  /* tracing_on through the file and through the call agree. */
+  snprintf(path, sizeof path, "%s/tracing_on", dir);
+  CHECK(usrtrace_tracefs_write(path, "0", 1) == 1);
+  CHECK(!usrtrace_tracing_is_on(tr));
+  usrtrace_tracing_on(tr);
+  CHECK(usrtrace_tracefs_read(path, buf, 2) == 2 && memcmp(buf, "1\n", 2) == 0);
+
+  CHECK(usrtrace_tracefs_read("no/such/file", buf, sizeof buf) == -ENOENT);
+  CHECK(usrtrace_tracefs_read(NULL, buf, sizeof buf) == -EINVAL);
+
+  CHECK(usrtrace_tracefs_rmdir(dir) == -EBUSY); /* tr holds it */
+  usrtrace_array_put(tr);
+  CHECK(usrtrace_tracefs_rmdir(dir) == 0);
+  CHECK(usrtrace_tracefs_rmdir(dir) == -ENOENT);
+  return NULL;
+}
+#endif /* USRTRACE_HAVE_TRACEFS */

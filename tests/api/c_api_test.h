@@ -14,15 +14,13 @@ extern "C" {
 const char *c_lifecycle(const char *name);
 const char *c_errors(void);
 const char *c_tracing_on_off(struct usrtrace_array *tr);
+const char *c_tracefs(const char *name);
 
 /* Record through the C API; return what it returned. */
 int c_printk(struct usrtrace_array *tr, int value);
 int c_vprintk(struct usrtrace_array *tr, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int c_set_clr_event(struct usrtrace_array *tr, const char *system, const char *event,
                     bool enable);
-
-/* Provided by the driver: rmdir instances/NAME, 0 or -errno. */
-int driver_rmdir(const char *name);
 
 #ifdef __cplusplus
 }
