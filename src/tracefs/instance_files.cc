@@ -218,15 +218,15 @@ long write_cpumask(Instance& inst, std::string_view s) {
     const size_t b = (comma == std::string_view::npos || comma >= end) ? 0 : comma + 1;
     const std::string_view part = body.substr(b, end - b);
     if (part.empty()) return fail(inst, kSub, Err::kBadCpumask, s, at(body.substr(b)), EINVAL);
-    if (part.size() > 8) return fail(inst, kSub, Err::kCpumaskOverflow, s, at(part), EOVERFLOW);
     uint64_t v = 0;
     for (size_t i = 0; i < part.size(); ++i) {
       const int d = std::isxdigit(static_cast<unsigned char>(part[i]))
                         ? (part[i] <= '9' ? part[i] - '0' : (part[i] | 0x20) - 'a' + 10)
                         : -1;
       if (d < 0) return fail(inst, kSub, Err::kBadCpumask, s, at(part) + i, EINVAL);
-      v = v << 4 | static_cast<uint64_t>(d);
+      v = (v << 4 | static_cast<uint64_t>(d)) & uint64_t{0xfffffffff};  // 9 digits are enough to know
     }
+    if (part.size() > 8) return fail(inst, kSub, Err::kCpumaskOverflow, s, at(part), EOVERFLOW);
     for (int bit = 0; bit < 32; ++bit) {
       if (!(v >> bit & 1)) continue;
       const uint64_t cpu = chunk * 32 + static_cast<uint64_t>(bit);
