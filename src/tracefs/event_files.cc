@@ -107,6 +107,12 @@ long parse_bool(Instance& inst, std::string_view s, bool* on) {
   return 0;
 }
 
+// The two pid files read, change and replace one filter: serialized.
+base::Mutex& pid_mu() {
+  static base::Mutex* mu = new base::Mutex();
+  return *mu;
+}
+
 // set_event_pid / set_event_notrace_pid: whitespace-separated thread ids
 // (kstrtoul base 0), added to the list; all or nothing per write.
 long write_pids(Instance& inst, bool notrace, std::string_view s) {
@@ -120,6 +126,7 @@ long write_pids(Instance& inst, bool notrace, std::string_view s) {
     add.push_back(static_cast<int>(v));
   }
   if (add.empty()) return static_cast<long>(s.size());
+  base::MutexLock l(&pid_mu());
   instance::PidFilter f = inst.pid_filter();
   (notrace ? f.notrace : f.trace).insert((notrace ? f.notrace : f.trace).end(), add.begin(), add.end());
   inst.set_pid_filter(std::move(f.trace), std::move(f.notrace));
@@ -127,6 +134,7 @@ long write_pids(Instance& inst, bool notrace, std::string_view s) {
 }
 
 void clear_pids(Instance& inst, bool notrace) {
+  base::MutexLock l(&pid_mu());
   instance::PidFilter f = inst.pid_filter();
   (notrace ? f.notrace : f.trace).clear();
   inst.set_pid_filter(std::move(f.trace), std::move(f.notrace));

@@ -205,6 +205,11 @@ std::string show_cpumask(Instance& inst) {
 // bitmap_parse: comma-separated chunks of at most 8 hex digits, the last
 // chunk being bits 0..31. -EINVAL for a bad digit, -EOVERFLOW for a chunk
 // too wide or a bit past the last CPU, as the kernel.
+// Example, 40 CPUs, "f0,00000003\n":
+//   1. strip: "f0,00000003"
+//   2. last chunk "00000003" -> chunk 0: CPUs 0 and 1
+//   3. previous chunk "f0"   -> chunk 1: CPUs 36..39 (all below 40: fine)
+//   4. no chunk left: install {0, 1, 36, 37, 38, 39}
 long write_cpumask(Instance& inst, std::string_view s) {
   const std::string_view body = strip(s);
   const auto at = [&](std::string_view p) { return static_cast<size_t>(p.data() - s.data()); };
