@@ -42,7 +42,7 @@ bool write_sized(rb::RingBuffer* rb, const void* rec, uint32_t len) {
 
 void fill_common(void* rec, const writers::ThreadState& t) {
   auto* h = static_cast<internal::CommonHeader*>(rec);
-  const uint32_t depth = t.nesting.load(std::memory_order_relaxed) - 1;
+  const uint32_t depth = t.depth() - 1;
   h->flags = depth > 0 ? output::kFlagHardirq : 0;
   h->preempt_count = static_cast<uint8_t>(depth < 15 ? depth : 15);
   h->pid = t.tid;
@@ -108,10 +108,11 @@ int print_raw(const void* rec, uint32_t len, char* out, size_t size) {
   if (len < sizeof(RawRecord)) return snprintf(out, size, "<bad raw_data record>");
   uint32_t id;
   std::memcpy(&id, static_cast<const char*>(rec) + offsetof(RawRecord, id), sizeof id);
+  // The kernel's trace_raw_data(): every stored byte, padding included.
   int n = snprintf(out, size, "# %x buf:", id);
   const auto* p = static_cast<const unsigned char*>(rec) + sizeof(RawRecord);
   for (uint32_t i = 0; i < len - sizeof(RawRecord) && n >= 0 && static_cast<size_t>(n) < size; ++i)
-    n += snprintf(out + n, size - static_cast<size_t>(n), "%02x ", p[i]);
+    n += snprintf(out + n, size - static_cast<size_t>(n), " %02x", p[i]);
   return n;
 }
 
@@ -151,13 +152,14 @@ long write_print(int slot, std::string_view text, uint64_t ip) {
   if (n == 0 || text_out[n - 1] != '\n') text_out[end++] = '\n';
   text_out[end++] = 0;
   uint32_t len = internal::pad_record(buf, static_cast<uint32_t>(sizeof(PrintRecord) + end));
-  writers::ThreadState& t = writers::enter();
-  fill_common(buf, t);
+  writers::ThreadState* t = writers::enter();
+  if (!t) return static_cast<long>(n);
+  fill_common(buf, *t);
   // A marker is written from the writer's own context: depth 1, as the
   // kernel shows trace_marker writes (preempt-depth 1).
   r->common.preempt_count = static_cast<uint8_t>(r->common.preempt_count + 1);
-  write_slot(slot, buf, len, t.tid);
-  writers::exit(t);
+  write_slot(slot, buf, len, t->tid);
+  writers::exit(*t);
   return static_cast<long>(n);
 }
 
@@ -170,11 +172,12 @@ long write_raw(int slot, std::string_view data) {
   std::memcpy(&r->id, data.data(), 4);
   std::memcpy(buf + sizeof(RawRecord), data.data() + 4, data.size() - 4);
   uint32_t len = internal::pad_record(buf, static_cast<uint32_t>(sizeof(RawRecord) + data.size() - 4));
-  writers::ThreadState& t = writers::enter();
-  fill_common(buf, t);
+  writers::ThreadState* t = writers::enter();
+  if (!t) return static_cast<long>(data.size());
+  fill_common(buf, *t);
   r->common.preempt_count = static_cast<uint8_t>(r->common.preempt_count + 1);
-  write_slot(slot, buf, len, t.tid);
-  writers::exit(t);
+  write_slot(slot, buf, len, t->tid);
+  writers::exit(*t);
   return static_cast<long>(data.size());
 }
 
@@ -183,17 +186,18 @@ long write_raw(int slot, std::string_view data) {
 namespace usrtrace::internal {
 
 void write_event(const EventDesc* ev, void* rec, uint32_t len) {
-  writers::ThreadState& t = writers::enter();
-  events::fill_common(rec, t);
+  writers::ThreadState* t = writers::enter();
+  if (!t) return;
+  events::fill_common(rec, *t);
   // order: relaxed is enough; the mask is a soft switch, and the slots it
   // names are read with acquire in write_slot.
   uint64_t mask = ev->enabled.load(std::memory_order_relaxed);
   while (mask) {
     const int slot = __builtin_ctzll(mask);
     mask &= mask - 1;
-    events::write_slot(slot, rec, len, t.tid);
+    events::write_slot(slot, rec, len, t->tid);
   }
-  writers::exit(t);
+  writers::exit(*t);
 }
 
 int print_record(char* buf, size_t size, const char* fmt, ...) {

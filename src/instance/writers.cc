@@ -39,6 +39,8 @@ void on_thread_exit(void* p) {
   auto* t = static_cast<ThreadState*>(p);
   events::on_thread_exit(t->tid);
   unlink(t);
+  // A later key destructor that writes registers the thread again.
+  t->state = kUnregistered;
 }
 
 void after_fork_child() {
@@ -47,7 +49,7 @@ void after_fork_child() {
   ThreadState* me = &t_state;
   me->next = nullptr;
   me->tid = 0;
-  me->registered = false;
+  me->state = kUnregistered;
   g_head.store(nullptr, std::memory_order_relaxed);
   new (&g_mu) base::Mutex();
 }
@@ -76,7 +78,10 @@ CmdlineEntry g_cmdlines[kCmdlines];
 
 ThreadState& self() { return t_state; }
 
-void register_self(ThreadState& t) {
+bool register_self(ThreadState& t) {
+  if (t.state == kRegistering) return false;
+  t.state = kRegistering;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   t.tid = base::gettid_cached();
   char comm[16] = {};
   if (prctl(PR_GET_NAME, comm, 0, 0, 0) != 0) std::strcpy(comm, "<...>");
@@ -86,7 +91,9 @@ void register_self(ThreadState& t) {
   do {
     t.next = head;
   } while (!g_head.compare_exchange_weak(head, &t, std::memory_order_acq_rel));
-  t.registered = true;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  t.state = kRegistered;
+  return true;
 }
 
 void synchronize_writers() {
@@ -97,7 +104,16 @@ void synchronize_writers() {
   base::MutexLock l(&g_mu);
   for (ThreadState* t = g_head.load(std::memory_order_acquire); t; t = t->next) {
     if (t == &t_state) continue;  // the caller is not writing
-    while (t->nesting.load(std::memory_order_relaxed) != 0) sched_yield();
+    const uint64_t seen = t->ctr.load(std::memory_order_relaxed);
+    if ((seen & 0xff) == 0) continue;
+    for (int spins = 0;; ++spins) {
+      const uint64_t now = t->ctr.load(std::memory_order_relaxed);
+      if ((now & 0xff) == 0 || (now >> 8) != (seen >> 8)) break;
+      if (spins < 1000)
+        __builtin_ia32_pause();
+      else
+        sched_yield();
+    }
   }
 }
 

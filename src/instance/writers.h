@@ -1,26 +1,32 @@
 // Writer threads: the read side of usrtrace's grace periods, and each
 // thread's identity (tid, comm) for the trace.
 //
-// Every thread that writes an event brackets the write with its own nesting
-// counter (a plain per-thread word, no atomic instruction):
+// Every thread that writes an event brackets the write with its own counter
+// word (a plain per-thread word, no atomic instruction):
 //
-//     nesting++            [A]
-//     load instance slot   [B]   (the mask, the ring buffer, the pid filter)
-//     write                [C]
-//     nesting--            [D]
+//     ctr += depth ? 1 : 0x101   [A]  (depth+1; a new outermost write counted)
+//     load instance slot         [B]  (the mask, the ring buffer, the pid filter)
+//     write                      [C]
+//     ctr -= 1                   [D]
 //
 // synchronize_writers() (the update side) is called after a pointer was
 // unpublished: membarrier(PRIVATE_EXPEDITED) runs a full barrier on every
-// running thread of the process, and then every registered thread's counter
-// is waited on until it is seen at 0. A writer that stored [A] before the
-// barrier is seen nonzero until [D]; one that stores [A] after it loads [B]
-// after the unpublishing store was visible, so it cannot find the old
-// pointer. (This is liburcu's "memb" flavour, with a counter instead of a
-// grace-period phase; a thread that writes without pause is still seen at 0
-// between two writes.)
+// running thread of the process, and then every registered thread is waited
+// on until it is seen outside a write, or seen to have started a new
+// outermost write (its write count moved). A writer that stored [A] before
+// the barrier is seen inside until [D]; one that stores [A] after it loads
+// [B] after the unpublishing store was visible, so it cannot find the old
+// pointer. This is liburcu's "memb" flavour: the count plays the part of its
+// grace-period phase, so a thread that writes without pause does not hold
+// the update side up.
+//
+// The per-thread word `ctr`:
+//
+//   bits 63..8  outermost writes started (wraps; only compared for change)
+//   bits 7..0   nesting depth: writes in progress on this thread
 //
 // A signal handler that writes while its thread is between [A] and [D] nests:
-// the counter is then 2, which is also how the trace shows the nesting (the
+// the depth is then 2, which is also how the trace shows the nesting (the
 // 'h' flag and the preempt-depth column, src/output).
 #pragma once
 
@@ -32,30 +38,42 @@
 namespace usrtrace::writers {
 
 struct ThreadState {
-  std::atomic<uint32_t> nesting{0};  // written by the thread only
+  std::atomic<uint64_t> ctr{0};  // see above; written by the thread only
+  uint32_t depth() const { return static_cast<uint32_t>(ctr.load(std::memory_order_relaxed) & 0xff); }
   int32_t tid = 0;
-  bool registered = false;
+  // kUnregistered -> kRegistering -> kRegistered, and back to kUnregistered
+  // when the thread exits. Written by the thread only (and its signal
+  // handlers, which see kRegistering if they interrupt registration).
+  uint8_t state = 0;
   ThreadState* next = nullptr;  // registry list
 };
+inline constexpr uint8_t kUnregistered = 0;
+inline constexpr uint8_t kRegistering = 1;
+inline constexpr uint8_t kRegistered = 2;
 
 // This thread's state. Context: any; async-signal-safe.
 ThreadState& self();
-// Registers the calling thread (first event): tid, comm, list. Context:
-// any thread, signal handlers included; a few system calls, no allocation.
-void register_self(ThreadState& t);
+// Registers the calling thread (first event): tid, comm, list. Returns
+// false if a signal handler interrupted the thread's own registration (the
+// event is then dropped: the thread is not yet visible to grace periods).
+// Context: any thread, signal handlers included; a few system calls, no
+// allocation.
+bool register_self(ThreadState& t);
 
-inline ThreadState& enter() {
+// [A] of the protocol above. nullptr: drop the event (see register_self).
+inline ThreadState* enter() {
   ThreadState& t = self();
-  if (__builtin_expect(!t.registered, 0)) register_self(t);
+  if (__builtin_expect(t.state != kRegistered, 0) && !register_self(t)) return nullptr;
   // order: relaxed; the ordering against loads of published pointers comes
   // from the membarrier in synchronize_writers() (see above).
-  t.nesting.store(t.nesting.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  const uint64_t c = t.ctr.load(std::memory_order_relaxed);
+  t.ctr.store(c + ((c & 0xff) != 0 ? 1 : 0x101), std::memory_order_relaxed);
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  return t;
+  return &t;
 }
 inline void exit(ThreadState& t) {
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  t.nesting.store(t.nesting.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+  t.ctr.store(t.ctr.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
 }
 
 // Waits until no writer can still use a pointer unpublished before the

@@ -193,6 +193,7 @@ void RingBuffer::set_clock(clock::ClockId id) {
   base::rseq_fence();
   wait_slow_paths();
   clock_.store(id, std::memory_order_relaxed);
+  time_start_.store(clock::read_raw(id), std::memory_order_relaxed);
   for (int c = 0; c < nr_cpus_; ++c) {
     reset_locked(cpu_buffer(c));
     unseal(c);
@@ -218,6 +219,7 @@ void RingBuffer::reset(int cpu) {
   for (int c = lo; c < hi; ++c) seal(c);
   base::rseq_fence();
   wait_slow_paths();
+  if (cpu < 0) time_start_.store(clock::read_raw(clock()), std::memory_order_relaxed);
   for (int c = lo; c < hi; ++c) {
     reset_locked(cpu_buffer(c));
     unseal(c);

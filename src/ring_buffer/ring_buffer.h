@@ -296,6 +296,11 @@ class RingBuffer {
   // in O(1). Both must use the same clock. Returns 0 or -EINVAL.
   int swap_cpu(RingBuffer& other, int cpu);
 
+  // Raw clock value at the last reset of every CPU (reset(-1), set_clock),
+  // 0 for a buffer never reset: the kernel's time_start, the base of the
+  // latency-format times.
+  uint64_t time_start() const { return time_start_.load(std::memory_order_relaxed); }
+
   int nr_cpus() const { return nr_cpus_; }
   uint32_t page_size(int cpu) const;
   uint32_t nr_pages(int cpu) const;
@@ -372,6 +377,8 @@ class RingBuffer {
   std::atomic<bool> kicked_{false};        // wake_waiters() was called
 
   base::Mutex control_mu_;  // reset, resize, swap, gates, clock
+  // order: relaxed is enough; written under control_mu_, read for display.
+  std::atomic<uint64_t> time_start_{0};
 
  public:
   // Entries before cpu 0 catch the rseq cpu_id values -1 (unregistered) and
