@@ -447,7 +447,7 @@ int open(std::string_view path, int flags, std::unique_ptr<File>* out) {
   if (acc != O_RDONLY && acc != O_WRONLY && acc != O_RDWR) return -EINVAL;
   Node n;
   if (int rc = detail::resolve(path, &n); rc < 0) return rc;
-  if (n.kind == Kind::kDir) return acc == O_RDONLY ? -EISDIR : -EISDIR;
+  if (n.kind == Kind::kDir) return -EISDIR;
   const bool want_read = acc != O_WRONLY, want_write = acc != O_RDONLY;
   if ((want_read && !(n.mode & 0400)) || (want_write && !(n.mode & 0200))) return -EACCES;
   int err = 0;

@@ -173,6 +173,13 @@ TEST_P(TracefsMalformedTest, EmptyAndOddWritesThroughFileObjects) {
     ASSERT_EQ(tracefs::open(p_ + f, O_WRONLY | O_APPEND, &file), 0) << f;
     EXPECT_EQ(file->write("  \n", 3), 3) << f;
   }
+  // Files that take any text: junk is accepted and clears nothing
+  // (trace and error_log clear only when opened with O_TRUNC).
+  ASSERT_GT(wr(p_ + "trace_marker", kJunk), 0);
+  EXPECT_EQ(wr(p_ + "trace", kJunk, true), static_cast<long>(kJunk.size()));
+  wr(p_ + "tracing_on", "bad");  // leaves an error_log line
+  EXPECT_EQ(wr(p_ + "error_log", kJunk, true), static_cast<long>(kJunk.size()));
+  EXPECT_NE(rd(p_ + "error_log"), "");
   // Reads of write-only files and writes of read-only ones.
   std::unique_ptr<tracefs::File> file;
   EXPECT_EQ(tracefs::open(p_ + "buffer_total_size_kb", O_RDWR, &file), -EACCES);
