@@ -27,7 +27,7 @@ std::string show_stats(Instance& inst, int cpu) {
   auto put_ts = [&](const char* name, uint64_t raw) {
     const uint64_t v = clock::raw_to_ns(id, raw);
     if (clock::describe(id).in_ns) {
-      const uint64_t usec = v / 1000;
+      const uint64_t usec = (v + 500) / 1000;  // ns2usecs rounds, as the trace text does
       snprintf(buf, sizeof buf, "%s: %5" PRIu64 ".%06" PRIu64 "\n", name, usec / 1000000, usec % 1000000);
     } else {
       snprintf(buf, sizeof buf, "%s: %" PRIu64 "\n", name, v);  // counter, x86-tsc: counts
