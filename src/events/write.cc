@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "base/compiler.h"
+#include "base/rseq.h"
 #include "events/registry.h"
 #include "events/write.h"
 #include "instance/instance.h"
@@ -52,6 +53,15 @@ bool write_slot(int slot, const void* rec, uint32_t len, int tid) {
   // order: acquire pairs with the release that published the buffer.
   rb::RingBuffer* rb = s.buffer.load(std::memory_order_acquire);
   if (!rb) return false;
+  // tracing_cpumask. order: relaxed is enough; the mask is a soft switch
+  // like tracing_on. The CPU is the one this thread ran on a moment ago: a
+  // thread migrated before the ring buffer's own critical section records
+  // on its new CPU, so the mask is exact only for threads that stay put
+  // (negative ids, rseq not registered yet, are let through).
+  if (const unsigned cpu = static_cast<unsigned>(base::rseq_cpu_id());
+      USRTRACE_LIKELY(cpu < instance::kMaxCpus) &&
+      USRTRACE_UNLIKELY((s.cpus_off[cpu / 64].load(std::memory_order_relaxed) >> (cpu % 64)) & 1))
+    return false;
   if (const instance::PidFilter* f = s.pids.load(std::memory_order_acquire);
       USRTRACE_UNLIKELY(f != nullptr) && !f->admits(tid))
     return false;

@@ -97,6 +97,9 @@ Instance* Instance::create(std::string_view name, int* err, bool get_ref) {
   auto* inst = new Instance(std::string(name), slot, std::move(rb));
   if (get_ref) inst->get_reader();  // before anyone can see it
   g_instances[slot] = inst;
+  // A previous instance in this slot may have left CPUs masked off. order:
+  // relaxed; the release store of the buffer below publishes these.
+  for (auto& w : g_slot_state[slot].cpus_off) w.store(0, std::memory_order_relaxed);
   g_slot_state[slot].buffer.store(&inst->buffer(), std::memory_order_release);
   return inst;
 }
@@ -106,6 +109,22 @@ Instance* Instance::find(std::string_view name) {
   base::MutexLock l(&g_mu);
   for (int i = 1; i < kMaxInstances; ++i)
     if (g_instances[i] && g_instances[i]->name_ == name) return g_instances[i];
+  return nullptr;
+}
+
+Instance* Instance::find_get(std::string_view name) {
+  Instance* t = top();
+  if (name.empty()) {
+    if (t) t->get_reader();
+    return t;
+  }
+  base::MutexLock l(&g_mu);
+  for (int i = 1; i < kMaxInstances; ++i) {
+    if (g_instances[i] && g_instances[i]->name_ == name) {
+      g_instances[i]->get_reader();
+      return g_instances[i];
+    }
+  }
   return nullptr;
 }
 
@@ -156,13 +175,7 @@ Instance* Instance::get(std::string_view name, GetMode mode, int* err) {
   }
   for (;;) {
     if (mode != GetMode::kNew) {
-      base::MutexLock l(&g_mu);
-      for (int i = 1; i < kMaxInstances; ++i) {
-        if (g_instances[i] && g_instances[i]->name_ == name) {
-          g_instances[i]->get_reader();
-          return g_instances[i];
-        }
-      }
+      if (Instance* inst = find_get(name)) return inst;
       if (mode == GetMode::kExisting) {
         if (err) *err = ENOENT;
         return nullptr;
@@ -183,6 +196,27 @@ std::vector<std::string> Instance::names() {
   for (int i = 1; i < kMaxInstances; ++i)
     if (g_instances[i]) out.push_back(g_instances[i]->name_);
   std::sort(out.begin(), out.end());
+  return out;
+}
+
+void Instance::set_cpumask(const std::vector<uint64_t>& words) {
+  SlotState& s = g_slot_state[slot_];
+  for (size_t i = 0; i < kMaxCpus / 64; ++i) {
+    const uint64_t on = i < words.size() ? words[i] : ~uint64_t{0};
+    // order: relaxed is enough; the mask is a soft switch (a write racing
+    // with the change may land either way, as with tracing_on).
+    s.cpus_off[i].store(~on, std::memory_order_relaxed);
+  }
+}
+
+std::vector<uint64_t> Instance::cpumask() const {
+  const SlotState& s = g_slot_state[slot_];
+  const size_t n = static_cast<size_t>(rb_->nr_cpus() + 63) / 64;
+  std::vector<uint64_t> out(n);
+  for (size_t i = 0; i < n && i < kMaxCpus / 64; ++i)
+    out[i] = ~s.cpus_off[i].load(std::memory_order_relaxed);
+  const int rem = rb_->nr_cpus() % 64;
+  if (rem && !out.empty()) out.back() &= (uint64_t{1} << rem) - 1;
   return out;
 }
 

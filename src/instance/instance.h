@@ -23,6 +23,9 @@
 namespace usrtrace::instance {
 
 inline constexpr int kMaxInstances = 64;
+// CPUs tracing_cpumask can exclude; a CPU id at or above this is always
+// recorded (the kernel's NR_CPUS on Debian).
+inline constexpr int kMaxCpus = 8192;
 
 // trace_options / options/, in the kernel's order of the ones we have.
 enum Option : int {
@@ -71,6 +74,11 @@ struct PidFilter {
 struct SlotState {
   std::atomic<rb::RingBuffer*> buffer{nullptr};
   std::atomic<const PidFilter*> pids{nullptr};
+  // tracing_cpumask, inverted so that all-zero (the static initial state)
+  // records everywhere: bit c set = events written on CPU c are not
+  // recorded. Written by the control plane (Instance::set_cpumask), read
+  // with one relaxed load per write (events/write.cc).
+  std::atomic<uint64_t> cpus_off[kMaxCpus / 64] = {};
 };
 extern SlotState g_slot_state[kMaxInstances];
 
@@ -82,6 +90,10 @@ class Instance {
   // ENOSPC (no free slot), ENOMEM or ENOSYS.
   static Instance* create(std::string_view name, int* err);
   static Instance* find(std::string_view name);  // "" is the top instance
+  // find() and get_reader() in one step under the table lock, so destroy()
+  // cannot free the instance in between (tracefs holds a reference for as
+  // long as a file of the instance is open). nullptr if there is none.
+  static Instance* find_get(std::string_view name);
   // rmdir: EBUSY while a reader holds it, ENOENT, EINVAL for the top.
   static int destroy(std::string_view name);
   static std::vector<std::string> names();  // named instances, sorted
@@ -135,6 +147,17 @@ class Instance {
   std::string error_log() const;
   void clear_error_log();
 
+  // buffer_percent: how full a CPU's buffer must be before a waiting
+  // trace_pipe_raw reader wakes (0: any data). 0..100, default 50.
+  int buffer_percent() const { return buffer_percent_.load(std::memory_order_relaxed); }
+  void set_buffer_percent(int p) { buffer_percent_.store(p, std::memory_order_relaxed); }
+
+  // tracing_cpumask: bit c of word c/64 set = record events written on CPU
+  // c. Words past the end count as all ones. Best effort for a thread that
+  // migrates between the mask check and its write (events/write.cc).
+  void set_cpumask(const std::vector<uint64_t>& words);
+  std::vector<uint64_t> cpumask() const;  // nr_cpus bits
+
   // References that keep the instance alive (trace_pipe readers, API
   // handles): while any is held, destroy() fails with EBUSY.
   void get_reader() { readers_.fetch_add(1, std::memory_order_acq_rel); }
@@ -157,6 +180,7 @@ class Instance {
   std::unique_ptr<rb::RingBuffer> rb_;
   std::atomic<bool> options_[kNumOptions];
   std::atomic<int> readers_{0};
+  std::atomic<int> buffer_percent_{50};
   mutable base::Mutex mu_;  // pid filter, error log
   std::unique_ptr<PidFilter> pids_ USRTRACE_GUARDED_BY(mu_);
   std::vector<std::string> error_log_ USRTRACE_GUARDED_BY(mu_);

@@ -246,7 +246,6 @@ TEST_P(ApiInstanceTest, TracingOnOff) {
   }
 }
 
-#if USRTRACE_HAVE_TRACEFS
 TEST_P(ApiInstanceTest, ReadTraceThroughTheControlFiles) {
   ASSERT_EQ(inst_.set_event("apitest", "alpha", true), 1);
   trace_apitest_alpha(77);
@@ -316,7 +315,6 @@ TEST_P(ApiInstanceTest, RefusedWriteLogsAnError) {
   EXPECT_EQ(other->destroy(), 0);
 }
 
-#endif  // USRTRACE_HAVE_TRACEFS
 
 TEST_P(ApiInstanceTest, HandlesAreReferences) {
   if (name_.empty()) {
@@ -350,12 +348,10 @@ TEST(ApiCTest, Lifecycle) {
   EXPECT_EQ(r, nullptr) << r;
 }
 
-#if USRTRACE_HAVE_TRACEFS
 TEST(ApiCTest, Tracefs) {
   const char* r = c_tracefs("api_c_fs");
   EXPECT_EQ(r, nullptr) << r;
 }
-#endif
 
 TEST(ApiCTest, Errors) {
   const char* r = c_errors();

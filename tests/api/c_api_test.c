@@ -41,11 +41,9 @@ const char *c_lifecycle(const char *name) {
   usrtrace_array_put(c);
   CHECK(usrtrace_array_destroy(a) == -EBUSY); /* a's own: put it first */
   /* Held references make rmdir fail too, as a module's do in the kernel. */
-#if USRTRACE_HAVE_TRACEFS
   char dir[128];
   snprintf(dir, sizeof dir, "instances/%s", name);
   CHECK(usrtrace_tracefs_rmdir(dir) == -EBUSY);
-#endif
   usrtrace_array_put(a);
   CHECK(usrtrace_array_destroy(a) == 0);
   errno = 0;
@@ -125,7 +123,6 @@ const char *c_tracing_on_off(struct usrtrace_array *tr) {
 
 /* The control files from C: mkdir/rmdir and their errors, printk read back
  * from instances/NAME/trace, a refused write and its error_log line. */
-#if USRTRACE_HAVE_TRACEFS
 const char *c_tracefs(const char *name) {
   char dir[128], path[192];
   static char buf[1 << 16];
@@ -175,4 +172,3 @@ const char *c_tracefs(const char *name) {
   CHECK(usrtrace_tracefs_rmdir(dir) == -ENOENT);
   return NULL;
 }
-#endif /* USRTRACE_HAVE_TRACEFS */

@@ -1,0 +1,251 @@
+// Event control files: available_events, set_event, set_event_pid,
+// set_event_notrace_pid and the events/ directory (trace_events.c).
+//
+// set_event syntax, as the kernel's (plus globs on either side):
+//   sys:event   that event            sys: or sys:*   every event of sys
+//   event       every event named so, or every event of the system so named
+//   *:* or *    everything            !token          disables instead
+// The ftrace system is not enabled through these files (its events are
+// written by trace_marker and printk only), as in the kernel.
+#include <algorithm>
+#include <cerrno>
+#include <string>
+#include <vector>
+
+#include "events/registry.h"
+#include "ring_buffer/page_format.h"
+#include "tracefs/internal.h"
+
+namespace usrtrace::tracefs::detail {
+namespace {
+
+constexpr std::string_view kSub = "event";
+
+constexpr char kTriggerText[] =
+    "# Available triggers:\n"
+    "# traceon traceoff snapshot stacktrace enable_event disable_event enable_hist disable_hist "
+    "hist\n";
+
+// PID_MAX_LIMIT: the kernel refuses pids at or above pid_max.
+constexpr uint64_t kPidMax = 4194304;
+
+struct EventName {
+  std::string system, name;
+  uint16_t id;
+};
+
+// Every event set_event can name, sorted by system then name.
+std::vector<EventName> settable_events() {
+  std::vector<EventName> out;
+  events::Registry::get().for_each([&](events::EventDesc& e) {
+    if (std::string_view(e.system) != "ftrace") out.push_back({e.system, e.name, e.id});
+  });
+  return out;
+}
+
+bool any(std::string_view glob) { return glob.empty() || glob == "*"; }
+
+// Applies one set_event token; returns how many events it matched.
+int apply_token(Instance& inst, std::string_view tok, bool on) {
+  std::vector<const EventName*> hit;
+  const auto all = settable_events();
+  const size_t colon = tok.find(':');
+  for (const EventName& e : all) {
+    bool m;
+    if (colon == std::string_view::npos) {
+      m = any(tok) || events::glob_match(tok, e.name) || events::glob_match(tok, e.system);
+    } else {
+      const std::string_view sys = tok.substr(0, colon), ev = tok.substr(colon + 1);
+      m = (any(sys) || events::glob_match(sys, e.system)) && (any(ev) || events::glob_match(ev, e.name));
+    }
+    if (m) hit.push_back(&e);
+  }
+  // Outside for_each: set_event takes the registry lock itself.
+  for (const EventName* e : hit) inst.set_event(e->system, e->name, on);
+  return static_cast<int>(hit.size());
+}
+
+long write_set_event(Instance& inst, std::string_view s) {
+  for (const Token& t : tokens(s)) {
+    std::string_view tok = t.text;
+    const bool on = tok.front() != '!';
+    if (!on) tok.remove_prefix(1);
+    if (tok.empty() || apply_token(inst, tok, on) == 0)
+      return fail(inst, kSub, Err::kNoSuchEvent, s, t.pos + (on ? 0 : 1), EINVAL);
+  }
+  return static_cast<long>(s.size());
+}
+
+std::string show_set_event(Instance& inst) {
+  std::string out;
+  for (const EventName& e : settable_events())
+    if (inst.event_enabled(e.id)) out.append(e.system).append(":").append(e.name).append("\n");
+  return out;
+}
+
+// "0", "1", "X" (mixed) or "?" (no events), the kernel's system_enable_read.
+std::string show_enable(Instance& inst, std::string_view system) {
+  bool some_on = false, some_off = false;
+  for (const EventName& e : settable_events()) {
+    if (!system.empty() && e.system != system) continue;
+    (inst.event_enabled(e.id) ? some_on : some_off) = true;
+  }
+  if (some_on && some_off) return "X\n";
+  if (some_on) return "1\n";
+  if (some_off) return "0\n";
+  return "?\n";
+}
+
+long parse_bool(Instance& inst, std::string_view s, bool* on) {
+  uint64_t v = 0;
+  size_t bad = 0;
+  const int rc = parse_u64(s, 10, &v, &bad);
+  if (rc == -ERANGE) return fail(inst, kSub, Err::kNumberRange, s, bad, ERANGE);
+  if (rc < 0) return fail(inst, kSub, s.empty() ? Err::kEmpty : Err::kNotNumber, s, bad, EINVAL);
+  if (v > 1) return fail(inst, kSub, Err::kNotBool, s, 0, EINVAL);
+  *on = v == 1;
+  return 0;
+}
+
+// The two pid files read, change and replace one filter: serialized.
+base::Mutex& pid_mu() {
+  static base::Mutex* mu = new base::Mutex();
+  return *mu;
+}
+
+// set_event_pid / set_event_notrace_pid: whitespace-separated thread ids
+// (kstrtoul base 0), added to the list; all or nothing per write.
+long write_pids(Instance& inst, bool notrace, std::string_view s) {
+  std::vector<int> add;
+  for (const Token& t : tokens(s)) {
+    uint64_t v = 0;
+    size_t bad = 0;
+    const int rc = parse_u64(t.text, 0, &v, &bad);
+    if (rc < 0 || v >= kPidMax)
+      return fail(inst, kSub, Err::kBadPid, s, t.pos + (rc < 0 ? bad : 0), EINVAL);
+    add.push_back(static_cast<int>(v));
+  }
+  if (add.empty()) return static_cast<long>(s.size());
+  base::MutexLock l(&pid_mu());
+  instance::PidFilter f = inst.pid_filter();
+  (notrace ? f.notrace : f.trace).insert((notrace ? f.notrace : f.trace).end(), add.begin(), add.end());
+  inst.set_pid_filter(std::move(f.trace), std::move(f.notrace));
+  return static_cast<long>(s.size());
+}
+
+void clear_pids(Instance& inst, bool notrace) {
+  base::MutexLock l(&pid_mu());
+  instance::PidFilter f = inst.pid_filter();
+  (notrace ? f.notrace : f.trace).clear();
+  inst.set_pid_filter(std::move(f.trace), std::move(f.notrace));
+}
+
+std::string show_pids(Instance& inst, bool notrace) {
+  const instance::PidFilter f = inst.pid_filter();
+  std::string out;
+  for (int p : notrace ? f.notrace : f.trace) out += std::to_string(p) + "\n";
+  return out;
+}
+
+// The event behind an events/SYS/EVENT file, looked up on every use: the
+// object that defined it may have been unloaded since the open (ENODEV, as
+// the kernel answers for a removed event's files).
+const events::EventDesc* lookup(const std::string& sys, const std::string& name) {
+  return events::Registry::get().find(sys, name);
+}
+
+}  // namespace
+
+std::unique_ptr<File> open_event_file(Node node, int flags, int* err) {
+  const bool trunc = (flags & O_ACCMODE) != O_RDONLY && (flags & O_TRUNC);
+  Instance* ip = node.inst.get();
+  const std::string sys = node.system, name = node.event;
+  auto f = std::make_unique<SimpleFile>(std::move(node.inst));
+  switch (node.kind) {
+    case Kind::kAvailableEvents:
+      f->show = [] {
+        std::string out;
+        for (const EventName& e : settable_events()) out.append(e.system).append(":").append(e.name).append("\n");
+        return out;
+      };
+      break;
+    case Kind::kSetEvent:
+      if (trunc) ip->clear_events();  // echo > set_event
+      f->show = [ip] { return show_set_event(*ip); };
+      f->store = [ip](std::string_view s) { return write_set_event(*ip, s); };
+      break;
+    case Kind::kSetEventPid:
+    case Kind::kSetEventNotracePid: {
+      const bool notrace = node.kind == Kind::kSetEventNotracePid;
+      if (trunc) clear_pids(*ip, notrace);
+      f->show = [ip, notrace] { return show_pids(*ip, notrace); };
+      f->store = [ip, notrace](std::string_view s) { return write_pids(*ip, notrace, s); };
+      break;
+    }
+    case Kind::kEventsEnable:
+    case Kind::kSystemEnable:
+      f->show = [ip, sys] { return show_enable(*ip, sys); };
+      f->store = [ip, sys](std::string_view s) -> long {
+        bool on = false;
+        if (long rc = parse_bool(*ip, s, &on); rc < 0) return rc;
+        for (const EventName& e : settable_events())
+          if (sys.empty() || e.system == sys) ip->set_event(e.system, e.name, on);
+        return static_cast<long>(s.size());
+      };
+      break;
+    case Kind::kHeaderPage:
+      f->show = [ip] { return rb::header_page_text(ip->buffer().page_size(0)); };
+      break;
+    case Kind::kHeaderEvent:
+      f->show = [] { return rb::header_event_text(); };
+      break;
+    case Kind::kEventEnable:
+      f->show = [ip, sys, name]() -> std::string {
+        const auto* e = lookup(sys, name);
+        return e && ip->event_enabled(e->id) ? "1\n" : "0\n";
+      };
+      f->store = [ip, sys, name](std::string_view s) -> long {
+        bool on = false;
+        if (long rc = parse_bool(*ip, s, &on); rc < 0) return rc;
+        if (!lookup(sys, name)) return -ENODEV;
+        ip->set_event(sys, name, on);
+        return static_cast<long>(s.size());
+      };
+      break;
+    case Kind::kEventFilter:
+      f->show = [] { return std::string("none\n"); };
+      f->store = [ip](std::string_view s) -> long {
+        const std::string_view body = strip(s);
+        // "0" clears the filter (there is none yet); so does an empty write.
+        if (body.empty() || body == "0") return static_cast<long>(s.size());
+        return fail(*ip, kSub, Err::kFilterUnsupported, s, static_cast<size_t>(body.data() - s.data()), EINVAL);
+      };
+      break;
+    case Kind::kEventTrigger:
+      f->show = [] { return std::string(kTriggerText); };
+      f->store = [ip](std::string_view s) -> long {
+        const std::string_view body = strip(s);
+        if (body.empty()) return static_cast<long>(s.size());  // echo > trigger: nothing to clear
+        return fail(*ip, kSub, Err::kTriggerUnsupported, s, static_cast<size_t>(body.data() - s.data()), EINVAL);
+      };
+      break;
+    case Kind::kEventFormat:
+      f->show = [sys, name]() -> std::string {
+        const auto* e = lookup(sys, name);
+        return e ? events::format_text(*e) : std::string();
+      };
+      break;
+    case Kind::kEventId:
+      f->show = [sys, name]() -> std::string {
+        const auto* e = lookup(sys, name);
+        return e ? std::to_string(e->id) + "\n" : std::string();
+      };
+      break;
+    default:
+      *err = ENOENT;
+      return nullptr;
+  }
+  return f;
+}
+
+}  // namespace usrtrace::tracefs::detail

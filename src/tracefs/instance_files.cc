@@ -1,0 +1,433 @@
+// The files at the root of an instance directory (and options/NAME): the
+// kernel's trace.c files, with its value rules and errnos.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "clock/trace_clock.h"
+#include "instance/writers.h"
+#include "output/trace_output.h"
+#include "tracefs/internal.h"
+
+namespace usrtrace::tracefs::detail {
+namespace {
+
+constexpr std::string_view kSub = "trace";  // error_log subsystem of these files
+
+constexpr char kReadme[] =
+    "tracing mini-HOWTO (usrtrace: ftrace's control files, in process):\n"
+    "\n"
+    "# echo 0 > tracing_on : quick way to disable tracing\n"
+    "# echo 1 > tracing_on : quick way to re-enable tracing\n"
+    "\n"
+    " Important files:\n"
+    "  trace\t\t\t- The static contents of the buffer\n"
+    "\t\t\t  To clear the buffer write into this file: echo > trace\n"
+    "  trace_pipe\t\t- A consuming read to see the contents of the buffer\n"
+    "  current_tracer\t- function and latency tracers (only nop here)\n"
+    "  available_tracers\t- list of configured tracers for current_tracer\n"
+    "  error_log\t- error log for failed commands (that support it)\n"
+    "  buffer_size_kb\t- view and modify size of per cpu buffer\n"
+    "  buffer_total_size_kb  - view total size of all cpu buffers\n"
+    "  buffer_percent\t- how full a buffer must be before a trace_pipe_raw reader wakes\n"
+    "  free_buffer\t\t- shrinks the buffer to its minimum when closed\n"
+    "\n"
+    "  trace_clock\t\t- change the clock used to order events\n"
+    "       local:   Per cpu clock but may not be synced across CPUs\n"
+    "      global:   Synced across CPUs but slows tracing down.\n"
+    "     counter:   Not a clock, but just an increment\n"
+    "      uptime:   Jiffy counter from time of boot\n"
+    "        perf:   Same clock that perf events use\n"
+    "        mono:   CLOCK_MONOTONIC\n"
+    "    mono_raw:   CLOCK_MONOTONIC_RAW\n"
+    "        boot:   CLOCK_BOOTTIME\n"
+    "         tai:   CLOCK_TAI\n"
+    "     x86-tsc:   TSC cycle counter\n"
+    "\n"
+    "  trace_marker\t\t- Writes into this file writes into the kernel buffer\n"
+    "  trace_marker_raw\t\t- Writes into this file writes binary data into the kernel buffer\n"
+    "  tracing_cpumask\t- Limit which CPUs to trace\n"
+    "  trace_options\t\t- Set format or modify how tracing happens\n"
+    "\t\t\t  Disable an option by prefixing 'no' to the\n"
+    "\t\t\t  option name\n"
+    "  saved_cmdlines\t- the names of the threads that wrote events\n"
+    "  saved_tgids\t\t- the thread group (process) of each of them\n"
+    "  instances\t\t- Make sub-buffers with: mkdir instances/foo\n"
+    "\t\t\t  Remove sub-buffer with rmdir\n"
+    "\n"
+    "  available_events\t- list of all events\n"
+    "  set_event\t\t- enables events by name written into it\n"
+    "\t\t\t  Format: [!][<system>:]<event> ('!' disables, globs allowed)\n"
+    "  events/\t\t- Directory containing all trace event subsystems:\n"
+    "      enable\t\t- Write 0/1 to enable/disable tracing of all events\n"
+    "  events/<system>/\t- Directory containing all trace events for <system>:\n"
+    "      enable\t\t- Write 0/1 to enable/disable tracing of all <system>\n"
+    "\t\t\t  events\n"
+    "  events/<system>/<event>/\t- Directory containing control files for\n"
+    "\t\t\t  <event>:\n"
+    "      enable\t\t- Write 0/1 to enable/disable tracing of <event>\n"
+    "      format\t\t- the event's record layout and print format\n"
+    "      id\t\t- the event's id (common_type)\n"
+    "      filter\t\t- If set, only events passing filter are traced (not supported yet)\n"
+    "      trigger\t\t- If set, a command to perform when event is hit (not supported yet)\n"
+    "  set_event_pid\t\t- Trace events only for the thread ids listed\n"
+    "  set_event_notrace_pid\t- Do not trace events for the thread ids listed\n"
+    "  per_cpu/cpuN/\t\t- trace, trace_pipe, trace_pipe_raw, stats, buffer_size_kb of CPU N\n";
+
+std::string line(uint64_t v) { return std::to_string(v) + "\n"; }
+
+// kstrtoul(…, 10) as the kernel's numeric files use it; logs and returns
+// -errno on a bad value.
+long parse_number(Instance& inst, std::string_view s, uint64_t* v) {
+  size_t bad = 0;
+  const int rc = parse_u64(s, 10, v, &bad);
+  if (rc == -ERANGE) return fail(inst, kSub, Err::kNumberRange, s, bad, ERANGE);
+  if (rc < 0) return fail(inst, kSub, s.empty() ? Err::kEmpty : Err::kNotNumber, s, bad, EINVAL);
+  return 0;
+}
+
+long size_of(std::string_view s) { return static_cast<long>(s.size()); }
+
+// What the kernel's si_mem_available() approximates: MemAvailable.
+uint64_t mem_available() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  const long pages = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+  return pages > 0 && psz > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(psz) : 0;
+}
+
+// "[local] global counter ...\n", the kernel's tracing_clock_show.
+std::string show_clock(Instance& inst) {
+  std::string out;
+  const clock::ClockId cur = inst.buffer().clock();
+  bool first = true;
+  for (const clock::ClockDesc& c : clock::all_clocks()) {
+    if (!first) out += ' ';
+    first = false;
+    if (c.id == cur) out.append("[").append(c.name).append("]");
+    else out += c.name;
+  }
+  return out + "\n";
+}
+
+long write_clock(Instance& inst, std::string_view s) {
+  if (s.size() >= 64) return fail(inst, kSub, Err::kTooLong, s, 64, EINVAL);  // the kernel's buf[64]
+  const std::string_view name = strip(s);
+  auto id = clock::clock_from_name(name);
+  if (!id) return fail(inst, kSub, Err::kUnknownClock, s, static_cast<size_t>(name.data() - s.data()), EINVAL);
+  inst.buffer().set_clock(*id);  // resets the buffer, as the kernel does
+  return size_of(s);
+}
+
+std::string show_options(Instance& inst) {
+  std::string out;
+  for (int i = 0; i < instance::kNumOptions; ++i) {
+    if (!inst.option(static_cast<instance::Option>(i))) out += "no";
+    out.append(instance::kOptions[i].name).append("\n");
+  }
+  return out;
+}
+
+long write_options(Instance& inst, std::string_view s) {
+  if (s.size() >= 64) return fail(inst, kSub, Err::kTooLong, s, 64, EINVAL);
+  std::string_view name = strip(s);
+  const size_t pos = static_cast<size_t>(name.data() - s.data());
+  bool on = true;
+  if (name.substr(0, 2) == "no") {
+    on = false;
+    name.remove_prefix(2);
+  }
+  const int o = instance::option_by_name(name);
+  if (o < 0) return fail(inst, kSub, Err::kUnknownOption, s, pos, EINVAL);
+  inst.set_option(static_cast<instance::Option>(o), on);
+  return size_of(s);
+}
+
+long write_bool_option(Instance& inst, int o, std::string_view s) {
+  uint64_t v = 0;
+  if (long rc = parse_number(inst, s, &v); rc < 0) return rc;
+  if (v > 1) return fail(inst, kSub, Err::kNotBool, s, 0, EINVAL);
+  inst.set_option(static_cast<instance::Option>(o), v == 1);
+  return size_of(s);
+}
+
+long write_tracing_on(Instance& inst, std::string_view s) {
+  uint64_t v = 0;
+  if (long rc = parse_number(inst, s, &v); rc < 0) return rc;
+  inst.set_tracing_on(v != 0);  // any nonzero value, as rb_simple_write
+  return size_of(s);
+}
+
+long write_percent(Instance& inst, std::string_view s) {
+  uint64_t v = 0;
+  if (long rc = parse_number(inst, s, &v); rc < 0) return rc;
+  if (v > 100) return fail(inst, kSub, Err::kPercentRange, s, 0, EINVAL);
+  inst.set_buffer_percent(static_cast<int>(v));
+  return size_of(s);
+}
+
+long write_tracer(Instance& inst, std::string_view s) {
+  const std::string_view name = strip(s.substr(0, 100));  // MAX_TRACER_SIZE
+  if (name != "nop")
+    return fail(inst, kSub, Err::kUnknownTracer, s, static_cast<size_t>(name.data() - s.data()), EINVAL);
+  return size_of(s);
+}
+
+// tracing_cpumask: "%*pb" of nr_cpus bits, 32-bit chunks from the top,
+// the first one only as wide as its bits need.
+std::string show_cpumask(Instance& inst) {
+  const int nbits = inst.buffer().nr_cpus();
+  const std::vector<uint64_t> words = inst.cpumask();
+  std::string out;
+  int chunk_bits = nbits % 32 ? nbits % 32 : 32;
+  for (int lo = (nbits + 31) / 32 * 32 - 32; lo >= 0; lo -= 32) {
+    const auto w = static_cast<size_t>(lo / 64);
+    uint64_t val = w < words.size() ? words[w] >> (lo % 64) : 0;
+    val &= chunk_bits == 32 ? 0xffffffffu : (uint64_t{1} << chunk_bits) - 1;
+    char buf[16];
+    snprintf(buf, sizeof buf, "%0*" PRIx64, (chunk_bits + 3) / 4, val);
+    if (!out.empty()) out += ',';
+    out += buf;
+    chunk_bits = 32;
+  }
+  return out + "\n";
+}
+
+// bitmap_parse: comma-separated chunks of at most 8 hex digits, the last
+// chunk being bits 0..31. -EINVAL for a bad digit, -EOVERFLOW for a chunk
+// too wide or a bit past the last CPU, as the kernel.
+// Example, 40 CPUs, "f0,00000003\n":
+//   1. strip: "f0,00000003"
+//   2. last chunk "00000003" -> chunk 0: CPUs 0 and 1
+//   3. previous chunk "f0"   -> chunk 1: CPUs 36..39 (all below 40: fine)
+//   4. no chunk left: install {0, 1, 36, 37, 38, 39}
+long write_cpumask(Instance& inst, std::string_view s) {
+  const std::string_view body = strip(s);
+  const auto at = [&](std::string_view p) { return static_cast<size_t>(p.data() - s.data()); };
+  if (body.empty()) return fail(inst, kSub, Err::kEmpty, s, 0, EINVAL);
+  const int nbits = inst.buffer().nr_cpus();
+  std::vector<uint64_t> words(static_cast<size_t>(nbits + 63) / 64, 0);
+  size_t end = body.size();
+  uint64_t chunk = 0;
+  for (;;) {
+    const size_t comma = body.rfind(',', end == 0 ? 0 : end - 1);
+    const size_t b = (comma == std::string_view::npos || comma >= end) ? 0 : comma + 1;
+    const std::string_view part = body.substr(b, end - b);
+    if (part.empty()) return fail(inst, kSub, Err::kBadCpumask, s, at(body.substr(b)), EINVAL);
+    uint64_t v = 0;
+    for (size_t i = 0; i < part.size(); ++i) {
+      const int d = std::isxdigit(static_cast<unsigned char>(part[i]))
+                        ? (part[i] <= '9' ? part[i] - '0' : (part[i] | 0x20) - 'a' + 10)
+                        : -1;
+      if (d < 0) return fail(inst, kSub, Err::kBadCpumask, s, at(part) + i, EINVAL);
+      v = (v << 4 | static_cast<uint64_t>(d)) & uint64_t{0xfffffffff};  // 9 digits are enough to know
+    }
+    if (part.size() > 8) return fail(inst, kSub, Err::kCpumaskOverflow, s, at(part), EOVERFLOW);
+    for (int bit = 0; bit < 32; ++bit) {
+      if (!(v >> bit & 1)) continue;
+      const uint64_t cpu = chunk * 32 + static_cast<uint64_t>(bit);
+      if (cpu >= static_cast<uint64_t>(nbits))
+        return fail(inst, kSub, Err::kCpumaskOverflow, s, at(part), EOVERFLOW);
+      words[cpu / 64] |= uint64_t{1} << (cpu % 64);
+    }
+    ++chunk;
+    if (b == 0) break;
+    end = b - 1;
+  }
+  inst.set_cpumask(words);
+  return size_of(s);
+}
+
+long write_marker(Instance& inst, std::string_view s, bool raw) {
+  long rc = raw ? inst.write_marker_raw(s) : inst.write_marker(s);
+  if (rc >= 0) return rc;
+  const int e = static_cast<int>(-rc);
+  if (!inst.option(instance::kOptMarkers)) return fail(inst, kSub, Err::kMarkersOff, s, 0, e);
+  return fail(inst, kSub, s.size() < 4 ? Err::kRawTooShort : Err::kRawTooLong, s, 0, e);
+}
+
+std::string show_saved(bool tgids) {
+  std::string out;
+  char buf[64];
+  for (const auto& c : writers::saved_cmdlines()) {
+    if (tgids) snprintf(buf, sizeof buf, "%d %d\n", c.tid, static_cast<int>(getpid()));
+    else snprintf(buf, sizeof buf, "%d %s\n", c.tid, c.comm.c_str());
+    out += buf;
+  }
+  return out;
+}
+
+// trace_pipe and per_cpu/cpuN/trace_pipe: consuming reads of the text,
+// waiting for data unless O_NONBLOCK. What does not fit the caller's buffer
+// is kept for the next read, as the kernel's iter->seq.
+class TracePipe : public File {
+ public:
+  TracePipe(InstanceRef inst, int cpu, bool nonblock)
+      : inst_(std::move(inst)), cpu_(cpu), nonblock_(nonblock) {}
+  long read(char* buf, size_t size) override {
+    if (size == 0) return 0;
+    while (off_ == pending_.size()) {
+      pending_.clear();
+      off_ = 0;
+      output::read_pipe(*inst_, cpu_, std::max<size_t>(size, 4096), &pending_);
+      if (!pending_.empty()) break;
+      if (nonblock_) return -EAGAIN;
+      if (!inst_->buffer().wait(cpu_, 0)) return -EINTR;  // woken without data
+    }
+    const size_t n = std::min(size, pending_.size() - off_);
+    std::memcpy(buf, pending_.data() + off_, n);
+    off_ += n;
+    return static_cast<long>(n);
+  }
+  long write(const char*, size_t) override { return -EINVAL; }
+
+ private:
+  InstanceRef inst_;
+  int cpu_;
+  bool nonblock_;
+  std::string pending_;
+  size_t off_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<File> make_trace_pipe(InstanceRef inst, int cpu, bool nonblock) {
+  return std::make_unique<TracePipe>(std::move(inst), cpu, nonblock);
+}
+
+base::Mutex& size_mu() {
+  static base::Mutex* mu = new base::Mutex();
+  return *mu;
+}
+
+std::string show_buffer_size(Instance& inst, int cpu) {
+  base::MutexLock l(&size_mu());
+  rb::RingBuffer& rb = inst.buffer();
+  if (cpu >= 0) return line(rb.size_bytes(cpu) >> 10);
+  for (int c = 1; c < rb.nr_cpus(); ++c)
+    if (rb.size_bytes(c) != rb.size_bytes(0)) return "X\n";  // per-CPU sizes differ
+  return line(rb.size_bytes(0) >> 10);
+}
+
+long write_buffer_size(Instance& inst, int cpu, std::string_view s) {
+  uint64_t kb = 0;
+  if (long rc = parse_number(inst, s, &kb); rc < 0) return rc;
+  if (kb == 0) return fail(inst, kSub, Err::kSizeZero, s, 0, EINVAL);
+  rb::RingBuffer& rb = inst.buffer();
+  const uint64_t ncpus = cpu < 0 ? static_cast<uint64_t>(rb.nr_cpus()) : 1;
+  // The kernel refuses what memory cannot hold (si_mem_available): ENOMEM,
+  // before it would try. This also keeps kb << 10 from overflowing.
+  if (kb > mem_available() / 1024 / ncpus) return fail(inst, kSub, Err::kSizeTooLarge, s, 0, ENOMEM);
+  base::MutexLock l(&size_mu());
+  if (int rc = rb.resize(cpu, kb << 10); rc < 0)
+    return fail(inst, kSub, rc == -ENOMEM ? Err::kNoMemory : Err::kSizeTooLarge, s, 0, -rc);
+  return size_of(s);
+}
+
+std::unique_ptr<File> open_instance_file(Node node, int flags, int* err) {
+  const bool writing = (flags & O_ACCMODE) != O_RDONLY;
+  const bool trunc = writing && (flags & O_TRUNC);
+  Instance* ip = node.inst.get();
+  Instance& inst = *ip;
+  if (node.kind == Kind::kTracePipe)
+    return make_trace_pipe(std::move(node.inst), -1, (flags & O_NONBLOCK) != 0);
+
+  auto f = std::make_unique<SimpleFile>(std::move(node.inst));
+  switch (node.kind) {
+    case Kind::kReadme:
+      f->show = [] { return std::string(kReadme); };
+      break;
+    case Kind::kAvailableTracers:
+      f->show = [] { return std::string("nop\n"); };
+      break;
+    case Kind::kCurrentTracer:
+      f->show = [] { return std::string("nop\n"); };
+      f->store = [ip](std::string_view s) { return write_tracer(*ip, s); };
+      break;
+    case Kind::kBufferPercent:
+      f->show = [ip] { return line(static_cast<uint64_t>(ip->buffer_percent())); };
+      f->store = [ip](std::string_view s) { return write_percent(*ip, s); };
+      break;
+    case Kind::kBufferSizeKb:
+      f->show = [ip] { return show_buffer_size(*ip, -1); };
+      f->store = [ip](std::string_view s) { return write_buffer_size(*ip, -1, s); };
+      break;
+    case Kind::kBufferTotalSizeKb:
+      f->show = [ip] {
+        base::MutexLock l(&size_mu());
+        uint64_t kb = 0;
+        for (int c = 0; c < ip->buffer().nr_cpus(); ++c) kb += ip->buffer().size_bytes(c) >> 10;
+        return line(kb);
+      };
+      break;
+    case Kind::kErrorLog:
+      if (trunc) inst.clear_error_log();
+      f->show = [ip] { return ip->error_log(); };
+      f->store = [](std::string_view s) { return size_of(s); };
+      break;
+    case Kind::kFreeBuffer:
+      f->store = [](std::string_view s) { return size_of(s); };  // what is written does not matter
+      f->on_close = [ip] {
+        if (ip->option(instance::kOptDisableOnFree)) ip->set_tracing_on(false);
+        base::MutexLock l(&size_mu());
+        ip->buffer().resize(-1, 1);  // the smallest buffer the ring allows
+      };
+      break;
+    case Kind::kSavedCmdlines:
+      f->show = [] { return show_saved(false); };
+      break;
+    case Kind::kSavedTgids:
+      f->show = [] { return show_saved(true); };
+      break;
+    case Kind::kTrace:
+      if (trunc) inst.buffer().reset();
+      f->show = [ip] { return output::read_trace(*ip, -1); };
+      f->store = [](std::string_view s) { return size_of(s); };  // the kernel ignores it too
+      break;
+    case Kind::kTraceClock:
+      f->show = [ip] { return show_clock(*ip); };
+      f->store = [ip](std::string_view s) { return write_clock(*ip, s); };
+      break;
+    case Kind::kTraceMarker:
+      f->store = [ip](std::string_view s) { return write_marker(*ip, s, false); };
+      break;
+    case Kind::kTraceMarkerRaw:
+      f->store = [ip](std::string_view s) { return write_marker(*ip, s, true); };
+      break;
+    case Kind::kTraceOptions:
+      f->show = [ip] { return show_options(*ip); };
+      f->store = [ip](std::string_view s) { return write_options(*ip, s); };
+      break;
+    case Kind::kTracingCpumask:
+      f->show = [ip] { return show_cpumask(*ip); };
+      f->store = [ip](std::string_view s) { return write_cpumask(*ip, s); };
+      break;
+    case Kind::kTracingOn:
+      f->show = [ip] { return std::string(ip->tracing_on() ? "1\n" : "0\n"); };
+      f->store = [ip](std::string_view s) { return write_tracing_on(*ip, s); };
+      break;
+    case Kind::kOption: {
+      const int o = node.option;
+      f->show = [ip, o] {
+        return std::string(ip->option(static_cast<instance::Option>(o)) ? "1\n" : "0\n");
+      };
+      f->store = [ip, o](std::string_view s) { return write_bool_option(*ip, o, s); };
+      break;
+    }
+    default:
+      *err = ENOENT;
+      return nullptr;
+  }
+  return f;
+}
+
+}  // namespace usrtrace::tracefs::detail

@@ -1,0 +1,119 @@
+// per_cpu/cpuN/: one CPU's trace, trace_pipe, trace_pipe_raw, stats and
+// buffer_size_kb.
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "clock/trace_clock.h"
+#include "output/trace_output.h"
+#include "tracefs/internal.h"
+
+namespace usrtrace::tracefs::detail {
+namespace {
+
+// The kernel's tracing_stats_read text.
+std::string show_stats(Instance& inst, int cpu) {
+  rb::RingBuffer& rb = inst.buffer();
+  const rb::CpuStats s = rb.stats(cpu);
+  const clock::ClockId id = rb.clock();
+  std::string out;
+  char buf[128];
+  auto put = [&](const char* name, uint64_t v) {
+    snprintf(buf, sizeof buf, "%s: %" PRIu64 "\n", name, v);
+    out += buf;
+  };
+  auto put_ts = [&](const char* name, uint64_t raw) {
+    const uint64_t v = clock::raw_to_ns(id, raw);
+    if (clock::describe(id).in_ns) {
+      const uint64_t usec = (v + 500) / 1000;  // ns2usecs rounds, as the trace text does
+      snprintf(buf, sizeof buf, "%s: %5" PRIu64 ".%06" PRIu64 "\n", name, usec / 1000000, usec % 1000000);
+    } else {
+      snprintf(buf, sizeof buf, "%s: %" PRIu64 "\n", name, v);  // counter, x86-tsc: counts
+    }
+    out += buf;
+  };
+  put("entries", s.entries);
+  put("overrun", s.overrun);
+  put("commit overrun", s.commit_overrun);
+  put("bytes", s.bytes);
+  put_ts("oldest event ts", s.oldest_event_ts);
+  put_ts("now ts", s.now_ts);
+  put("dropped events", s.dropped_events);
+  put("read events", s.read_events);
+  return out;
+}
+
+// trace_pipe_raw: whole pages in the kernel's format, consumed. A read
+// smaller than a page gets the rest of that page on the next read, as the
+// kernel's tracing_buffers_read. Blocking reads wait for buffer_percent.
+class PipeRaw : public File {
+ public:
+  PipeRaw(InstanceRef inst, int cpu, bool nonblock)
+      : inst_(std::move(inst)), cpu_(cpu), nonblock_(nonblock),
+        page_(inst_->buffer().page_size(cpu)) {}
+  long read(char* buf, size_t size) override {
+    if (size == 0) return 0;
+    rb::RingBuffer& rb = inst_->buffer();
+    while (off_ == len_) {
+      if (rb.read_page(cpu_, page_.data(), page_.size(), false) > 0) {
+        off_ = 0;
+        len_ = page_.size();
+        break;
+      }
+      if (nonblock_) return -EAGAIN;
+      if (!rb.wait(cpu_, inst_->buffer_percent())) return -EINTR;
+    }
+    const size_t n = std::min(size, len_ - off_);
+    std::memcpy(buf, page_.data() + off_, n);
+    off_ += n;
+    return static_cast<long>(n);
+  }
+  long write(const char*, size_t) override { return -EINVAL; }
+
+ private:
+  InstanceRef inst_;
+  int cpu_;
+  bool nonblock_;
+  std::vector<uint8_t> page_;
+  size_t off_ = 0, len_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<File> open_per_cpu_file(Node node, int flags, int* err) {
+  const bool trunc = (flags & O_ACCMODE) != O_RDONLY && (flags & O_TRUNC);
+  const bool nonblock = (flags & O_NONBLOCK) != 0;
+  const int cpu = node.cpu;
+  Instance* ip = node.inst.get();
+  switch (node.kind) {
+    case Kind::kCpuTracePipe:
+      return make_trace_pipe(std::move(node.inst), cpu, nonblock);
+    case Kind::kCpuTracePipeRaw:
+      return std::make_unique<PipeRaw>(std::move(node.inst), cpu, nonblock);
+    default:
+      break;
+  }
+  auto f = std::make_unique<SimpleFile>(std::move(node.inst));
+  switch (node.kind) {
+    case Kind::kCpuBufferSizeKb:
+      f->show = [ip, cpu] { return show_buffer_size(*ip, cpu); };
+      f->store = [ip, cpu](std::string_view s) { return write_buffer_size(*ip, cpu, s); };
+      break;
+    case Kind::kCpuStats:
+      f->show = [ip, cpu] { return show_stats(*ip, cpu); };
+      break;
+    case Kind::kCpuTrace:
+      if (trunc) ip->buffer().reset(cpu);
+      f->show = [ip, cpu] { return output::read_trace(*ip, cpu); };
+      f->store = [](std::string_view s) { return static_cast<long>(s.size()); };
+      break;
+    default:
+      *err = ENOENT;
+      return nullptr;
+  }
+  return f;
+}
+
+}  // namespace usrtrace::tracefs::detail
