@@ -1,0 +1,130 @@
+// The flight-recorder demo: why ftrace has instances.
+//
+// Four worker threads serve requests. Every request records demo:request
+// (the hog: hundreds of thousands per second); now and then one fails and
+// records demo:error (rare, and the one you want after an incident). The top
+// buffer records both and is small, so by the end the hog has overwritten the
+// old errors. The instance "errors" records only demo:error and keeps every
+// one. Everything is set up the way you would with ftrace, by writing the
+// control files (here through the C API; `usrtrace` does it from a shell).
+//
+// Exits 0 when the errors instance kept every error, 1 otherwise.
+#include <pthread.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "usrtrace/event.h"
+#include "usrtrace/usrtrace.h"
+
+USRTRACE_EVENT(demo, request, (uint64_t, id)(uint32_t, latency_us)(char[16], route),
+               "id=%llu latency_us=%u route=%s", REC->id, REC->latency_us, REC->route)
+USRTRACE_EVENT(demo, error, (uint64_t, id)(int32_t, code)(const char*, what),
+               "id=%llu code=%d what=%s", REC->id, REC->code, __get_str(what))
+
+namespace {
+
+constexpr int kWorkers = 4;
+constexpr uint64_t kRequestsPerWorker = 250000;
+constexpr uint64_t kFailEvery = 9973;  // a prime: failures spread over the run
+
+const char* const kRoutes[] = {"/index.html", "/api/orders", "/api/users", "/static/app.js"};
+
+void check(long rc, const char* what) {
+  if (rc < 0) {
+    fprintf(stderr, "service_demo: %s: %s\n", what, strerror(static_cast<int>(-rc)));
+    exit(2);
+  }
+}
+
+void write_file(const char* path, const char* text) {
+  check(usrtrace_tracefs_write(path, text, strlen(text)), path);
+}
+
+std::string read_file(const char* path) {
+  std::string out(16 << 20, '\0');
+  long n = usrtrace_tracefs_read(path, out.data(), out.size());
+  check(n, path);
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) nl = text.size();
+    out.push_back(text.substr(pos, nl - pos));
+    pos = nl + 1;
+  }
+  return out;
+}
+
+size_t count_events(const std::vector<std::string>& lines, const char* name) {
+  size_t n = 0;
+  for (const auto& l : lines)
+    if (!l.empty() && l[0] != '#' && l.find(name) != std::string::npos) ++n;
+  return n;
+}
+
+void worker(int w, std::atomic<uint64_t>* errors) {
+  char name[16];
+  snprintf(name, sizeof name, "worker-%d", w);
+  pthread_setname_np(pthread_self(), name);
+  uint64_t x = static_cast<uint64_t>(w) + 1;
+  for (uint64_t i = 0; i < kRequestsPerWorker; ++i) {
+    const uint64_t id = static_cast<uint64_t>(w) * kRequestsPerWorker + i;
+    for (int k = 0; k < 50; ++k) x = x * 6364136223846793005u + 1442695040888963407u;  // "work"
+    trace_demo_request(id, static_cast<uint32_t>(x >> 54), kRoutes[id % 4]);
+    if (id % kFailEvery == kFailEvery - 1) {
+      trace_demo_error(id, 500 + static_cast<int32_t>(x % 4), "upstream timed out");
+      errors->fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+}
+
+}  // namespace
+
+int main() {
+  // The top buffer: everything, 64 KiB per CPU. The instance: errors only.
+  write_file("buffer_size_kb", "64");
+  check(usrtrace_tracefs_mkdir("instances/errors"), "mkdir instances/errors");
+  write_file("set_event", "demo:*");
+  write_file("instances/errors/set_event", "demo:error");
+
+  std::atomic<uint64_t> errors{0};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWorkers; ++w) threads.emplace_back(worker, w, &errors);
+  for (auto& t : threads) t.join();
+  write_file("tracing_on", "0");
+  write_file("instances/errors/tracing_on", "0");
+
+  const std::string top = read_file("trace");
+  const std::string kept = read_file("instances/errors/trace");
+  const auto top_lines = lines_of(top);
+  const auto kept_lines = lines_of(kept);
+  const uint64_t n = errors.load();
+  const size_t in_top = count_events(top_lines, "error: id=");
+  const size_t in_instance = count_events(kept_lines, "error: id=");
+
+  printf("=== cat trace (top buffer, demo:*, 64 KiB per CPU): header and last lines ===\n");
+  for (size_t i = 0; i < top_lines.size(); ++i)
+    if (top_lines[i].starts_with("#") || i + 8 >= top_lines.size()) printf("%s\n", top_lines[i].c_str());
+  printf("\n=== cat instances/errors/trace (demo:error only): first and last lines ===\n");
+  for (size_t i = 0; i < kept_lines.size(); ++i)
+    if (kept_lines[i].starts_with("#") || i < 16 || i + 4 >= kept_lines.size())
+      printf("%s\n", kept_lines[i].c_str());
+  printf("\n%llu requests, %llu errors.\n",
+         static_cast<unsigned long long>(kWorkers * kRequestsPerWorker),
+         static_cast<unsigned long long>(n));
+  printf("The top buffer kept %zu of the %llu errors: the hog overwrote the rest.\n", in_top,
+         static_cast<unsigned long long>(n));
+  printf("instances/errors kept %zu of %llu.\n", in_instance, static_cast<unsigned long long>(n));
+  usrtrace_tracefs_rmdir("instances/errors");
+  return in_instance == n ? 0 : 1;
+}
