@@ -12,6 +12,7 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -29,7 +30,7 @@ USRTRACE_EVENT(demo, error, (uint64_t, id)(int32_t, code)(const char*, what),
 namespace {
 
 constexpr int kWorkers = 4;
-constexpr uint64_t kRequestsPerWorker = 250000;
+constexpr uint64_t kRequestsPerWorker = 200000;
 constexpr uint64_t kFailEvery = 9973;  // a prime: failures spread over the run
 
 const char* const kRoutes[] = {"/index.html", "/api/orders", "/api/users", "/static/app.js"};
@@ -79,7 +80,7 @@ void worker(int w, std::atomic<uint64_t>* errors) {
   uint64_t x = static_cast<uint64_t>(w) + 1;
   for (uint64_t i = 0; i < kRequestsPerWorker; ++i) {
     const uint64_t id = static_cast<uint64_t>(w) * kRequestsPerWorker + i;
-    for (int k = 0; k < 50; ++k) x = x * 6364136223846793005u + 1442695040888963407u;  // "work"
+    for (int k = 0; k < 1000; ++k) x = x * 6364136223846793005u + 1442695040888963407u;  // "work"
     trace_demo_request(id, static_cast<uint32_t>(x >> 54), kRoutes[id % 4]);
     if (id % kFailEvery == kFailEvery - 1) {
       trace_demo_error(id, 500 + static_cast<int32_t>(x % 4), "upstream timed out");
@@ -99,8 +100,10 @@ int main() {
 
   std::atomic<uint64_t> errors{0};
   std::vector<std::thread> threads;
+  const auto t0 = std::chrono::steady_clock::now();
   for (int w = 0; w < kWorkers; ++w) threads.emplace_back(worker, w, &errors);
   for (auto& t : threads) t.join();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   write_file("tracing_on", "0");
   write_file("instances/errors/tracing_on", "0");
 
@@ -116,11 +119,21 @@ int main() {
   for (size_t i = 0; i < top_lines.size(); ++i)
     if (top_lines[i].starts_with("#") || i + 8 >= top_lines.size()) printf("%s\n", top_lines[i].c_str());
   printf("\n=== cat instances/errors/trace (demo:error only): first and last lines ===\n");
-  for (size_t i = 0; i < kept_lines.size(); ++i)
-    if (kept_lines[i].starts_with("#") || i < 16 || i + 4 >= kept_lines.size())
+  size_t shown = 0, skipped = 0;
+  for (size_t i = 0; i < kept_lines.size(); ++i) {
+    if (kept_lines[i].starts_with("#")) {
       printf("%s\n", kept_lines[i].c_str());
-  printf("\n%llu requests, %llu errors.\n",
-         static_cast<unsigned long long>(kWorkers * kRequestsPerWorker),
+    } else if (shown++ < 5 || i + 3 >= kept_lines.size()) {
+      if (skipped) printf("   ... %zu more ...\n", skipped);
+      skipped = 0;
+      printf("%s\n", kept_lines[i].c_str());
+    } else {
+      ++skipped;
+    }
+  }
+  const uint64_t requests = kWorkers * kRequestsPerWorker;
+  printf("\n%llu requests in %.2f s (%.0f demo:request events per second), %llu errors.\n",
+         static_cast<unsigned long long>(requests), secs, static_cast<double>(requests) / secs,
          static_cast<unsigned long long>(n));
   printf("The top buffer kept %zu of the %llu errors: the hog overwrote the rest.\n", in_top,
          static_cast<unsigned long long>(n));
