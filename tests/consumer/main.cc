@@ -2,6 +2,8 @@
 // code, and reading the trace back. Exits nonzero if anything is missing.
 #include <usrtrace/usrtrace.hpp>
 
+#include <pthread.h>
+
 #include <cstdio>
 #include <string>
 
@@ -21,7 +23,10 @@ int main() {
   auto app = usrtrace::Instance::get_by_name("consumer");
   if (!app) return fail(app.message(), "");
   if (app->set_event("consumer", "hello", true) != 1) return fail("set_event", "");
+  if (app->set_event("usrtrace", "thread_rename", true) != 1) return fail("set_event", "");
 
+  // pthread_setname_np reaches usrtrace's interposer, shared or static.
+  pthread_setname_np(pthread_self(), "consumer-main");
   trace_consumer_hello(42, "world");
   app->print("fmt says {}", 7);
   usrtrace_array* tr = usrtrace_array_lookup("consumer");
@@ -31,7 +36,8 @@ int main() {
 
   auto trace = app->read("trace");
   if (!trace) return fail(trace.message(), "");
-  for (const char* want : {"hello: n=42 who=world\n", ": fmt says 7\n", ": c says 8\n"})
+  for (const char* want : {"hello: n=42 who=world\n", ": fmt says 7\n", ": c says 8\n",
+                           "newcomm=consumer-main\n"})
     if (trace->find(want) == std::string::npos) return fail(want, *trace);
 
   // The same file through the C API, and nothing of it in the top instance.
