@@ -63,6 +63,27 @@ void rseq_fence();
 // exact write path under callgrind. Never call it in a real program.
 void rseq_emulate_for_instrumentation();
 
+// The end of every critical section written in inline asm: its descriptor
+// (in section __rseq_cs: start label 1, post-commit label 2, abort label 4)
+// and its abort handler (in __rseq_failure, after the 4-byte signature the
+// kernel checks: counts the abort and restarts at label 6, which re-arms).
+// `scratch` names a register the section clobbers anyway ("rcx", "rax").
+#define USRTRACE_RSEQ_CS_TRAILER(scratch)                            \
+  ".pushsection __rseq_cs, \"aw\"\n\t"                              \
+  ".balign 32\n\t"                                                   \
+  "3:\n\t"                                                           \
+  ".long 0, 0\n\t"                                                   \
+  ".quad 1b, 2b - 1b, 4f\n\t"                                        \
+  ".popsection\n\t"                                                  \
+  ".pushsection __rseq_failure, \"ax\"\n\t"                         \
+  ".byte 0x0f, 0xb9, 0x3d\n\t" /* ud1 <sig>(%rip), %edi */           \
+  ".long 0x53053053\n\t"       /* the signature: kRseqSig */         \
+  "4:\n\t"                                                           \
+  "movq usrtrace_rseq_aborts@gottpoff(%%rip), %%" scratch "\n\t"     \
+  "incq %%fs:(%%" scratch ")\n\t"                                    \
+  "jmp 6b\n\t"                                                       \
+  ".popsection\n\t"
+
 // Counts critical-section aborts taken by this thread (for tests; the abort
 // handler increments it with one instruction).
 extern "C" thread_local uint64_t usrtrace_rseq_aborts;

@@ -470,20 +470,7 @@ USRTRACE_ALWAYS_INLINE bool RingBuffer::write(const void* payload) {
         "pinsrq $1, %%rax, %%xmm0\n\t"
         "movaps %%xmm0, (%%r10)\n\t"
         "2:\n\t"
-        ".pushsection __rseq_cs, \"aw\"\n\t"
-        ".balign 32\n\t"
-        "3:\n\t"
-        ".long 0, 0\n\t"
-        ".quad 1b, 2b - 1b, 4f\n\t"
-        ".popsection\n\t"
-        ".pushsection __rseq_failure, \"ax\"\n\t"
-        ".byte 0x0f, 0xb9, 0x3d\n\t"  // ud1 <sig>(%rip), %edi: the signature is the
-        ".long 0x53053053\n\t"        // 4 bytes before the abort handler
-        "4:\n\t"
-        "movq usrtrace_rseq_aborts@gottpoff(%%rip), %%rcx\n\t"
-        "incq %%fs:(%%rcx)\n\t"
-        "jmp 6b\n\t"
-        ".popsection\n\t"
+        USRTRACE_RSEQ_CS_TRAILER("rcx")
         :
         : [rb] "r"(this), [src] "r"(payload), [rseqoff] "r"(base::usrtrace_rseq_offset),
           [disabled] "m"(record_disabled_), [gates] "i"(sizeof(RingBuffer) + kTrapSlots * 8),

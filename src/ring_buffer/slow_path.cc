@@ -45,6 +45,30 @@ static_assert(offsetof(CommitOp, cb) == 8 && offsetof(CommitOp, expect_w0) == 16
               offsetof(CommitOp, nstores) == 72 && offsetof(CommitOp, stores) == 80 &&
               sizeof(Store) == 16);
 
+// The start of rseq_commit's and rseq_switch's sections: arm, then check
+// that the op's snapshot still holds on this CPU (op fields 0..24: cpu, cb,
+// expect_w0, expect_ts); label 5 is the failure exit. Leaves the CpuBuffer
+// in %rdx. Needs operands [op], [slots], [rseqoff] and [sealed].
+#define USRTRACE_RB_SECTION_CHECKS          \
+  "6:\n\t"                                 \
+  "leaq 3f(%%rip), %%rax\n\t"              \
+  "movq %%rax, %%fs:8(%[rseqoff])\n\t"     \
+  "1:\n\t"                                 \
+  "movslq %%fs:4(%[rseqoff]), %%rax\n\t"   \
+  "cmpq %%rax, 0(%[op])\n\t"               \
+  "jne 5f\n\t"                             \
+  "movq (%[slots],%%rax,8), %%rdx\n\t"     \
+  "cmpq %%rdx, 8(%[op])\n\t"               \
+  "jne 5f\n\t"                             \
+  "cmpl $0, %c[sealed](%%rdx)\n\t"         \
+  "jne 5f\n\t"                             \
+  "movq (%%rdx), %%rax\n\t"                \
+  "cmpq %%rax, 16(%[op])\n\t"              \
+  "jne 5f\n\t"                             \
+  "movq 8(%%rdx), %%rax\n\t"               \
+  "cmpq %%rax, 24(%[op])\n\t"              \
+  "jne 5f\n\t"
+
 // Runs the critical section for `op` on the current CPU. Returns false when
 // the CPU, the installed CpuBuffer, `sealed` or {w0, last_ts} differ from the
 // snapshot; the caller takes a new snapshot and tries again. An abort
@@ -53,24 +77,7 @@ static_assert(offsetof(CommitOp, cb) == 8 && offsetof(CommitOp, expect_w0) == 16
 USRTRACE_NOINLINE bool rseq_commit(std::atomic<CpuBuffer*>* cpu0_slot, const CommitOp* op) {
   int ok;
   asm volatile(
-      "6:\n\t"
-      "leaq 3f(%%rip), %%rax\n\t"
-      "movq %%rax, %%fs:8(%[rseqoff])\n\t"
-      "1:\n\t"
-      "movslq %%fs:4(%[rseqoff]), %%rax\n\t"
-      "cmpq %%rax, 0(%[op])\n\t"
-      "jne 5f\n\t"
-      "movq (%[slots],%%rax,8), %%rdx\n\t"
-      "cmpq %%rdx, 8(%[op])\n\t"
-      "jne 5f\n\t"
-      "cmpl $0, 24(%%rdx)\n\t"  // sealed (kWsSealed)
-      "jne 5f\n\t"
-      "movq (%%rdx), %%rax\n\t"
-      "cmpq %%rax, 16(%[op])\n\t"
-      "jne 5f\n\t"
-      "movq 8(%%rdx), %%rax\n\t"
-      "cmpq %%rax, 24(%[op])\n\t"
-      "jne 5f\n\t"
+      USRTRACE_RB_SECTION_CHECKS
       "movq 72(%[op]), %%rcx\n\t"
       "leaq 80(%[op]), %%rsi\n\t"
       "testq %%rcx, %%rcx\n\t"
@@ -96,22 +103,10 @@ USRTRACE_NOINLINE bool rseq_commit(std::atomic<CpuBuffer*>* cpu0_slot, const Com
       "5:\n\t"
       "movl $0, %[ok]\n\t"
       "9:\n\t"
-      ".pushsection __rseq_cs, \"aw\"\n\t"
-      ".balign 32\n\t"
-      "3:\n\t"
-      ".long 0, 0\n\t"
-      ".quad 1b, 2b - 1b, 4f\n\t"
-      ".popsection\n\t"
-      ".pushsection __rseq_failure, \"ax\"\n\t"
-      ".byte 0x0f, 0xb9, 0x3d\n\t"
-      ".long 0x53053053\n\t"
-      "4:\n\t"
-      "movq usrtrace_rseq_aborts@gottpoff(%%rip), %%rcx\n\t"
-      "incq %%fs:(%%rcx)\n\t"
-      "jmp 6b\n\t"
-      ".popsection\n\t"
+      USRTRACE_RSEQ_CS_TRAILER("rcx")
       : [ok] "=&r"(ok)
-      : [op] "r"(op), [slots] "r"(cpu0_slot), [rseqoff] "r"(base::usrtrace_rseq_offset)
+      : [op] "r"(op), [slots] "r"(cpu0_slot), [rseqoff] "r"(base::usrtrace_rseq_offset),
+        [sealed] "i"(kWsSealed)
       : "rax", "rcx", "rdx", "rsi", "rdi", "xmm0", "cc", "memory");
   return ok != 0;
 }
@@ -161,24 +156,7 @@ static_assert(offsetof(PageHeader, timestamp) == 0 && offsetof(PageHeader, commi
 USRTRACE_NOINLINE bool rseq_switch(std::atomic<CpuBuffer*>* cpu0_slot, const SwitchOp* op) {
   int ok;
   asm volatile(
-      "6:\n\t"
-      "leaq 3f(%%rip), %%rax\n\t"
-      "movq %%rax, %%fs:8(%[rseqoff])\n\t"
-      "1:\n\t"
-      "movslq %%fs:4(%[rseqoff]), %%rax\n\t"
-      "cmpq %%rax, 0(%[op])\n\t"
-      "jne 5f\n\t"
-      "movq (%[slots],%%rax,8), %%rdx\n\t"
-      "cmpq %%rdx, 8(%[op])\n\t"
-      "jne 5f\n\t"
-      "cmpl $0, %c[sealed](%%rdx)\n\t"
-      "jne 5f\n\t"
-      "movq (%%rdx), %%rax\n\t"
-      "cmpq %%rax, 16(%[op])\n\t"
-      "jne 5f\n\t"
-      "movq 8(%%rdx), %%rax\n\t"
-      "cmpq %%rax, 24(%[op])\n\t"
-      "jne 5f\n\t"
+      USRTRACE_RB_SECTION_CHECKS
       "movq 48(%[op]), %%rsi\n\t"  // next page's meta: seq first (invariant 1)
       "movq 56(%[op]), %%rax\n\t"
       "movq %%rax, 0(%%rsi)\n\t"
@@ -226,20 +204,7 @@ USRTRACE_NOINLINE bool rseq_switch(std::atomic<CpuBuffer*>* cpu0_slot, const Swi
       "5:\n\t"
       "movl $0, %[ok]\n\t"
       "9:\n\t"
-      ".pushsection __rseq_cs, \"aw\"\n\t"
-      ".balign 32\n\t"
-      "3:\n\t"
-      ".long 0, 0\n\t"
-      ".quad 1b, 2b - 1b, 4f\n\t"
-      ".popsection\n\t"
-      ".pushsection __rseq_failure, \"ax\"\n\t"
-      ".byte 0x0f, 0xb9, 0x3d\n\t"
-      ".long 0x53053053\n\t"
-      "4:\n\t"
-      "movq usrtrace_rseq_aborts@gottpoff(%%rip), %%rcx\n\t"
-      "incq %%fs:(%%rcx)\n\t"
-      "jmp 6b\n\t"
-      ".popsection\n\t"
+      USRTRACE_RSEQ_CS_TRAILER("rcx")
       : [ok] "=&r"(ok)
       : [op] "r"(op), [slots] "r"(cpu0_slot), [rseqoff] "r"(base::usrtrace_rseq_offset),
         [sealed] "i"(kWsSealed), [dropped_seen] "i"(kWsDroppedSeen), [limit] "i"(kWsLimit)
@@ -274,20 +239,7 @@ USRTRACE_NOINLINE void rseq_fix_limit(std::atomic<CpuBuffer*>* cpu0_slot, int64_
       "shlq $16, %%rax\n\t"
       "movq %%rax, %c[limit](%[cb])\n\t"
       "2:\n\t"
-      ".pushsection __rseq_cs, \"aw\"\n\t"
-      ".balign 32\n\t"
-      "3:\n\t"
-      ".long 0, 0\n\t"
-      ".quad 1b, 2b - 1b, 4f\n\t"
-      ".popsection\n\t"
-      ".pushsection __rseq_failure, \"ax\"\n\t"
-      ".byte 0x0f, 0xb9, 0x3d\n\t"
-      ".long 0x53053053\n\t"
-      "4:\n\t"
-      "movq usrtrace_rseq_aborts@gottpoff(%%rip), %%rax\n\t"
-      "incq %%fs:(%%rax)\n\t"
-      "jmp 6b\n\t"
-      ".popsection\n\t"
+      USRTRACE_RSEQ_CS_TRAILER("rax")
       :
       : [cpu] "r"(cpu), [cb] "r"(cb), [slots] "r"(cpu0_slot), [mask] "r"(~(page_size - 1)),
         [size] "r"(page_size), [rseqoff] "r"(base::usrtrace_rseq_offset), [sealed] "i"(kWsSealed),
