@@ -135,6 +135,19 @@ struct RegisterBuiltins {
 };
 __attribute__((init_priority(102))) RegisterBuiltins g_register_builtins;
 
+// Writes a built-in ftrace record (marker, raw marker) into one instance,
+// from the writer's own context: depth 1, as the kernel shows trace_marker
+// writes (preempt-depth 1).
+void write_marker_record(int slot, char* rec, uint32_t len) {
+  writers::ThreadState* t = writers::enter();
+  if (!t) return;
+  fill_common(rec, *t);
+  auto* h = reinterpret_cast<internal::CommonHeader*>(rec);
+  h->preempt_count = static_cast<uint8_t>(h->preempt_count + 1);
+  write_slot(slot, rec, len, t->tid);
+  writers::exit(*t);
+}
+
 }  // namespace
 
 const internal::EventDesc& print_event() { return g_print_desc; }
@@ -152,14 +165,7 @@ long write_print(int slot, std::string_view text, uint64_t ip) {
   if (n == 0 || text_out[n - 1] != '\n') text_out[end++] = '\n';
   text_out[end++] = 0;
   uint32_t len = internal::pad_record(buf, static_cast<uint32_t>(sizeof(PrintRecord) + end));
-  writers::ThreadState* t = writers::enter();
-  if (!t) return static_cast<long>(n);
-  fill_common(buf, *t);
-  // A marker is written from the writer's own context: depth 1, as the
-  // kernel shows trace_marker writes (preempt-depth 1).
-  r->common.preempt_count = static_cast<uint8_t>(r->common.preempt_count + 1);
-  write_slot(slot, buf, len, t->tid);
-  writers::exit(*t);
+  write_marker_record(slot, buf, len);
   return static_cast<long>(n);
 }
 
@@ -172,12 +178,7 @@ long write_raw(int slot, std::string_view data) {
   std::memcpy(&r->id, data.data(), 4);
   std::memcpy(buf + sizeof(RawRecord), data.data() + 4, data.size() - 4);
   uint32_t len = internal::pad_record(buf, static_cast<uint32_t>(sizeof(RawRecord) + data.size() - 4));
-  writers::ThreadState* t = writers::enter();
-  if (!t) return static_cast<long>(data.size());
-  fill_common(buf, *t);
-  r->common.preempt_count = static_cast<uint8_t>(r->common.preempt_count + 1);
-  write_slot(slot, buf, len, t->tid);
-  writers::exit(*t);
+  write_marker_record(slot, buf, len);
   return static_cast<long>(data.size());
 }
 
