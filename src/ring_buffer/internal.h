@@ -1,6 +1,7 @@
 // Private to src/ring_buffer: helpers shared by the control and reader code.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "ring_buffer/ring_buffer.h"
@@ -17,11 +18,18 @@ struct Tail {
   uint64_t first_index = 0;  // of the tail page
 };
 // Context: any thread; lock-free (retries while a commit lands between reads).
+// Empty when the tail is below the floor of a clear_detached().
 Tail read_tail(const CpuBuffer* cb);
+// The same, ignoring the floor.
+Tail read_tail_raw(const CpuBuffer* cb);
+// A reader that finds the buffer cleared (clear_detached) since it last
+// looked drops its position and counts. Context: reader_mu held.
+void sync_clear(CpuBuffer* cb);
 
 // The oldest seq that can still be in the ring when `t` is the tail.
 inline uint64_t oldest_seq(const CpuBuffer* cb, const Tail& t) {
-  return t.seq > cb->nr_pages ? t.seq - cb->nr_pages + 1 : 1;
+  const uint64_t ring = t.seq > cb->nr_pages ? t.seq - cb->nr_pages + 1 : 1;
+  return std::max(ring, cb->floor_seq.load(std::memory_order_acquire));
 }
 
 enum class CopyResult { kOk, kGone, kNotYet };

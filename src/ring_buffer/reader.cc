@@ -10,6 +10,26 @@
 namespace usrtrace::rb {
 
 Tail read_tail(const CpuBuffer* cb) {
+  Tail t = read_tail_raw(cb);
+  // order: acquire pairs with clear_detached's release store of the floor.
+  if (t.seq != 0 && t.seq < cb->floor_seq.load(std::memory_order_acquire)) return Tail{};
+  return t;
+}
+
+void sync_clear(CpuBuffer* cb) USRTRACE_NO_THREAD_SAFETY_ANALYSIS {
+  // order: acquire pairs with clear_detached's release increment, so the
+  // floor stored before it is seen.
+  const uint64_t gen = cb->clear_gen.load(std::memory_order_acquire);
+  if (cb->reader_gen == gen) return;
+  cb->reader_gen = gen;
+  cb->pos = ReadPos{};
+  cb->pos.index = cb->floor_index.load(std::memory_order_relaxed);
+  cb->copy.seq = 0;
+  cb->read = 0;
+  cb->overrun = 0;
+}
+
+Tail read_tail_raw(const CpuBuffer* cb) {
   for (;;) {
     // order: acquire; the meta and page reads below must not move before it.
     const uint64_t a = cb->ws.w0.load(std::memory_order_acquire);
@@ -219,6 +239,7 @@ bool read_event(Cursor& c, Event* ev, bool advance) {
 }
 
 Cursor consumer(CpuBuffer* cb) USRTRACE_NO_THREAD_SAFETY_ANALYSIS {
+  sync_clear(cb);
   return Cursor{cb, &cb->pos, &cb->copy, &cb->overrun, &cb->read, true};
 }
 
@@ -324,6 +345,7 @@ RingBuffer::Iterator::Iterator(RingBuffer& rb) : cpus_(static_cast<size_t>(rb.nr
     Cpu& c = cpus_[static_cast<size_t>(i)];
     c.cb = rb.cpu_buffer(i);
     base::MutexLock rl(&c.cb->reader_mu);
+    sync_clear(c.cb);
     c.pos = c.cb->pos;
     c.copy = c.cb->copy;
     Tail t = read_tail(c.cb);

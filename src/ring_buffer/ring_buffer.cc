@@ -64,6 +64,9 @@ void init_state(CpuBuffer* cb) {
   cb->dropped.store(0, std::memory_order_relaxed);
   cb->reader_next_seq.store(1, std::memory_order_relaxed);
   cb->reader_index.store(0, std::memory_order_relaxed);
+  cb->floor_seq.store(0, std::memory_order_relaxed);
+  cb->floor_index.store(0, std::memory_order_relaxed);
+  cb->floor_dropped.store(0, std::memory_order_relaxed);
 }
 
 bool alloc_pages(CpuBuffer* cb, uint32_t nr_pages) {
@@ -126,7 +129,7 @@ std::unique_ptr<RingBuffer> RingBuffer::create(const Options& opts, int* err) {
     if (!alloc_pages(cb, nr)) return fail(ENOMEM);
     init_state(cb);
   }
-  base::MutexLock l(&rb->control_mu_);
+  ControlGuard l(*rb);
   for (int c = 0; c < n; ++c) rb->unseal(c);
   return rb;
 }
@@ -182,13 +185,17 @@ void RingBuffer::wait_slow_paths() {
 }
 
 void RingBuffer::set_time_stamp_abs(bool on) {
-  base::MutexLock l(&control_mu_);
+  ControlGuard l(*this);
   abs_ts_.store(on, std::memory_order_relaxed);
   update_gates();
 }
 
 void RingBuffer::set_clock(clock::ClockId id) {
-  base::MutexLock l(&control_mu_);
+  ControlGuard l(*this);
+  set_clock_locked(l, id);
+}
+
+void RingBuffer::set_clock_locked(const ControlGuard&, clock::ClockId id) USRTRACE_NO_THREAD_SAFETY_ANALYSIS {
   for (int c = 0; c < nr_cpus_; ++c) seal(c);
   base::rseq_fence();
   wait_slow_paths();
@@ -206,6 +213,7 @@ void RingBuffer::set_clock(clock::ClockId id) {
 void RingBuffer::reset_locked(CpuBuffer* cb) {
   base::MutexLock rl(&cb->reader_mu);
   init_state(cb);
+  cb->reader_gen = cb->clear_gen.load(std::memory_order_relaxed);
   cb->pos = ReadPos{};
   cb->copy.seq = 0;
   cb->read = 0;
@@ -213,7 +221,7 @@ void RingBuffer::reset_locked(CpuBuffer* cb) {
 }
 
 void RingBuffer::reset(int cpu) {
-  base::MutexLock l(&control_mu_);
+  ControlGuard l(*this);
   int lo = cpu < 0 ? 0 : cpu, hi = cpu < 0 ? nr_cpus_ : cpu + 1;
   if (lo >= nr_cpus_) return;
   for (int c = lo; c < hi; ++c) seal(c);
@@ -227,8 +235,12 @@ void RingBuffer::reset(int cpu) {
 }
 
 int RingBuffer::resize(int cpu, uint64_t bytes) {
+  ControlGuard l(*this);
+  return resize_locked(l, cpu, bytes);
+}
+
+int RingBuffer::resize_locked(const ControlGuard&, int cpu, uint64_t bytes) USRTRACE_NO_THREAD_SAFETY_ANALYSIS {
   if (bytes == 0) return -EINVAL;
-  base::MutexLock l(&control_mu_);
   int lo = cpu < 0 ? 0 : cpu, hi = cpu < 0 ? nr_cpus_ : cpu + 1;
   if (lo >= nr_cpus_) return -EINVAL;
   int rc = 0;
@@ -239,7 +251,7 @@ int RingBuffer::resize(int cpu, uint64_t bytes) {
     seal(c);
     base::rseq_fence();
     wait_slow_paths();
-    rc = resize_locked(cb, nr);
+    rc = resize_cpu_locked(cb, nr);
     unseal(c);
   }
   return rc;
@@ -247,9 +259,19 @@ int RingBuffer::resize(int cpu, uint64_t bytes) {
 
 // Moves the newest pages that fit into a new ring, keeping each page's seq,
 // so readers find what was kept and count what was not as overrun.
-// Context: control_mu_ held, `cb` sealed and drained.
-int RingBuffer::resize_locked(CpuBuffer* cb, uint32_t nr) {
+// Context: control_ held, `cb` sealed and drained.
+int RingBuffer::resize_cpu_locked(CpuBuffer* cb, uint32_t nr) {
   base::MutexLock rl(&cb->reader_mu);
+  if (read_tail_raw(cb).seq != 0 && read_tail(cb).seq == 0) {
+    // Emptied by clear_detached and not written since: make it a real
+    // reset, so nothing below the floor is carried over.
+    init_state(cb);
+    cb->reader_gen = cb->clear_gen.load(std::memory_order_relaxed);
+    cb->pos = ReadPos{};
+    cb->copy.seq = 0;
+    cb->read = 0;
+    cb->overrun = 0;
+  }
   CpuBuffer fresh;
   fresh.page_size = cb->page_size;
   fresh.page_shift = cb->page_shift;
@@ -260,7 +282,7 @@ int RingBuffer::resize_locked(CpuBuffer* cb, uint32_t nr) {
     w0 = virgin_w0(&fresh);
   } else {
     uint64_t keep = std::min<uint64_t>(nr, cb->nr_pages);
-    uint64_t first = t.seq >= keep ? t.seq - keep + 1 : 1;
+    uint64_t first = std::max(t.seq >= keep ? t.seq - keep + 1 : 1, cb->floor_seq.load(std::memory_order_relaxed));
     for (uint64_t s = first; s <= t.seq; ++s) {
       const PageMeta& m = cb->meta[cb->slot_of(s)];
       if (m.seq.load(std::memory_order_relaxed) != s) continue;
@@ -294,8 +316,8 @@ int RingBuffer::swap_cpu(RingBuffer& other, int cpu) {
   if (clock() != other.clock()) return -EINVAL;
   RingBuffer* a = this < &other ? this : &other;
   RingBuffer* b = this < &other ? &other : this;
-  base::MutexLock la(&a->control_mu_);
-  base::MutexLock lb(&b->control_mu_);
+  ControlGuard la(*a);
+  ControlGuard lb(*b);
   int lo = cpu < 0 ? 0 : cpu, hi = cpu < 0 ? nr_cpus_ : cpu + 1;
   if (lo >= nr_cpus_) return -EINVAL;
   for (int c = lo; c < hi; ++c)
@@ -313,6 +335,70 @@ int RingBuffer::swap_cpu(RingBuffer& other, int cpu) {
   return 0;
 }
 
+int RingBuffer::swap_all_locked(const ControlGuard&, RingBuffer& other) USRTRACE_NO_THREAD_SAFETY_ANALYSIS {
+  if (&other == this || other.nr_cpus_ != nr_cpus_ || clock() != other.clock()) return -EINVAL;
+  for (int c = 0; c < nr_cpus_; ++c)
+    if (cpu_buffer(c)->page_size != other.cpu_buffer(c)->page_size) return -EINVAL;
+  for (int c = 0; c < nr_cpus_; ++c) {
+    CpuBuffer* mine = cpu_buffer(c);
+    CpuBuffer* theirs = other.cpu_buffer(c);
+    // As in swap_cpu: a write in flight commits into the CpuBuffer it
+    // loaded, so it lands in one of the two. A sealed CPU stays sealed: its
+    // CpuBuffer carries `sealed` with it, and the gate follows the slot.
+    slots()[c + kTrapSlots].store(theirs, std::memory_order_release);
+    other.slots()[c + kTrapSlots].store(mine, std::memory_order_release);
+    update_gate(c);
+    other.update_gate(c);
+  }
+  return 0;
+}
+
+// Nothing writes to a detached buffer, so its writer state may be changed
+// from outside a section: limit = 0 sends the next write (once the buffer is
+// swapped in) to the slow path, which sees the tail below the floor and
+// opens page floor_seq, whose first_index is floor_index. Readers stop seeing
+// the old pages as soon as floor_seq is stored (read_tail, oldest_seq).
+void RingBuffer::clear_detached() {
+  for (int c = 0; c < nr_cpus_; ++c) {
+    CpuBuffer* cb = cpu_buffer(c);
+    const Tail t = read_tail_raw(cb);
+    cb->ws.limit.store(0, std::memory_order_relaxed);
+    if (t.seq + 1 > cb->floor_seq.load(std::memory_order_relaxed)) {
+      // order: the counts, relaxed, then the floor and the generation with
+      // release: a reader that sees either sees the counts.
+      cb->floor_index.store(t.seq ? t.first_index + t.entries : 0, std::memory_order_relaxed);
+      cb->floor_dropped.store(cb->dropped.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      cb->floor_seq.store(t.seq + 1, std::memory_order_release);
+    }
+    cb->clear_gen.fetch_add(1, std::memory_order_release);
+    // Discard mode reuses a page only once the consumer passed it: nothing
+    // below the floor is waiting to be consumed any more.
+    uint64_t ri = cb->reader_index.load(std::memory_order_relaxed);
+    const uint64_t fi = cb->floor_index.load(std::memory_order_relaxed);
+    while (ri < fi && !cb->reader_index.compare_exchange_weak(ri, fi, std::memory_order_release)) {
+    }
+  }
+}
+
+void RingBuffer::run_deferred() {
+  // order: seq_cst store, then (in drain) the lock attempt: either the lock
+  // is free and this thread runs the work, or its holder's drain, which
+  // reads the flag after unlocking, sees it.
+  deferred_pending_.store(true, std::memory_order_seq_cst);
+  drain_deferred();
+}
+
+void RingBuffer::drain_deferred() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  while (deferred_pending_.load(std::memory_order_seq_cst)) {
+    if (!control_.try_lock()) return;  // the holder drains when it unlocks
+    if (deferred_pending_.exchange(false, std::memory_order_acq_rel) && deferred_fn_)
+      deferred_fn_(deferred_arg_);
+    control_.unlock();
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+}
+
 uint32_t RingBuffer::page_size(int cpu) const { return cpu_buffer(cpu < 0 ? 0 : cpu)->page_size; }
 uint32_t RingBuffer::nr_pages(int cpu) const { return cpu_buffer(cpu < 0 ? 0 : cpu)->nr_pages; }
 uint64_t RingBuffer::size_bytes(int cpu) const {
@@ -328,14 +414,16 @@ CpuStats RingBuffer::stats(int cpu) {
   if (cpu < 0 || cpu >= nr_cpus_) return s;
   CpuBuffer* cb = cpu_buffer(cpu);
   base::MutexLock rl(&cb->reader_mu);
+  sync_clear(cb);
   Tail t = read_tail(cb);
   s.now_ts = clock::read_raw(clock());
-  s.dropped_events = cb->dropped.load(std::memory_order_relaxed);
+  s.dropped_events = cb->dropped.load(std::memory_order_relaxed) - cb->floor_dropped.load(std::memory_order_relaxed);
   s.read_events = cb->read;
-  s.written = t.seq ? t.first_index + t.entries : 0;
+  s.written = t.seq ? t.first_index + t.entries - cb->floor_index.load(std::memory_order_relaxed) : 0;
   // Entries the reader holds or has consumed: nothing before `owned` can be
   // lost any more.
-  uint64_t owned = cb->pos.index;
+  const uint64_t floor_index = cb->floor_index.load(std::memory_order_relaxed);
+  uint64_t owned = std::max(cb->pos.index, floor_index);
   if (cb->copy.seq != 0 && cb->copy.seq == cb->pos.seq)
     owned = cb->copy.first_index + cb->copy.entries;
   uint64_t overrun = cb->overrun;
@@ -390,7 +478,7 @@ bool RingBuffer::wait(int cpu, int percent) {
     };
     if (ready()) return true;
     {
-      base::MutexLock l(&control_mu_);
+      ControlGuard l(*this);
       if (percent == 0) {
         waiters_any_.fetch_add(1, std::memory_order_relaxed);
         update_gates();
@@ -407,7 +495,7 @@ bool RingBuffer::wait(int cpu, int percent) {
     bool now = ready();
     if (!now) base::futex_wait(&wake_seq_, seq);
     {
-      base::MutexLock l(&control_mu_);
+      ControlGuard l(*this);
       if (percent == 0) {
         waiters_any_.fetch_sub(1, std::memory_order_relaxed);
         update_gates();
@@ -427,6 +515,7 @@ void RingBuffer::wake_waiters() {
 
 bool RingBuffer::page_ready(CpuBuffer* cb, int percent) {
   base::MutexLock rl(&cb->reader_mu);
+  sync_clear(cb);
   Tail t = read_tail(cb);
   if (t.seq == 0) return false;
   if (percent == 0) {

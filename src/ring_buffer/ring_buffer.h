@@ -188,6 +188,17 @@ struct alignas(64) CpuBuffer {
   uint32_t page_shift = 0;
   int cpu = 0;
 
+  // The O(1) clear of a buffer no writer targets (clear_detached(), for
+  // snapshot spares): pages with a seq below floor_seq are invisible to
+  // readers and the next write opens page floor_seq; floor_index and
+  // floor_dropped are the counts at the clear, subtracted from statistics.
+  // clear_gen counts clears; a reader whose reader_gen differs drops its
+  // position first (under reader_mu). A full reset zeroes them all.
+  std::atomic<uint64_t> floor_seq{0};
+  std::atomic<uint64_t> floor_index{0};
+  std::atomic<uint64_t> floor_dropped{0};
+  std::atomic<uint64_t> clear_gen{0};
+
   alignas(64) std::atomic<uint64_t> dropped{0};
   // Written by the consuming reader, read by switch slow paths: the page it
   // reads (for watermarks), and the index of the next entry it will consume
@@ -200,6 +211,7 @@ struct alignas(64) CpuBuffer {
   PageCopy copy USRTRACE_GUARDED_BY(reader_mu);
   uint64_t read USRTRACE_GUARDED_BY(reader_mu) = 0;
   uint64_t overrun USRTRACE_GUARDED_BY(reader_mu) = 0;
+  uint64_t reader_gen USRTRACE_GUARDED_BY(reader_mu) = 0;
 
   uint8_t* page_at(uint64_t slot) const { return pages + (slot << page_shift); }
   uint64_t slot_of(uint64_t seq) const { return (seq - 1) % nr_pages; }
@@ -296,6 +308,34 @@ class RingBuffer {
   // in O(1). Both must use the same clock. Returns 0 or -EINVAL.
   int swap_cpu(RingBuffer& other, int cpu);
 
+  // ---- The control lock, and work deferred to its holder: the base of
+  // ---- async-signal-safe snapshots (docs/design/snapshots.md).
+  class ControlGuard;
+  // Sets the function run_deferred() runs, with the control lock held.
+  // Context: control plane, before any run_deferred().
+  void set_deferred(void (*fn)(void*), void* arg) {
+    deferred_fn_ = fn;
+    deferred_arg_ = arg;
+  }
+  // Runs the deferred function with the control lock held: now if the lock
+  // is free, otherwise when its holder releases it (the holder may be the
+  // thread this signal handler interrupted). Requests that arrive while one
+  // is pending are merged into one run; the function drains its own queue.
+  // Context: any thread, signal handlers included; lock-free.
+  void run_deferred();
+  // As swap_cpu(other, -1) for a holder of this buffer's control lock that
+  // makes sure nothing else controls `other` meanwhile (snapshot spares are
+  // managed only under their live buffer's lock). A write in flight lands in
+  // one of the two buffers. Returns 0 or -EINVAL. Context: async-signal-safe.
+  int swap_all_locked(const ControlGuard& held, RingBuffer& other);
+  // Empties a buffer that no writer targets (a snapshot spare) in O(1): what
+  // it holds becomes invisible to readers and statistics, and its next write
+  // opens a fresh page. Context: async-signal-safe.
+  void clear_detached();
+  // resize() and set_clock() for a holder of the control lock.
+  int resize_locked(const ControlGuard& held, int cpu, uint64_t bytes);
+  void set_clock_locked(const ControlGuard& held, clock::ClockId id);
+
   // Raw clock value at the last reset of every CPU (reset(-1), set_clock),
   // 0 for a buffer never reset: the kernel's time_start, the base of the
   // latency-format times.
@@ -356,7 +396,8 @@ class RingBuffer {
   void update_gates();
   void wait_slow_paths();
   void reset_locked(CpuBuffer* cb);
-  int resize_locked(CpuBuffer* cb, uint32_t nr_pages);
+  int resize_cpu_locked(CpuBuffer* cb, uint32_t nr_pages);
+  void drain_deferred();
   bool page_ready(CpuBuffer* cb, int percent);
   void wake_now();
 
@@ -376,8 +417,13 @@ class RingBuffer {
   std::atomic<uint32_t> wake_seq_{0};      // futex word
   std::atomic<bool> kicked_{false};        // wake_waiters() was called
 
-  base::Mutex control_mu_;  // reset, resize, swap, gates, clock
-  // order: relaxed is enough; written under control_mu_, read for display.
+  // Reset, resize, swap, gates, clock. Try-lockable, so a snapshot from a
+  // signal handler never waits for it (run_deferred).
+  base::SignalSafeLock control_;
+  std::atomic<bool> deferred_pending_{false};
+  void (*deferred_fn_)(void*) = nullptr;
+  void* deferred_arg_ = nullptr;
+  // order: relaxed is enough; written under control_, read for display.
   std::atomic<uint64_t> time_start_{0};
 
  public:
@@ -386,6 +432,23 @@ class RingBuffer {
   // the slow path, which registers the thread.
   static constexpr int kTrapSlots = 2;
   static constexpr uint32_t kMaxInlinePayload = 256;
+};
+
+// Holds a buffer's control lock; on release, runs the work deferred to it
+// meanwhile (run_deferred). Context: control plane (it may sleep).
+class USRTRACE_SCOPED_CAPABILITY RingBuffer::ControlGuard {
+ public:
+  explicit ControlGuard(RingBuffer& rb) USRTRACE_ACQUIRE(rb.control_) : rb_(rb) { rb_.control_.lock(); }
+  ~ControlGuard() USRTRACE_RELEASE() {
+    rb_.control_.unlock();
+    rb_.drain_deferred();
+  }
+  ControlGuard(const ControlGuard&) = delete;
+  ControlGuard& operator=(const ControlGuard&) = delete;
+  RingBuffer& buffer() const { return rb_; }
+
+ private:
+  RingBuffer& rb_;
 };
 
 // ---------------------------------------------------------------------------

@@ -323,7 +323,8 @@ struct SlowPath {
       const uint32_t off = static_cast<uint32_t>(wp - page);
       const bool abs = rb->abs_ts_.load(std::memory_order_relaxed);
 
-      if (tail_seq != 0) {
+      // A tail below the floor was cleared (clear_detached): open a page.
+      if (tail_seq != 0 && tail_seq >= cb->floor_seq.load(std::memory_order_relaxed)) {
         const uint32_t ext = (abs || ts - last > kTsDeltaMax) ? 8 : 0;
         // Strictly inside: w0 never points at a page's end (it would name
         // the next page in memory).

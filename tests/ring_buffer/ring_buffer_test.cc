@@ -277,6 +277,119 @@ TEST(RingBufferTest, SwapExchangesPagesInConstantTime) {
   EXPECT_EQ(live->swap_cpu(*other_clock, 0), -EINVAL);
 }
 
+// The snapshot swap: a detached spare is emptied in O(1), swapped in under
+// the control lock, and the events written before stay with the old pages.
+TEST(RingBufferTest, ClearDetachedHidesEverythingAndCountsFromZero) {
+  Pinned pin(0);
+  auto live = make_buffer(64 * 1024);
+  auto spare = make_buffer(64 * 1024);
+  uint64_t carried = 0;  // events written into live before the round
+  for (Mode mode : {Mode::kOverwrite, Mode::kDiscard}) {
+    live->set_mode(mode);
+    spare->set_mode(mode);
+    for (int round = 0; round < 3; ++round) {
+      // Fill far past one ring, so both buffers hold overwritten or dropped
+      // history that the clear must hide.
+      uint64_t ok = 0;
+      for (uint32_t i = 0; i < 5000; ++i) {
+        Payload p = Payload::make(1, i, 0);
+        ok += live->write<sizeof p>(&p) ? 1u : 0u;
+      }
+      spare->clear_detached();
+      Event ev;
+      EXPECT_FALSE(spare->peek(&ev));
+      EXPECT_EQ(spare->stats(0).written, 0u);
+      EXPECT_EQ(spare->stats(0).entries, 0u);
+      EXPECT_EQ(spare->stats(0).dropped_events, 0u);
+      {
+        RingBuffer::ControlGuard g(*live);
+        ASSERT_EQ(live->swap_all_locked(g, *spare), 0);
+      }
+      // What was live is the spare now, whole; the new live is empty and
+      // takes writes from a fresh page, counted from zero.
+      EXPECT_EQ(spare->stats(0).written, ok + carried);
+      expect_accounting(*spare, ok + carried);
+      EXPECT_FALSE(live->peek(&ev));
+      for (uint32_t i = 0; i < 10; ++i) {
+        Payload p = Payload::make(2, i, 0);
+        ASSERT_TRUE(live->write<sizeof p>(&p));
+      }
+      EXPECT_EQ(live->stats(0).written, 10u);
+      RingBuffer::Iterator it(*live);
+      for (uint32_t i = 0; i < 10; ++i) {
+        ASSERT_TRUE(it.next(&ev));
+        Payload p;
+        std::memcpy(&p, ev.data, sizeof p);
+        EXPECT_EQ(p.writer, 2u);
+        EXPECT_EQ(p.seq, i);
+      }
+      EXPECT_FALSE(it.next(&ev));
+      EXPECT_EQ(it.lost(), 0u);
+      for (uint32_t i = 0; i < 10; ++i) ASSERT_TRUE(live->consume(&ev));
+      EXPECT_FALSE(live->consume(&ev));
+      expect_accounting(*live, 10);
+      carried = 10;  // the next round's spare is this round's old live
+    }
+  }
+}
+
+TEST(RingBufferTest, ResizeOfAClearedBufferKeepsWhatCameAfter) {
+  Pinned pin(0);
+  auto rb = make_buffer(64 * 1024);
+  for (uint32_t i = 0; i < 3000; ++i) {
+    Payload p = Payload::make(1, i, 0);
+    rb->write<sizeof p>(&p);
+  }
+  rb->clear_detached();
+  ASSERT_EQ(rb->resize(0, 32 * 1024), 0);
+  Event ev;
+  EXPECT_FALSE(rb->peek(&ev));
+  for (uint32_t i = 0; i < 5; ++i) {
+    Payload p = Payload::make(3, i, 0);
+    ASSERT_TRUE(rb->write<sizeof p>(&p));
+  }
+  rb->clear_detached();
+  for (uint32_t i = 0; i < 5; ++i) {
+    Payload p = Payload::make(4, i, 0);
+    ASSERT_TRUE(rb->write<sizeof p>(&p));
+  }
+  ASSERT_EQ(rb->resize(0, 128 * 1024), 0);
+  for (uint32_t i = 0; i < 5; ++i) {
+    ASSERT_TRUE(rb->consume(&ev));
+    Payload p;
+    std::memcpy(&p, ev.data, sizeof p);
+    EXPECT_EQ(p.writer, 4u);
+    EXPECT_EQ(p.seq, i);
+  }
+  EXPECT_FALSE(rb->consume(&ev));
+  expect_accounting(*rb, 5);
+}
+
+struct DeferredCount {
+  RingBuffer* rb;
+  int runs = 0;
+};
+
+TEST(RingBufferTest, DeferredWorkRunsNowOrWhenTheHolderUnlocks) {
+  auto rb = make_buffer();
+  DeferredCount d{rb.get()};
+  rb->set_deferred(
+      [](void* arg) {
+        auto* dc = static_cast<DeferredCount*>(arg);
+        ++dc->runs;
+      },
+      &d);
+  rb->run_deferred();
+  EXPECT_EQ(d.runs, 1);  // the lock was free: ran at once
+  {
+    RingBuffer::ControlGuard g(*rb);
+    rb->run_deferred();  // as a signal handler interrupting the holder would
+    rb->run_deferred();  // merged with the first
+    EXPECT_EQ(d.runs, 1);
+  }
+  EXPECT_EQ(d.runs, 2);  // ran once, by the holder, at unlock
+}
+
 TEST(RingBufferTest, OtherClocks) {
   Pinned pin(0);
   auto rb = make_buffer();
