@@ -46,7 +46,8 @@ Instance* g_instances[kMaxInstances] USRTRACE_GUARDED_BY(g_mu) = {};
 }  // namespace
 
 Instance::Instance(std::string name, int slot, std::unique_ptr<rb::RingBuffer> rb)
-    : name_(std::move(name)), slot_(slot), rb_(std::move(rb)) {
+    : name_(std::move(name)), slot_(slot), rb_(std::move(rb)),
+      snapshots_(std::make_unique<Snapshots>(*rb_, slot)) {
   for (int i = 0; i < kNumOptions; ++i) options_[i].store(kOptions[i].default_on);
 }
 

@@ -18,6 +18,7 @@
 
 #include "base/mutex.h"
 #include "clock/trace_clock.h"
+#include "instance/snapshot.h"
 #include "ring_buffer/ring_buffer.h"
 
 namespace usrtrace::instance {
@@ -115,6 +116,10 @@ class Instance {
   bool is_top() const { return slot_ == 0; }
   int slot() const { return slot_; }
   rb::RingBuffer& buffer() { return *rb_; }
+  // The spare buffers and snapshots (snapshot, snapshot_enabled,
+  // snapshot_ring_size). Resizes and clock changes go through it, so the
+  // spares stay swappable with the live buffer.
+  Snapshots& snapshots() { return *snapshots_; }
 
   bool tracing_on() const { return rb_->record_is_on(); }
   void set_tracing_on(bool on);
@@ -178,6 +183,7 @@ class Instance {
   std::string name_;
   int slot_;
   std::unique_ptr<rb::RingBuffer> rb_;
+  std::unique_ptr<Snapshots> snapshots_;  // after rb_: destroyed before it
   std::atomic<bool> options_[kNumOptions];
   std::atomic<int> readers_{0};
   std::atomic<int> buffer_percent_{50};

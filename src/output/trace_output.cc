@@ -506,10 +506,10 @@ void put_lat_header(const Totals& t, std::string* out) {
       "#     \\   /        ||||||  \\    |    /       \n");
 }
 
-void put_header(const Opts& o, Instance& inst, int cpu, std::string* out) {
+void put_header(const Opts& o, rb::RingBuffer& rb, int cpu, std::string_view head, std::string* out) {
   out->append("# tracer: nop\n#\n");
+  out->append(head);
   if (!o.context) return;
-  rb::RingBuffer& rb = inst.buffer();
   Totals t = totals(rb);
   if (o.latency) {
     // Nothing more for an empty buffer (kernel: trace_empty()).
@@ -536,12 +536,62 @@ struct HeldEvent {
 
 bool valid_cpu(Instance& inst, int cpu) { return cpu < inst.buffer().nr_cpus(); }
 
+// The head of a kept snapshot: which one it is and why it was taken.
+std::string snapshot_head(const Opts& o, const instance::Snapshots& snaps, int age,
+                          const instance::SnapshotInfo& info) {
+  std::string h;
+  char buf[160];
+  if (info.number == 0) {
+    // Nothing taken yet: how to use the file, as the kernel says it.
+    h += snaps.allocated() ? "# * Snapshot is allocated *\n" : "# * Snapshot is freed *\n";
+    h += "#\n# Snapshot commands:\n"
+         "# echo 0 > snapshot : frees the spare buffer(s)\n"
+         "# echo 1 > snapshot : allocates the spare buffer(s) if needed and swaps the live\n"
+         "#                     buffer with the next one (takes a snapshot)\n"
+         "# echo 2 > snapshot : empties the kept snapshot(s), keeping the memory\n"
+         "#                     (any number but 0 and 1 does the same)\n#\n";
+    return h;
+  }
+  const uint64_t ns = clock::raw_to_ns(o.clock, info.ts);
+  const uint64_t usec = (ns + 500) / 1000;
+  snprintf(buf, sizeof buf, "# snapshot: #%llu (%s, ring of %d)\n",
+           static_cast<unsigned long long>(info.number), age == 0 ? "newest" : "older",
+           snaps.ring_size());
+  h += buf;
+  snprintf(buf, sizeof buf, "# taken at: %llu.%06llu by thread %d, %s", static_cast<unsigned long long>(usec / 1000000),
+           static_cast<unsigned long long>(usec % 1000000), info.tid, info.cpu < 0 ? "all CPUs" : "CPU ");
+  h += buf;
+  if (info.cpu >= 0) h += std::to_string(info.cpu);
+  h += "\n";
+  if (info.merged) h += "# requests merged into it: " + std::to_string(info.merged) + "\n";
+  if (info.reason[0]) {
+    h += "# reason: ";
+    for (const char* p = info.reason; *p; ++p) h += (*p == '\n' ? ' ' : *p);
+    h += "\n";
+  }
+  h += "#\n";
+  return h;
+}
+
+std::string read_buffer(Instance& inst, rb::RingBuffer& rb, int cpu, std::string_view head);
+
 }  // namespace
 
 std::string trace_header(Instance& inst, int cpu) {
   std::string out;
-  put_header(options_of(inst), inst, cpu, &out);
+  put_header(options_of(inst), inst.buffer(), cpu, "", &out);
   return out;
+}
+
+std::string read_snapshot(Instance& inst, int age, int cpu) {
+  instance::Snapshots& snaps = inst.snapshots();
+  instance::Snapshots::Ref ref = snaps.get(age);
+  if (!ref) {
+    std::string out = "# tracer: nop\n#\n";
+    out += snapshot_head(options_of(inst), snaps, age, instance::SnapshotInfo{});
+    return out;
+  }
+  return read_buffer(inst, ref.buffer(), cpu, snapshot_head(options_of(inst), snaps, age, ref.info()));
 }
 
 void format_event(Instance& inst, const rb::Event& ev, uint64_t next_ts, std::string* out) {
@@ -549,15 +599,19 @@ void format_event(Instance& inst, const rb::Event& ev, uint64_t next_ts, std::st
   format_line(o, o.latency, ev, next_ts, out);
 }
 
-std::string read_trace(Instance& inst, int cpu) {
+std::string read_trace(Instance& inst, int cpu) { return read_buffer(inst, inst.buffer(), cpu, ""); }
+
+namespace {
+
+std::string read_buffer(Instance& inst, rb::RingBuffer& rb, int cpu, std::string_view head) {
   const Opts o = options_of(inst);
   std::string out;
-  put_header(o, inst, cpu, &out);
+  put_header(o, rb, cpu, head, &out);
   if (!valid_cpu(inst, cpu)) return out;
   // One allocation for the usual line length instead of a dozen regrowths
   // of a many-megabyte string.
-  out.reserve(out.size() + totals(inst.buffer()).entries * 96);
-  rb::RingBuffer::Iterator it(inst.buffer());
+  out.reserve(out.size() + totals(rb).entries * 96);
+  rb::RingBuffer::Iterator it(rb);
   auto next = [&](rb::Event* ev) {
     while (it.next(ev))
       if (cpu < 0 || ev->cpu == cpu) return true;
@@ -579,6 +633,8 @@ std::string read_trace(Instance& inst, int cpu) {
   }
   return out;
 }
+
+}  // namespace
 
 size_t read_pipe(Instance& inst, int cpu, size_t max_bytes, std::string* out) {
   const Opts o = options_of(inst);

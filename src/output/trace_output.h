@@ -25,6 +25,11 @@ void format_event(instance::Instance& inst, const rb::Event& ev, uint64_t next_t
 // The whole `trace` file (header + every event, not consumed).
 std::string read_trace(instance::Instance& inst, int cpu);
 
+// The `snapshot` file (age 0) and snapshot.AGE: a kept snapshot's text,
+// with a head saying which one it is, when and why it was taken; the
+// kernel's help text when none is there.
+std::string read_snapshot(instance::Instance& inst, int age, int cpu);
+
 // trace_pipe: formats and consumes events into `out` until about `max_bytes`
 // are there or no event is left. Returns the number of events consumed.
 // Never blocks (the tracefs layer waits with RingBuffer::wait).

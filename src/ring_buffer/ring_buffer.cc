@@ -5,6 +5,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -195,7 +196,7 @@ void RingBuffer::set_clock(clock::ClockId id) {
   set_clock_locked(l, id);
 }
 
-void RingBuffer::set_clock_locked(const ControlGuard&, clock::ClockId id) USRTRACE_NO_THREAD_SAFETY_ANALYSIS {
+void RingBuffer::set_clock_locked(const Locked&, clock::ClockId id) USRTRACE_NO_THREAD_SAFETY_ANALYSIS {
   for (int c = 0; c < nr_cpus_; ++c) seal(c);
   base::rseq_fence();
   wait_slow_paths();
@@ -239,7 +240,7 @@ int RingBuffer::resize(int cpu, uint64_t bytes) {
   return resize_locked(l, cpu, bytes);
 }
 
-int RingBuffer::resize_locked(const ControlGuard&, int cpu, uint64_t bytes) USRTRACE_NO_THREAD_SAFETY_ANALYSIS {
+int RingBuffer::resize_locked(const Locked&, int cpu, uint64_t bytes) USRTRACE_NO_THREAD_SAFETY_ANALYSIS {
   if (bytes == 0) return -EINVAL;
   int lo = cpu < 0 ? 0 : cpu, hi = cpu < 0 ? nr_cpus_ : cpu + 1;
   if (lo >= nr_cpus_) return -EINVAL;
@@ -335,11 +336,13 @@ int RingBuffer::swap_cpu(RingBuffer& other, int cpu) {
   return 0;
 }
 
-int RingBuffer::swap_all_locked(const ControlGuard&, RingBuffer& other) USRTRACE_NO_THREAD_SAFETY_ANALYSIS {
+int RingBuffer::swap_locked(const Locked&, RingBuffer& other, int cpu) USRTRACE_NO_THREAD_SAFETY_ANALYSIS {
   if (&other == this || other.nr_cpus_ != nr_cpus_ || clock() != other.clock()) return -EINVAL;
-  for (int c = 0; c < nr_cpus_; ++c)
+  const int lo = cpu < 0 ? 0 : cpu, hi = cpu < 0 ? nr_cpus_ : cpu + 1;
+  if (lo >= nr_cpus_) return -EINVAL;
+  for (int c = lo; c < hi; ++c)
     if (cpu_buffer(c)->page_size != other.cpu_buffer(c)->page_size) return -EINVAL;
-  for (int c = 0; c < nr_cpus_; ++c) {
+  for (int c = lo; c < hi; ++c) {
     CpuBuffer* mine = cpu_buffer(c);
     CpuBuffer* theirs = other.cpu_buffer(c);
     // As in swap_cpu: a write in flight commits into the CpuBuffer it
@@ -358,8 +361,9 @@ int RingBuffer::swap_all_locked(const ControlGuard&, RingBuffer& other) USRTRACE
 // swapped in) to the slow path, which sees the tail below the floor and
 // opens page floor_seq, whose first_index is floor_index. Readers stop seeing
 // the old pages as soon as floor_seq is stored (read_tail, oldest_seq).
-void RingBuffer::clear_detached() {
-  for (int c = 0; c < nr_cpus_; ++c) {
+void RingBuffer::clear_detached(int cpu) {
+  const int lo = cpu < 0 ? 0 : cpu, hi = cpu < 0 ? nr_cpus_ : std::min(cpu + 1, nr_cpus_);
+  for (int c = lo; c < hi; ++c) {
     CpuBuffer* cb = cpu_buffer(c);
     const Tail t = read_tail_raw(cb);
     cb->ws.limit.store(0, std::memory_order_relaxed);
@@ -393,7 +397,7 @@ void RingBuffer::drain_deferred() {
   while (deferred_pending_.load(std::memory_order_seq_cst)) {
     if (!control_.try_lock()) return;  // the holder drains when it unlocks
     if (deferred_pending_.exchange(false, std::memory_order_acq_rel) && deferred_fn_)
-      deferred_fn_(deferred_arg_);
+      deferred_fn_(deferred_arg_, Locked{});
     control_.unlock();
     std::atomic_thread_fence(std::memory_order_seq_cst);
   }

@@ -311,9 +311,16 @@ class RingBuffer {
   // ---- The control lock, and work deferred to its holder: the base of
   // ---- async-signal-safe snapshots (docs/design/snapshots.md).
   class ControlGuard;
+  // Proof that the caller holds the control lock: a ControlGuard converts to
+  // one, and the deferred function is handed one.
+  class Locked {
+    friend class RingBuffer;
+    Locked() = default;
+  };
+  using DeferredFn = void (*)(void* arg, const Locked& held);
   // Sets the function run_deferred() runs, with the control lock held.
   // Context: control plane, before any run_deferred().
-  void set_deferred(void (*fn)(void*), void* arg) {
+  void set_deferred(DeferredFn fn, void* arg) {
     deferred_fn_ = fn;
     deferred_arg_ = arg;
   }
@@ -323,18 +330,19 @@ class RingBuffer {
   // is pending are merged into one run; the function drains its own queue.
   // Context: any thread, signal handlers included; lock-free.
   void run_deferred();
-  // As swap_cpu(other, -1) for a holder of this buffer's control lock that
+  // As swap_cpu(other, cpu) for a holder of this buffer's control lock that
   // makes sure nothing else controls `other` meanwhile (snapshot spares are
   // managed only under their live buffer's lock). A write in flight lands in
   // one of the two buffers. Returns 0 or -EINVAL. Context: async-signal-safe.
-  int swap_all_locked(const ControlGuard& held, RingBuffer& other);
-  // Empties a buffer that no writer targets (a snapshot spare) in O(1): what
-  // it holds becomes invisible to readers and statistics, and its next write
-  // opens a fresh page. Context: async-signal-safe.
-  void clear_detached();
+  int swap_locked(const Locked& held, RingBuffer& other, int cpu);
+  // Empties CPU `cpu` (cpu < 0: all) of a buffer that no writer targets (a
+  // snapshot spare) in O(1): what it holds becomes invisible to readers and
+  // statistics, and its next write opens a fresh page.
+  // Context: async-signal-safe.
+  void clear_detached(int cpu = -1);
   // resize() and set_clock() for a holder of the control lock.
-  int resize_locked(const ControlGuard& held, int cpu, uint64_t bytes);
-  void set_clock_locked(const ControlGuard& held, clock::ClockId id);
+  int resize_locked(const Locked& held, int cpu, uint64_t bytes);
+  void set_clock_locked(const Locked& held, clock::ClockId id);
 
   // Raw clock value at the last reset of every CPU (reset(-1), set_clock),
   // 0 for a buffer never reset: the kernel's time_start, the base of the
@@ -421,7 +429,7 @@ class RingBuffer {
   // signal handler never waits for it (run_deferred).
   base::SignalSafeLock control_;
   std::atomic<bool> deferred_pending_{false};
-  void (*deferred_fn_)(void*) = nullptr;
+  DeferredFn deferred_fn_ = nullptr;
   void* deferred_arg_ = nullptr;
   // order: relaxed is enough; written under control_, read for display.
   std::atomic<uint64_t> time_start_{0};
@@ -446,9 +454,11 @@ class USRTRACE_SCOPED_CAPABILITY RingBuffer::ControlGuard {
   ControlGuard(const ControlGuard&) = delete;
   ControlGuard& operator=(const ControlGuard&) = delete;
   RingBuffer& buffer() const { return rb_; }
+  operator const Locked&() const { return held_; }  // NOLINT: a proof, meant to convert
 
  private:
   RingBuffer& rb_;
+  Locked held_;
 };
 
 // ---------------------------------------------------------------------------

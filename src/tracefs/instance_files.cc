@@ -124,7 +124,7 @@ long write_clock(Instance& inst, std::string_view s) {
   const std::string_view name = strip(s);
   auto id = clock::clock_from_name(name);
   if (!id) return fail(inst, kSub, Err::kUnknownClock, s, static_cast<size_t>(name.data() - s.data()), EINVAL);
-  inst.buffer().set_clock(*id);  // resets the buffer, as the kernel does
+  inst.snapshots().set_clock(*id);  // resets the buffers, as the kernel does
   return size_of(s);
 }
 
@@ -328,7 +328,7 @@ long write_buffer_size(Instance& inst, int cpu, std::string_view s) {
   // before it would try. This also keeps kb << 10 from overflowing.
   if (kb > mem_available() / 1024 / ncpus) return fail(inst, kSub, Err::kSizeTooLarge, s, 0, ENOMEM);
   base::MutexLock l(&size_mu());
-  if (int rc = rb.resize(cpu, kb << 10); rc < 0)
+  if (int rc = inst.snapshots().resize(cpu, kb << 10); rc < 0)
     return fail(inst, kSub, rc == -ENOMEM ? Err::kNoMemory : Err::kSizeTooLarge, s, 0, -rc);
   return size_of(s);
 }
@@ -379,7 +379,7 @@ std::unique_ptr<File> open_instance_file(Node node, int flags, int* err) {
       f->on_close = [ip] {
         if (ip->option(instance::kOptDisableOnFree)) ip->set_tracing_on(false);
         base::MutexLock l(&size_mu());
-        ip->buffer().resize(-1, 1);  // the smallest buffer the ring allows
+        ip->snapshots().resize(-1, 1);  // the smallest buffer the ring allows
       };
       break;
     case Kind::kSavedCmdlines:

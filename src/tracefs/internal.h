@@ -74,6 +74,12 @@ enum class Kind : uint8_t {
   kTracePipe,
   kTracingCpumask,
   kTracingOn,
+  kSnapshot,
+  kSnapshotEnabled,
+  kSnapshotRingSize,
+  kSnapshotOld,  // snapshot.AGE
+  kCpuSnapshot,
+  kCpuSnapshotRaw,
   // options/NAME
   kOption,
   // events/
@@ -102,6 +108,7 @@ struct Node {
   bool in_instances_dir = false;  // the path is instances/ or below
   int cpu = -1;                   // per_cpu/cpuN
   int option = -1;                // options/NAME
+  int age = 0;                    // snapshot.AGE
   std::string system, event;      // events/SYS[/EVENT]
   std::string dir_path;           // for list(): what directory this is
 };
@@ -149,6 +156,10 @@ std::unique_ptr<File> make_trace_pipe(InstanceRef inst, int cpu, bool nonblock);
 std::unique_ptr<File> open_instance_file(Node node, int flags, int* err);
 std::unique_ptr<File> open_event_file(Node node, int flags, int* err);
 std::unique_ptr<File> open_per_cpu_file(Node node, int flags, int* err);
+std::unique_ptr<File> open_snapshot_file(Node node, int flags, int* err);
+// trace_pipe_raw of `rb`, consumed; `keep` holds what keeps `rb` alive.
+std::unique_ptr<File> make_pipe_raw(InstanceRef inst, rb::RingBuffer* rb, int cpu, bool nonblock,
+                                    std::shared_ptr<void> keep);
 
 // ---- Errors: one table of texts, logged the kernel's way.
 
@@ -174,6 +185,9 @@ enum class Err : uint8_t {
   kRawTooShort,
   kRawTooLong,
   kTooLong,
+  kSnapshotBusy,
+  kSnapshotFreeCpu,
+  kSnapshotRing,
   kCount,
 };
 const char* err_text(Err e);

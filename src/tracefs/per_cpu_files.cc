@@ -50,19 +50,19 @@ std::string show_stats(Instance& inst, int cpu) {
 // kernel's tracing_buffers_read. Blocking reads wait for buffer_percent.
 class PipeRaw : public File {
  public:
-  PipeRaw(InstanceRef inst, int cpu, bool nonblock)
-      : inst_(std::move(inst)), cpu_(cpu), nonblock_(nonblock),
-        page_(inst_->buffer().page_size(cpu)) {}
+  PipeRaw(InstanceRef inst, rb::RingBuffer* rb, int cpu, bool nonblock, std::shared_ptr<void> keep)
+      : inst_(std::move(inst)), rb_(rb), keep_(std::move(keep)), cpu_(cpu), nonblock_(nonblock),
+        page_(rb->page_size(cpu)) {}
   long read(char* buf, size_t size) override {
     if (size == 0) return 0;
-    rb::RingBuffer& rb = inst_->buffer();
+    rb::RingBuffer& rb = *rb_;
     while (off_ == len_) {
       if (rb.read_page(cpu_, page_.data(), page_.size(), false) > 0) {
         off_ = 0;
         len_ = page_.size();
         break;
       }
-      if (nonblock_) return -EAGAIN;
+      if (nonblock_ || keep_) return -EAGAIN;  // a snapshot does not grow: never wait
       if (!rb.wait(cpu_, inst_->buffer_percent())) return -EINTR;
     }
     const size_t n = std::min(size, len_ - off_);
@@ -74,6 +74,8 @@ class PipeRaw : public File {
 
  private:
   InstanceRef inst_;
+  rb::RingBuffer* rb_;
+  std::shared_ptr<void> keep_;  // a snapshot reference, for snapshot_raw
   int cpu_;
   bool nonblock_;
   std::vector<uint8_t> page_;
@@ -81,6 +83,11 @@ class PipeRaw : public File {
 };
 
 }  // namespace
+
+std::unique_ptr<File> make_pipe_raw(InstanceRef inst, rb::RingBuffer* rb, int cpu, bool nonblock,
+                                    std::shared_ptr<void> keep) {
+  return std::make_unique<PipeRaw>(std::move(inst), rb, cpu, nonblock, std::move(keep));
+}
 
 std::unique_ptr<File> open_per_cpu_file(Node node, int flags, int* err) {
   const bool trunc = (flags & O_ACCMODE) != O_RDONLY && (flags & O_TRUNC);
@@ -91,7 +98,7 @@ std::unique_ptr<File> open_per_cpu_file(Node node, int flags, int* err) {
     case Kind::kCpuTracePipe:
       return make_trace_pipe(std::move(node.inst), cpu, nonblock);
     case Kind::kCpuTracePipeRaw:
-      return std::make_unique<PipeRaw>(std::move(node.inst), cpu, nonblock);
+      return make_pipe_raw(std::move(node.inst), &ip->buffer(), cpu, nonblock, nullptr);
     default:
       break;
   }

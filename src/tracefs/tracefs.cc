@@ -57,6 +57,9 @@ constexpr FileSpec kRootFiles[] = {
     {"set_event", Kind::kSetEvent, kRW, false},
     {"set_event_notrace_pid", Kind::kSetEventNotracePid, kRW, false},
     {"set_event_pid", Kind::kSetEventPid, kRW, false},
+    {"snapshot", Kind::kSnapshot, kRW, false},
+    {"snapshot_enabled", Kind::kSnapshotEnabled, kRW, false},
+    {"snapshot_ring_size", Kind::kSnapshotRingSize, kRW, false},
     {"trace", Kind::kTrace, kRW, false},
     {"trace_clock", Kind::kTraceClock, kRW, false},
     {"trace_marker", Kind::kTraceMarker, 0220, false},
@@ -70,6 +73,8 @@ constexpr const char* kRootDirs[] = {"events", "instances", "options", "per_cpu"
 
 constexpr FileSpec kCpuFiles[] = {
     {"buffer_size_kb", Kind::kCpuBufferSizeKb, kRW, false},
+    {"snapshot", Kind::kCpuSnapshot, kRW, false},
+    {"snapshot_raw", Kind::kCpuSnapshotRaw, kRO, false},
     {"stats", Kind::kCpuStats, kRO, false},
     {"trace", Kind::kCpuTrace, kRW, false},
     {"trace_pipe", Kind::kCpuTracePipe, kRO, false},
@@ -125,6 +130,18 @@ int resolve_in_instance(const std::vector<std::string_view>& c, size_t i, bool t
     return 0;
   }
   const std::string_view name = c[i];
+  if (left == 1 && name.substr(0, 9) == "snapshot.") {
+    // snapshot.AGE: the kept snapshots older than the newest.
+    uint64_t age = 0;
+    size_t bad = 0;
+    const std::string_view d = name.substr(9);
+    if (d.empty() || d[0] == '0' || d[0] == '+' || parse_u64(d, 10, &age, &bad) < 0 ||
+        age >= static_cast<uint64_t>(inst.snapshots().ring_size()))
+      return -ENOENT;
+    n->age = static_cast<int>(age);
+    set_file(n, Kind::kSnapshotOld, kRO);
+    return 0;
+  }
   if (left == 1) {
     for (const FileSpec& f : kRootFiles) {
       if (name == f.name && (top || !f.top_only)) {
@@ -227,6 +244,8 @@ void list_dir(const Node& n, std::vector<std::string>* out) {
     const bool top = !n.in_instances_dir;
     for (const FileSpec& f : kRootFiles)
       if (top || !f.top_only) out->emplace_back(f.name);
+    for (int age = 1; age < n.inst->snapshots().ring_size(); ++age)
+      out->push_back("snapshot." + std::to_string(age));
     for (const char* dir : kRootDirs)
       if (top || std::string_view(dir) != "instances") out->emplace_back(dir);
   } else if (d == "options") {
@@ -296,6 +315,9 @@ constexpr const char* kErrTexts[] = {
     "Raw marker needs a 4-byte id",                  // kRawTooShort
     "Raw marker too large",                          // kRawTooLong
     "Value too long",                                // kTooLong
+    "Snapshot is being read",                        // kSnapshotBusy
+    "Only the whole snapshot can be freed",          // kSnapshotFreeCpu
+    "Snapshot ring size must be between 1 and 16",   // kSnapshotRing
 };
 static_assert(sizeof(kErrTexts) / sizeof(kErrTexts[0]) == static_cast<size_t>(Err::kCount));
 constexpr size_t kMaxLoggedCommand = 256;
@@ -474,6 +496,14 @@ int open(std::string_view path, int flags, std::unique_ptr<File>* out) {
     case Kind::kCpuTracePipe:
     case Kind::kCpuTracePipeRaw:
       f = detail::open_per_cpu_file(std::move(n), flags, &err);
+      break;
+    case Kind::kSnapshot:
+    case Kind::kSnapshotEnabled:
+    case Kind::kSnapshotRingSize:
+    case Kind::kSnapshotOld:
+    case Kind::kCpuSnapshot:
+    case Kind::kCpuSnapshotRaw:
+      f = detail::open_snapshot_file(std::move(n), flags, &err);
       break;
     default:
       f = detail::open_instance_file(std::move(n), flags, &err);

@@ -303,7 +303,7 @@ TEST(RingBufferTest, ClearDetachedHidesEverythingAndCountsFromZero) {
       EXPECT_EQ(spare->stats(0).dropped_events, 0u);
       {
         RingBuffer::ControlGuard g(*live);
-        ASSERT_EQ(live->swap_all_locked(g, *spare), 0);
+        ASSERT_EQ(live->swap_locked(g, *spare, -1), 0);
       }
       // What was live is the spare now, whole; the new live is empty and
       // takes writes from a fresh page, counted from zero.
@@ -374,7 +374,7 @@ TEST(RingBufferTest, DeferredWorkRunsNowOrWhenTheHolderUnlocks) {
   auto rb = make_buffer();
   DeferredCount d{rb.get()};
   rb->set_deferred(
-      [](void* arg) {
+      [](void* arg, const RingBuffer::Locked&) {
         auto* dc = static_cast<DeferredCount*>(arg);
         ++dc->runs;
       },

@@ -1,0 +1,190 @@
+#include "instance/snapshot.h"
+
+#include <cerrno>
+#include <cstring>
+
+#include "base/rseq.h"
+#include "base/sys.h"
+#include "events/write.h"
+
+namespace usrtrace::instance {
+
+Snapshots::Snapshots(rb::RingBuffer& live, int slot) : live_(live), slot_(slot) {
+  live_.set_deferred(&Snapshots::run_requests, this);
+}
+
+Snapshots::~Snapshots() {
+  // No request can run after this: the live buffer is being destroyed too,
+  // and its owner waited for writers (and so for snapshots from writers'
+  // signal handlers) to leave it.
+  live_.set_deferred(nullptr, nullptr);
+}
+
+int Snapshots::allocate() {
+  base::MutexLock l(&mu_);
+  if (allocated()) return 0;
+  return reallocate(ring_size());
+}
+
+int Snapshots::release() {
+  base::MutexLock l(&mu_);
+  if (!allocated()) return 0;
+  if (readers_.load(std::memory_order_acquire) != 0) return -EBUSY;
+  return reallocate(0);
+}
+
+int Snapshots::set_ring_size(int n) {
+  if (n < 1 || n > kMaxSnapshotRing) return -EINVAL;
+  base::MutexLock l(&mu_);
+  if (n == ring_size()) return 0;
+  if (!allocated()) {
+    ring_.store(n, std::memory_order_relaxed);
+    return 0;
+  }
+  if (readers_.load(std::memory_order_acquire) != 0) return -EBUSY;
+  if (int rc = reallocate(n); rc < 0) return rc;
+  ring_.store(n, std::memory_order_relaxed);
+  return 0;
+}
+
+// Context: mu_ held. Allocation happens outside the live buffer's control
+// lock (it may be slow); the exchange inside it.
+int Snapshots::reallocate(int n) USRTRACE_NO_THREAD_SAFETY_ANALYSIS {
+  std::unique_ptr<rb::RingBuffer> fresh[kMaxSnapshotRing];
+  for (int i = 0; i < n; ++i) {
+    rb::Options o;
+    o.page_size = live_.page_size(0);
+    o.size_per_cpu = live_.size_bytes(0);
+    o.mode = live_.mode();
+    o.clock = live_.clock();
+    int err = 0;
+    fresh[i] = rb::RingBuffer::create(o, &err);
+    if (!fresh[i]) return -err;
+    for (int c = 1; c < live_.nr_cpus(); ++c)
+      if (live_.size_bytes(c) != live_.size_bytes(0))
+        if (int rc = fresh[i]->resize(c, live_.size_bytes(c)); rc < 0) return rc;
+  }
+  {
+    rb::RingBuffer::ControlGuard g(live_);
+    // The clock may have changed since the spares were made; they are empty.
+    for (int i = 0; i < n; ++i)
+      if (fresh[i]->clock() != live_.clock()) fresh[i]->set_clock(live_.clock());
+    for (int i = 0; i < kMaxSnapshotRing; ++i) {
+      std::swap(spares_[i], fresh[i]);
+      info_[i] = SnapshotInfo{};
+    }
+    taken_.store(0, std::memory_order_release);
+    allocated_.store(n > 0, std::memory_order_release);
+  }
+  return 0;  // the old spares are freed here, outside the lock
+}
+
+void Snapshots::clear(int cpu) {
+  base::MutexLock l(&mu_);
+  if (!allocated()) return;
+  rb::RingBuffer::ControlGuard g(live_);
+  const uint64_t t = taken_.load(std::memory_order_relaxed);
+  const int n = ring_size();
+  for (int i = 0; i < n; ++i) {
+    if (cpu >= 0 && (t == 0 || static_cast<uint64_t>(i) != (t - 1) % static_cast<uint64_t>(n))) continue;
+    spares_[i]->clear_detached(cpu);
+    if (cpu < 0) info_[i] = SnapshotInfo{};
+  }
+}
+
+int Snapshots::resize(int cpu, uint64_t bytes) {
+  base::MutexLock l(&mu_);
+  rb::RingBuffer::ControlGuard g(live_);
+  if (int rc = live_.resize_locked(g, cpu, bytes); rc < 0) return rc;
+  for (auto& s : spares_)
+    if (s)
+      if (int rc = s->resize(cpu, bytes); rc < 0) return rc;
+  return 0;
+}
+
+void Snapshots::set_clock(clock::ClockId id) {
+  base::MutexLock l(&mu_);
+  rb::RingBuffer::ControlGuard g(live_);
+  live_.set_clock_locked(g, id);
+  for (int i = 0; i < kMaxSnapshotRing; ++i) {
+    if (spares_[i]) spares_[i]->set_clock(id);  // resets them, as the kernel does
+    info_[i] = SnapshotInfo{};
+  }
+}
+
+int Snapshots::take(std::string_view reason, int cpu) {
+  if (!allocated()) {
+    // The kernel's answer to tracing_snapshot() without a spare: say so in
+    // the trace and stop it, so the events before the error are kept.
+    events::write_print(slot_, "*** SNAPSHOT NOT ALLOCATED ***\n", 0);
+    events::write_print(slot_, "*** stopping trace here!   ***\n", 0);
+    live_.record_off();
+    return -ENOENT;
+  }
+  uint32_t free_state = 0;
+  // order: acquire pairs with run_requests' release of the slot, so this
+  // requester's stores do not mix with the reader's copy.
+  if (request_state_.compare_exchange_strong(free_state, 1, std::memory_order_acquire,
+                                             std::memory_order_relaxed)) {
+    SnapshotInfo& r = request_;
+    r.ts = clock::read_raw(live_.clock());
+    r.tid = base::gettid_cached();
+    r.cpu = cpu;
+    const size_t n = std::min(reason.size(), kSnapshotReasonMax - 1);
+    std::memcpy(r.reason, reason.data(), n);
+    r.reason[n] = '\0';
+    // order: release; run_requests reads the request after seeing 2.
+    request_state_.store(2, std::memory_order_release);
+  } else {
+    // A request is pending (or being filled): this one is served by it.
+    merged_.fetch_add(1, std::memory_order_relaxed);
+  }
+  live_.run_deferred();
+  return 0;
+}
+
+void Snapshots::run_requests(void* self, const rb::RingBuffer::Locked& held) {
+  auto* s = static_cast<Snapshots*>(self);
+  // 1: a requester is still filling it (perhaps the thread this handler
+  // interrupted); it calls run_deferred when done.
+  if (s->request_state_.load(std::memory_order_acquire) != 2) return;
+  SnapshotInfo req = s->request_;
+  req.merged = s->merged_.exchange(0, std::memory_order_relaxed);
+  s->request_state_.store(0, std::memory_order_release);
+  s->take_locked(held, req);
+}
+
+// Context: live_'s control lock held; async-signal-safe.
+void Snapshots::take_locked(const rb::RingBuffer::Locked& held, const SnapshotInfo& req) {
+  if (!allocated_.load(std::memory_order_acquire)) return;  // released meanwhile
+  const uint64_t number = taken_.load(std::memory_order_relaxed) + 1;
+  const int n = ring_.load(std::memory_order_relaxed);
+  const int i = static_cast<int>((number - 1) % static_cast<uint64_t>(n));
+  rb::RingBuffer& spare = *spares_[i];
+  // The oldest kept snapshot is given up: empty it in O(1) so the live
+  // buffer goes on from clean pages, then exchange the pages.
+  spare.clear_detached(req.cpu);
+  if (live_.swap_locked(held, spare, req.cpu) != 0) return;
+  info_[i] = req;
+  info_[i].number = number;
+  taken_.store(number, std::memory_order_release);
+}
+
+Snapshots::Ref Snapshots::get(int age) {
+  Ref r;
+  readers_.fetch_add(1, std::memory_order_acq_rel);
+  r.owner_ = this;  // from here, ~Ref gives the reference back
+  if (!allocated() || age < 0 || age >= ring_size()) return r;
+  rb::RingBuffer::ControlGuard g(live_);
+  const uint64_t t = taken_.load(std::memory_order_relaxed);
+  const uint64_t n = static_cast<uint64_t>(ring_size());
+  // Before any snapshot, the newest "snapshot" is the first spare (empty).
+  const uint64_t i = t > static_cast<uint64_t>(age) ? (t - 1 - static_cast<uint64_t>(age)) % n
+                                                    : (age == 0 ? 0 : n);
+  if (i >= n) return r;
+  r.buffer_ = spares_[i].get();
+  r.info_ = info_[i];
+  return r;
+}
+
+}  // namespace usrtrace::instance

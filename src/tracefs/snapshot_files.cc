@@ -1,0 +1,120 @@
+// snapshot, snapshot_enabled, snapshot_ring_size, snapshot.AGE and
+// per_cpu/cpuN/snapshot, snapshot_raw: the kernel's snapshot files over
+// instance::Snapshots (instance/snapshot.h).
+#include <cerrno>
+#include <memory>
+
+#include "output/trace_output.h"
+#include "tracefs/internal.h"
+
+namespace usrtrace::tracefs::detail {
+namespace {
+
+constexpr const char kSub[] = "snapshot";
+
+long size_of(std::string_view s) { return static_cast<long>(s.size()); }
+
+// "N" or, for echo 1, "1 REASON...": the reason shows at the head of the
+// snapshot (a usrtrace addition; the kernel takes a number only).
+long write_snapshot(Instance& inst, int cpu, std::string_view s) {
+  const std::string_view body = strip(s);
+  const size_t sp = body.find_first_of(" \t");
+  const std::string_view num = body.substr(0, sp);
+  const std::string_view reason = sp == std::string_view::npos ? std::string_view() : strip(body.substr(sp));
+  uint64_t v = 0;
+  size_t bad = 0;
+  const size_t at = static_cast<size_t>(num.data() - s.data());
+  if (int rc = parse_u64(num, 10, &v, &bad); rc < 0)
+    return fail(inst, kSub, num.empty() ? Err::kEmpty : Err::kNotNumber, s, at + bad, rc == -ERANGE ? ERANGE : EINVAL);
+  if (v != 1 && !reason.empty())
+    return fail(inst, kSub, Err::kNotNumber, s, static_cast<size_t>(reason.data() - s.data()), EINVAL);
+  instance::Snapshots& snaps = inst.snapshots();
+  switch (v) {
+    case 0:
+      if (cpu >= 0) return fail(inst, kSub, Err::kSnapshotFreeCpu, s, at, EINVAL);
+      if (snaps.release() == -EBUSY) return fail(inst, kSub, Err::kSnapshotBusy, s, at, EBUSY);
+      break;
+    case 1:
+      if (snaps.allocate() < 0) return fail(inst, kSub, Err::kNoMemory, s, at, ENOMEM);
+      snaps.take(reason, cpu);
+      break;
+    default:
+      snaps.clear(cpu);
+      break;
+  }
+  return size_of(s);
+}
+
+long write_enabled(Instance& inst, std::string_view s) {
+  uint64_t v = 0;
+  size_t bad = 0;
+  if (int rc = parse_u64(s, 10, &v, &bad); rc < 0)
+    return fail(inst, kSub, s.empty() ? Err::kEmpty : Err::kNotNumber, s, bad, rc == -ERANGE ? ERANGE : EINVAL);
+  if (v > 1) return fail(inst, kSub, Err::kNotBool, s, 0, EINVAL);
+  instance::Snapshots& snaps = inst.snapshots();
+  if (v == 1) {
+    if (snaps.allocate() < 0) return fail(inst, kSub, Err::kNoMemory, s, 0, ENOMEM);
+  } else if (snaps.release() == -EBUSY) {
+    return fail(inst, kSub, Err::kSnapshotBusy, s, 0, EBUSY);
+  }
+  return size_of(s);
+}
+
+long write_ring_size(Instance& inst, std::string_view s) {
+  uint64_t v = 0;
+  size_t bad = 0;
+  if (int rc = parse_u64(s, 10, &v, &bad); rc < 0)
+    return fail(inst, kSub, s.empty() ? Err::kEmpty : Err::kNotNumber, s, bad, rc == -ERANGE ? ERANGE : EINVAL);
+  if (v < 1 || v > instance::kMaxSnapshotRing) return fail(inst, kSub, Err::kSnapshotRing, s, 0, EINVAL);
+  switch (inst.snapshots().set_ring_size(static_cast<int>(v))) {
+    case 0:
+      return size_of(s);
+    case -EBUSY:
+      return fail(inst, kSub, Err::kSnapshotBusy, s, 0, EBUSY);
+    default:
+      return fail(inst, kSub, Err::kNoMemory, s, 0, ENOMEM);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<File> open_snapshot_file(Node node, int /*flags*/, int* err) {
+  Instance* ip = node.inst.get();
+  const int cpu = node.cpu;
+  if (node.kind == Kind::kCpuSnapshotRaw) {
+    auto ref = std::make_shared<instance::Snapshots::Ref>(ip->snapshots().get(0));
+    if (!*ref) {
+      *err = ENODEV;  // the kernel's answer when no spare is allocated
+      return nullptr;
+    }
+    rb::RingBuffer* rb = &ref->buffer();
+    return make_pipe_raw(std::move(node.inst), rb, cpu, true, std::move(ref));
+  }
+  auto f = std::make_unique<SimpleFile>(std::move(node.inst));
+  switch (node.kind) {
+    case Kind::kSnapshot:
+    case Kind::kCpuSnapshot:
+      f->show = [ip, cpu] { return output::read_snapshot(*ip, 0, cpu); };
+      f->store = [ip, cpu](std::string_view s) { return write_snapshot(*ip, cpu, s); };
+      break;
+    case Kind::kSnapshotOld: {
+      const int age = node.age;
+      f->show = [ip, age] { return output::read_snapshot(*ip, age, -1); };
+      break;
+    }
+    case Kind::kSnapshotEnabled:
+      f->show = [ip] { return std::string(ip->snapshots().allocated() ? "1\n" : "0\n"); };
+      f->store = [ip](std::string_view s) { return write_enabled(*ip, s); };
+      break;
+    case Kind::kSnapshotRingSize:
+      f->show = [ip] { return std::to_string(ip->snapshots().ring_size()) + "\n"; };
+      f->store = [ip](std::string_view s) { return write_ring_size(*ip, s); };
+      break;
+    default:
+      *err = ENOENT;
+      return nullptr;
+  }
+  return f;
+}
+
+}  // namespace usrtrace::tracefs::detail
