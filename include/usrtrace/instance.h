@@ -99,6 +99,11 @@ class USRTRACE_EXPORT Instance {
   // handle.
   int set_event(std::string_view system, std::string_view event, bool enable);
 
+  // Snapshots: usrtrace_snapshot_alloc() and usrtrace_snapshot() (see
+  // usrtrace.h). snapshot() is lock-free and async-signal-safe.
+  int snapshot_alloc();
+  int snapshot(std::string_view reason = {});
+
   // tracing_on in the instance's directory: start and stop recording.
   // Context: any thread.
   void tracing_on();

@@ -127,6 +127,27 @@ USRTRACE_EXPORT void usrtrace_tracing_off(struct usrtrace_array *tr);
 USRTRACE_EXPORT bool usrtrace_tracing_is_on(struct usrtrace_array *tr);
 
 /*
+ * Snapshots (the kernel's tracing_alloc_snapshot_instance() and
+ * tracing_snapshot_instance()). usrtrace_snapshot_alloc() allocates TR's
+ * spare buffer(s), sized like its buffer (as `echo 1 > snapshot_enabled`);
+ * 0 or -ENOMEM (-ENOENT for no instance). Context: not a signal handler.
+ *
+ * usrtrace_snapshot() swaps TR's buffer with the next spare in O(1): the
+ * events before the call are kept in the snapshot (`cat snapshot`) while
+ * recording goes on in emptied pages, and no event written meanwhile is
+ * lost. REASON (may be NULL; up to 127 bytes are kept) shows at the
+ * snapshot's head. With snapshot_ring_size N, the last N snapshots are kept
+ * (snapshot, snapshot.1, ...). Returns 0; -ENOENT when no spare is
+ * allocated, and then, as the kernel does, two marker lines say so in the
+ * trace and recording stops, so the events before the error stay there.
+ * NULL is the top instance.
+ * Context: any thread, signal handlers included; lock-free, no allocation,
+ * no system call (once the instance exists).
+ */
+USRTRACE_EXPORT int usrtrace_snapshot_alloc(struct usrtrace_array *tr);
+USRTRACE_EXPORT int usrtrace_snapshot(struct usrtrace_array *tr, const char *reason);
+
+/*
  * Control files. PATH is relative to the tree's root, as the kernel's are
  * to /sys/kernel/tracing: "trace", "set_event",
  * "instances/myapp/tracing_on", "events/sched/enable".

@@ -126,4 +126,15 @@ bool usrtrace_tracing_is_on(usrtrace_array* tr) {
   return inst && inst->tracing_on();
 }
 
+int usrtrace_snapshot_alloc(usrtrace_array* tr) {
+  Instance* inst = or_top(tr);
+  return inst ? inst->snapshots().allocate() : -ENOENT;
+}
+
+int usrtrace_snapshot(usrtrace_array* tr, const char* reason) {
+  Instance* inst = or_top(tr);
+  if (!inst) return -ENOENT;
+  return inst->snapshots().take(reason ? std::string_view(reason) : std::string_view());
+}
+
 }  // extern "C"

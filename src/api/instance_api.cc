@@ -6,7 +6,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <cstdarg>
 #include <cstdio>
 #include <string>
@@ -72,6 +74,18 @@ Instance& Instance::operator=(Instance&& o) noexcept {
 Instance::~Instance() { usrtrace_array_put(tr_); }
 
 std::string_view Instance::name() const { return tr_ ? impl(tr_)->name() : std::string_view(); }
+
+int Instance::snapshot_alloc() { return tr_ ? usrtrace_snapshot_alloc(tr_) : -ENOENT; }
+
+int Instance::snapshot(std::string_view reason) {
+  if (!tr_) return -ENOENT;
+  // A NUL-terminated copy without allocating: reasons are cut to 127 bytes.
+  char buf[instance::kSnapshotReasonMax];
+  const size_t n = std::min(reason.size(), sizeof buf - 1);
+  std::memcpy(buf, reason.data(), n);
+  buf[n] = '\0';
+  return usrtrace_snapshot(tr_, buf);
+}
 
 int Instance::destroy() {
   if (!tr_) return -EINVAL;
