@@ -100,7 +100,7 @@ cmake -S "$ROOT" -B "$BUILD" -G Ninja \
   -DUSRTRACE_WERROR="$WERROR" >"$TMP/cmake.log" || { cat "$TMP/cmake.log" >&2; exit 1; }
 grep '^-- bench:' "$TMP/cmake.log" >&2 || true
 log "building"
-cmake --build "$BUILD" --target ring_buffer_bench instr_count event_bench
+cmake --build "$BUILD" --target ring_buffer_bench instr_count event_bench snapshot_bench
 
 BENCH="$BUILD/bench/ring_buffer_bench"
 INSTR="$BUILD/bench/instr_count"
@@ -331,4 +331,33 @@ check("BM_EventDisabled", med["BM_EventDisabled"], 1.0, " ns")
 check("BM_EventEnabled / BM_RingBufferWrite", med["BM_EventEnabled"] / base, 1.1, "x")
 check("BM_EventEnabled3 / BM_RingBufferWrite", med["BM_EventEnabled3"] / base, 3.3, "x")
 PY
-log "JSON: $RESULTS, $EVENT_RESULTS; callgrind profiles: $CG_DIR"
+# ---------------------------------------------------------------------------
+# 8. The snapshot swap at 1 MiB and 1 GiB (snapshot_bench).
+
+SNAP_RESULTS="$BUILD/snapshot_results.json"
+log "running $BUILD/bench/snapshot_bench ($REPS repetitions)"
+"$BUILD/bench/snapshot_bench" --benchmark_repetitions="$REPS" \
+  --benchmark_display_aggregates_only=true \
+  --benchmark_out="$SNAP_RESULTS" --benchmark_out_format=json >/dev/null &
+BENCH_PID=$!
+wait "$BENCH_PID"
+BENCH_PID=""
+python3 - "$SNAP_RESULTS" <<'PY'
+import json, sys
+data = json.load(open(sys.argv[1]))
+med = {b["run_name"]: b["real_time"] for b in data["benchmarks"]
+       if b.get("aggregate_name") == "median"}
+base = med["BM_EventEnabled"]
+print()
+print("## Snapshots (medians, ns wall; ratios to one enabled event of the same run)")
+print()
+print("| Benchmark | median ns | x event write |")
+print("|---|---:|---:|")
+for name in ["BM_EventEnabled", "BM_Snapshot/1", "BM_Snapshot/1024"]:
+    print(f"| {name} | {med[name]:.1f} | {med[name] / base:.1f} |")
+print()
+for name, label in [("BM_Snapshot/1", "1 MiB"), ("BM_Snapshot/1024", "1 GiB")]:
+    v = med[name]
+    print(f"- snapshot (event + swap) at {label}: {v:.0f} ns (target < 1000 ns) {'ok' if v < 1000 else 'MISSED'}")
+PY
+log "JSON: $RESULTS, $EVENT_RESULTS, $SNAP_RESULTS; callgrind profiles: $CG_DIR"
