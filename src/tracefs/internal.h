@@ -55,6 +55,7 @@ enum class Kind : uint8_t {
   kReadme,
   kAvailableEvents,
   kAvailableTracers,
+  kBufferFile,
   kBufferPercent,
   kBufferSizeKb,
   kBufferTotalSizeKb,
@@ -174,6 +175,9 @@ enum class Err : uint8_t {
   kRawTooShort,
   kRawTooLong,
   kTooLong,
+  kBadPath,
+  kBufferFileOpen,
+  kBufferFileAlloc,
   kCount,
 };
 const char* err_text(Err e);
