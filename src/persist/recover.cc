@@ -291,14 +291,15 @@ void Recovery::Impl::read_cpu(const FileHeader& h, const RegionDesc& d, uint32_t
   const uint32_t tail_entries = static_cast<uint32_t>(w0 & 0xffff);
   std::vector<Event>& out = by_tag[tag];
   const uint64_t oldest = tail_seq > nr ? tail_seq - nr + 1 : 1;
+  // Entries are numbered per CPU from the last reset: a page whose first
+  // index is past the expected one says how many were lost before it
+  // (overwritten, dropped, or on a page left out above).
   uint64_t next_index = 0;
-  bool have_index = false;
   uint64_t pending_lost = 0;
   for (uint64_t s = oldest; s <= tail_seq; ++s) {
     const uint64_t slot = (s - 1) % nr;
     if (meta_field(slot, l.meta_seq) != s) {
-      have_index = false;  // reused or never completed: the next page's index tells the loss
-      continue;
+      continue;  // reused or never completed: the next page's index tells the loss
     }
     const uint64_t fi = meta_field(slot, l.meta_first_index);
     const uint64_t missed = meta_field(slot, l.meta_missed);
@@ -310,7 +311,6 @@ void Recovery::Impl::read_cpu(const FileHeader& h, const RegionDesc& d, uint32_t
     const uint64_t entries = tail ? tail_entries : meta_field(slot, l.meta_entries);
     if (len > ps - rb::kPageHeaderSize) {
       warn(who + " page " + std::to_string(s) + ": commit length past the page, left out");
-      have_index = false;
       continue;
     }
     rb::PageWalker w(bytes.data() + page + rb::kPageHeaderSize, static_cast<uint32_t>(len), ph.timestamp);
@@ -327,13 +327,11 @@ void Recovery::Impl::read_cpu(const FileHeader& h, const RegionDesc& d, uint32_t
     }
     if (w.corrupt() || w.offset() != len || evs.size() != entries) {
       warn(who + " page " + std::to_string(s) + ": entries do not match its metadata, left out");
-      have_index = false;
       continue;
     }
-    if (have_index && fi > next_index) pending_lost += fi - next_index;
+    if (fi > next_index) pending_lost += fi - next_index;
     pending_lost += missed;
     next_index = fi + entries;
-    have_index = true;
     for (Event& ev : evs) {
       ev.lost_before = pending_lost;
       pending_lost = 0;
