@@ -26,11 +26,19 @@ static_assert(sizeof(writers::MirrorSlot) == sizeof(persist::CmdlineSlot));
 static_assert(writers::kSavedCmdlines == 1024);
 
 base::Mutex g_switch_mu;  // switches, and the formats of every file
-// Stores of instances' live buffers, kept current with the formats.
-std::vector<std::weak_ptr<persist::FileStore>> g_active USRTRACE_GUARDED_BY(g_switch_mu);
-// Every format seen, by id: an event whose object was unloaded may still
-// have records in a buffer.
-std::map<uint16_t, std::pair<std::string, std::string>> g_formats USRTRACE_GUARDED_BY(g_switch_mu);
+// Never destroyed: events unregister from static destructors at exit, and
+// the registry's change hook then still runs.
+struct Files {
+  // Stores of instances' live buffers, kept current with the formats.
+  std::vector<std::weak_ptr<persist::FileStore>> active;
+  // Every format seen, by id: an event whose object was unloaded may still
+  // have records in a buffer.
+  std::map<uint16_t, std::pair<std::string, std::string>> formats;
+};
+Files& files() USRTRACE_REQUIRES(g_switch_mu) {
+  static Files* f = new Files;
+  return *f;
+}
 
 void put_record(std::string* out, uint32_t kind, const std::string& body) {
   const uint32_t len = static_cast<uint32_t>(body.size());
@@ -41,13 +49,14 @@ void put_record(std::string* out, uint32_t kind, const std::string& body) {
 }
 
 std::string formats_blob(uint32_t page_size) USRTRACE_REQUIRES(g_switch_mu) {
-  events::Registry::get().for_each([](events::EventDesc& ev) {
-    g_formats[ev.id] = {ev.system, events::format_text(ev)};
+  auto& formats = files().formats;
+  events::Registry::get().for_each([&formats](events::EventDesc& ev) {
+    formats[ev.id] = {ev.system, events::format_text(ev)};
   });
   std::string blob;
   put_record(&blob, persist::kRecHeaderPage, rb::header_page_text(page_size));
   put_record(&blob, persist::kRecHeaderEvent, rb::header_event_text());
-  for (const auto& [id, f] : g_formats) {
+  for (const auto& [id, f] : formats) {
     std::string body(4, '\0');
     const uint16_t slen = static_cast<uint16_t>(std::min<size_t>(f.first.size(), 65535));
     std::memcpy(body.data(), &id, 2);
@@ -62,12 +71,13 @@ std::string formats_blob(uint32_t page_size) USRTRACE_REQUIRES(g_switch_mu) {
 void formats_changed() {
   base::MutexLock l(&g_switch_mu);
   std::vector<std::shared_ptr<persist::FileStore>> live;
-  for (auto it = g_active.begin(); it != g_active.end();) {
+  auto& active = files().active;
+  for (auto it = active.begin(); it != active.end();) {
     if (auto s = it->lock()) {
       live.push_back(std::move(s));
       ++it;
     } else {
-      it = g_active.erase(it);
+      it = active.erase(it);
     }
   }
   if (live.empty()) return;
@@ -125,7 +135,7 @@ int Instance::set_buffer_file(const std::string& path, int max_refs, std::string
     writers::synchronize_writers();
   }
   if (fs) {
-    g_active.push_back(fs);
+    files().active.push_back(fs);
     events::Registry::get().set_change_hook(formats_changed);
   }
   std::unique_ptr<rb::RingBuffer> gone;
