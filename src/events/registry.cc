@@ -26,9 +26,20 @@ Registry& Registry::get() {
   return *r;
 }
 
+void Registry::changed() {
+  if (auto* hook = change_hook_.load(std::memory_order_acquire)) hook();
+}
+
 void Registry::add(EventDesc* ev) {
-  base::MutexLock l(&mu_);
-  if (ev->registered) return;
+  {
+    base::MutexLock l(&mu_);
+    if (ev->registered) return;
+    add_locked(ev);
+  }
+  changed();
+}
+
+void Registry::add_locked(EventDesc* ev) {
   uint16_t id = 0;
   if (is_builtin(ev) && ev->id != 0 && by_id_[ev->id].load(std::memory_order_relaxed) == nullptr) {
     id = ev->id;
@@ -46,8 +57,15 @@ void Registry::add(EventDesc* ev) {
 }
 
 void Registry::remove(EventDesc* ev) {
-  base::MutexLock l(&mu_);
-  if (!ev->registered) return;
+  {
+    base::MutexLock l(&mu_);
+    if (!ev->registered) return;
+    remove_locked(ev);
+  }
+  changed();
+}
+
+void Registry::remove_locked(EventDesc* ev) {
   for (EventDesc** p = &head_; *p; p = &(*p)->next) {
     if (*p == ev) {
       *p = ev->next;

@@ -56,11 +56,20 @@ class Registry {
   // Clears bit `slot` everywhere (instance removal).
   void clear_slot(int slot);
 
+  // Called after every add() or remove(), outside the registry lock (buffer
+  // files keep their copy of the formats current with it). One hook.
+  // Context: control plane.
+  void set_change_hook(void (*hook)()) { change_hook_.store(hook, std::memory_order_release); }
+
  private:
   Registry() = default;
   mutable base::Mutex mu_;
   EventDesc* head_ USRTRACE_GUARDED_BY(mu_) = nullptr;
   std::atomic<const EventDesc*> by_id_[65536] = {};
+  std::atomic<void (*)()> change_hook_{nullptr};
+  void changed();
+  void add_locked(EventDesc* ev) USRTRACE_REQUIRES(mu_);
+  void remove_locked(EventDesc* ev) USRTRACE_REQUIRES(mu_);
 };
 
 // The events/SYS/NAME/format text, as the kernel writes it.

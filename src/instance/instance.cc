@@ -46,9 +46,11 @@ Instance* g_instances[kMaxInstances] USRTRACE_GUARDED_BY(g_mu) = {};
 }  // namespace
 
 Instance::Instance(std::string name, int slot, std::unique_ptr<rb::RingBuffer> rb)
-    : name_(std::move(name)), slot_(slot), rb_(std::move(rb)),
-      snapshots_(std::make_unique<Snapshots>(*rb_, slot)) {
+    : name_(std::move(name)), slot_(slot), rb_(rb.get()),
+      snapshots_(new Snapshots(*rb, slot)) {
   for (int i = 0; i < kNumOptions; ++i) options_[i].store(kOptions[i].default_on);
+  buffers_.push_back(std::move(rb));
+  all_snapshots_.emplace_back(snapshots_.load(std::memory_order_relaxed));
 }
 
 Instance::~Instance() = default;
@@ -59,6 +61,7 @@ Instance* Instance::top() {
     auto rb = rb::RingBuffer::create(rb::Options{}, &err);
     if (!rb) return static_cast<Instance*>(nullptr);
     auto* inst = new Instance("", 0, std::move(rb));
+    inst->apply_buffer_dir();
     base::MutexLock l(&g_mu);
     g_instances[0] = inst;
     // order: release; a writer that loads the pointer sees the buffer built.
@@ -96,6 +99,7 @@ Instance* Instance::create(std::string_view name, int* err, bool get_ref) {
   auto rb = rb::RingBuffer::create(rb::Options{}, &rerr);
   if (!rb) return fail(rerr);
   auto* inst = new Instance(std::string(name), slot, std::move(rb));
+  inst->apply_buffer_dir();
   if (get_ref) inst->get_reader();  // before anyone can see it
   g_instances[slot] = inst;
   // A previous instance in this slot may have left CPUs masked off. order:
@@ -212,25 +216,25 @@ void Instance::set_cpumask(const std::vector<uint64_t>& words) {
 
 std::vector<uint64_t> Instance::cpumask() const {
   const SlotState& s = g_slot_state[slot_];
-  const size_t n = static_cast<size_t>(rb_->nr_cpus() + 63) / 64;
+  const size_t n = static_cast<size_t>(buffer().nr_cpus() + 63) / 64;
   std::vector<uint64_t> out(n);
   for (size_t i = 0; i < n && i < kMaxCpus / 64; ++i)
     out[i] = ~s.cpus_off[i].load(std::memory_order_relaxed);
-  const int rem = rb_->nr_cpus() % 64;
+  const int rem = buffer().nr_cpus() % 64;
   if (rem && !out.empty()) out.back() &= (uint64_t{1} << rem) - 1;
   return out;
 }
 
 void Instance::set_tracing_on(bool on) {
   if (on)
-    rb_->record_on();
+    buffer().record_on();
   else
-    rb_->record_off();
+    buffer().record_off();
 }
 
 void Instance::set_option(Option o, bool on) {
   options_[o].store(on, std::memory_order_relaxed);
-  if (o == kOptOverwrite) rb_->set_mode(on ? rb::Mode::kOverwrite : rb::Mode::kDiscard);
+  if (o == kOptOverwrite) buffer().set_mode(on ? rb::Mode::kOverwrite : rb::Mode::kDiscard);
 }
 
 int Instance::set_event(std::string_view system_glob, std::string_view event_glob, bool on) {
@@ -282,7 +286,7 @@ long Instance::printk(std::string_view text, uintptr_t ip) {
 
 uint64_t Instance::entries_written() {
   uint64_t n = 0;
-  for (int c = 0; c < rb_->nr_cpus(); ++c) n += rb_->stats(c).written;
+  for (int c = 0; c < buffer().nr_cpus(); ++c) n += buffer().stats(c).written;
   return n;
 }
 

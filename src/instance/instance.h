@@ -115,13 +115,28 @@ class Instance {
   const std::string& name() const { return name_; }
   bool is_top() const { return slot_ == 0; }
   int slot() const { return slot_; }
-  rb::RingBuffer& buffer() { return *rb_; }
-  // The spare buffers and snapshots (snapshot, snapshot_enabled,
+  // The live buffer. It changes only on set_buffer_file(); a caller holding
+  // a reference (get_reader()) may keep using the one it got.
+  rb::RingBuffer& buffer() { return *rb_.load(std::memory_order_acquire); }
+  const rb::RingBuffer& buffer() const { return *rb_.load(std::memory_order_acquire); }
+  // The live buffer's spares and snapshots (snapshot, snapshot_enabled,
   // snapshot_ring_size). Resizes and clock changes go through it, so the
-  // spares stay swappable with the live buffer.
-  Snapshots& snapshots() { return *snapshots_; }
+  // spares stay swappable with the live buffer. Replaced with the buffer by
+  // set_buffer_file().
+  Snapshots& snapshots() { return *snapshots_.load(std::memory_order_acquire); }
 
-  bool tracing_on() const { return rb_->record_is_on(); }
+  // buffer_file (instance/buffer_file.cc): moves the instance to a new
+  // buffer of the same size, mode and clock, kept in a file at `path`
+  // (crash-surviving: persist/file_store.h), or in memory for "". Events in
+  // the old buffer are not carried over. Writers in flight finish in the old
+  // buffer (grace period); it is freed at once when at most `max_refs`
+  // references are held (the caller's own), else when the instance goes.
+  // Returns 0, or -errno with *why saying what failed.
+  // Context: control plane; allocates, system calls, may sleep.
+  int set_buffer_file(const std::string& path, int max_refs, std::string* why);
+  std::string buffer_file() const;  // "" when in memory
+
+  bool tracing_on() const { return buffer().record_is_on(); }
   void set_tracing_on(bool on);
 
   bool option(Option o) const { return options_[o].load(std::memory_order_relaxed); }
@@ -182,8 +197,16 @@ class Instance {
   static Instance* create(std::string_view name, int* err, bool get_ref);
   std::string name_;
   int slot_;
-  std::unique_ptr<rb::RingBuffer> rb_;
-  std::unique_ptr<Snapshots> snapshots_;  // after rb_: destroyed before it
+  // The USRTRACE_BUFFER_DIR environment variable, at creation.
+  void apply_buffer_dir();
+  std::atomic<rb::RingBuffer*> rb_{nullptr};
+  // rb_'s owner, and buffers replaced while a reader could still use them.
+  std::vector<std::unique_ptr<rb::RingBuffer>> buffers_ USRTRACE_GUARDED_BY(mu_);
+  std::string buffer_file_ USRTRACE_GUARDED_BY(mu_);
+  std::atomic<Snapshots*> snapshots_{nullptr};
+  // snapshots_'s owner, and those replaced with their buffers; destroyed
+  // before buffers_ (declared after it).
+  std::vector<std::unique_ptr<Snapshots>> all_snapshots_ USRTRACE_GUARDED_BY(mu_);
   std::atomic<bool> options_[kNumOptions];
   std::atomic<int> readers_{0};
   std::atomic<int> buffer_percent_{50};

@@ -57,6 +57,11 @@ int Snapshots::reallocate(int n) USRTRACE_NO_THREAD_SAFETY_ANALYSIS {
     o.size_per_cpu = live_.size_bytes(0);
     o.mode = live_.mode();
     o.clock = live_.clock();
+    // In the live buffer's store (its file, for a crash-surviving buffer:
+    // swaps move CpuBuffers between the two, and the file must keep every
+    // one), tagged 1..n so a recovery tells the snapshots from the live one.
+    o.store = live_.store();
+    o.tag = live_.tag() + 1 + static_cast<uint32_t>(i);
     int err = 0;
     fresh[i] = rb::RingBuffer::create(o, &err);
     if (!fresh[i]) return -err;

@@ -66,7 +66,7 @@ __attribute__((init_priority(101))) Init g_init;
 
 // saved_cmdlines: a fixed table, one entry per tid hash; a writer that
 // finds the entry busy skips (the name is best effort).
-constexpr int kCmdlines = 1024;
+constexpr int kCmdlines = kSavedCmdlines;
 struct CmdlineEntry {
   std::atomic<uint32_t> seq{0};  // odd while written
   int tid = 0;
@@ -74,7 +74,25 @@ struct CmdlineEntry {
 };
 CmdlineEntry g_cmdlines[kCmdlines];
 
+// Mirrors, and the save_comm() calls that may be writing into them.
+constexpr int kMaxMirrors = 64;
+std::atomic<MirrorSlot*> g_mirrors[kMaxMirrors];
+std::atomic<uint32_t> g_mirror_users{0};
+
+// The seqlock write of one slot, as for g_cmdlines; a busy slot is skipped.
+template <class Slot>
+void put_comm(Slot& e, int tid, const char* comm) {
+  uint32_t s = e.seq.load(std::memory_order_relaxed);
+  if ((s & 1) || !e.seq.compare_exchange_strong(s, s + 1, std::memory_order_acquire)) return;
+  e.tid = tid;
+  std::memset(e.comm, 0, sizeof e.comm);
+  std::memcpy(e.comm, comm, strnlen(comm, sizeof e.comm - 1));
+  e.seq.store(s + 2, std::memory_order_release);
+}
+
 }  // namespace
+
+static bool read_entry(const CmdlineEntry& e, int* tid, char* comm);
 
 ThreadState& self() { return t_state; }
 
@@ -118,13 +136,36 @@ void synchronize_writers() {
 }
 
 void save_comm(int tid, const char* comm) {
-  CmdlineEntry& e = g_cmdlines[static_cast<unsigned>(tid) % kCmdlines];
-  uint32_t s = e.seq.load(std::memory_order_relaxed);
-  if ((s & 1) || !e.seq.compare_exchange_strong(s, s + 1, std::memory_order_acquire)) return;
-  e.tid = tid;
-  std::memset(e.comm, 0, sizeof e.comm);
-  std::memcpy(e.comm, comm, strnlen(comm, sizeof e.comm - 1));
-  e.seq.store(s + 2, std::memory_order_release);
+  const unsigned i = static_cast<unsigned>(tid) % kCmdlines;
+  put_comm(g_cmdlines[i], tid, comm);
+  // order: seq_cst, with remove_cmdline_mirror(): either it sees us counted,
+  // or we see its mirror gone.
+  g_mirror_users.fetch_add(1, std::memory_order_seq_cst);
+  for (auto& m : g_mirrors)
+    if (MirrorSlot* slots = m.load(std::memory_order_seq_cst)) put_comm(slots[i], tid, comm);
+  g_mirror_users.fetch_sub(1, std::memory_order_release);
+}
+
+bool add_cmdline_mirror(MirrorSlot* slots) {
+  for (int i = 0; i < kCmdlines; ++i) {
+    int tid = 0;
+    char comm[16];
+    if (read_entry(g_cmdlines[i], &tid, comm)) put_comm(slots[i], tid, comm);
+  }
+  for (auto& m : g_mirrors) {
+    MirrorSlot* expected = nullptr;
+    if (m.compare_exchange_strong(expected, slots, std::memory_order_seq_cst)) return true;
+  }
+  return false;
+}
+
+void remove_cmdline_mirror(MirrorSlot* slots) {
+  for (auto& m : g_mirrors) {
+    MirrorSlot* expected = slots;
+    m.compare_exchange_strong(expected, nullptr, std::memory_order_seq_cst);
+  }
+  // A save_comm() that loaded the mirror is counted until it is done with it.
+  while (g_mirror_users.load(std::memory_order_seq_cst) != 0) sched_yield();
 }
 
 static bool read_entry(const CmdlineEntry& e, int* tid, char* comm) {

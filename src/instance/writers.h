@@ -92,4 +92,18 @@ std::vector<Cmdline> saved_cmdlines();
 // Context: any; async-signal-safe.
 void save_comm(int tid, const char* comm);
 
+// Copies of the saved_cmdlines table kept elsewhere (buffer files: see
+// persist/file_format.h CmdlineSlot, which has this layout): save_comm()
+// writes every mirror too. add copies the current table in; remove returns
+// once no save_comm() can still be writing into the mirror.
+// Context: control plane.
+inline constexpr int kSavedCmdlines = 1024;
+struct MirrorSlot {
+  std::atomic<uint32_t> seq;  // odd while written
+  int32_t tid;
+  char comm[16];
+};
+bool add_cmdline_mirror(MirrorSlot* slots);  // kSavedCmdlines slots; false if full
+void remove_cmdline_mirror(MirrorSlot* slots);
+
 }  // namespace usrtrace::writers

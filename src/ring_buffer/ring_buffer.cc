@@ -11,6 +11,7 @@
 #include <new>
 
 #include "base/sys.h"
+#include "ring_buffer/buffer_store.h"
 #include "ring_buffer/internal.h"
 
 namespace usrtrace::rb {
@@ -70,29 +71,47 @@ void init_state(CpuBuffer* cb) {
   cb->floor_dropped.store(0, std::memory_order_relaxed);
 }
 
-bool alloc_pages(CpuBuffer* cb, uint32_t nr_pages) {
-  size_t bytes = size_t{nr_pages} * cb->page_size;
-  auto* pages = static_cast<uint8_t*>(base::map_aligned(bytes, cb->page_size));
-  if (!pages) return false;
-  auto* meta = new (std::nothrow) PageMeta[nr_pages];
-  if (!meta) {
-    base::unmap_aligned(pages, bytes);
-    return false;
+// Anonymous memory: pages from map_aligned, metas and CpuBuffers from new.
+class HeapStore final : public BufferStore {
+ public:
+  CpuBuffer* new_cpu_buffer() override {
+    auto* cb = new (std::nothrow) CpuBuffer;
+    if (cb) cb->store = this;
+    return cb;
   }
-  cb->pages = pages;
-  cb->meta = meta;
-  cb->nr_pages = nr_pages;
-  return true;
-}
+  void delete_cpu_buffer(CpuBuffer* cb) override { delete cb; }
+  bool alloc_pages(CpuBuffer* cb, uint32_t nr_pages) override {
+    size_t bytes = size_t{nr_pages} * cb->page_size;
+    auto* pages = static_cast<uint8_t*>(base::map_aligned(bytes, cb->page_size));
+    if (!pages) return false;
+    auto* meta = new (std::nothrow) PageMeta[nr_pages];
+    if (!meta) {
+      base::unmap_aligned(pages, bytes);
+      return false;
+    }
+    cb->pages = pages;
+    cb->meta = meta;
+    cb->nr_pages = nr_pages;
+    return true;
+  }
+  void free_pages(uint8_t* pages, PageMeta* meta, uint32_t nr, uint32_t page_size) override {
+    base::unmap_aligned(pages, size_t{nr} * page_size);
+    delete[] meta;
+  }
+};
 
 void free_pages(CpuBuffer* cb) {
-  base::unmap_aligned(cb->pages, size_t{cb->nr_pages} * cb->page_size);
-  delete[] cb->meta;
+  cb->store->free_pages(cb->pages, cb->meta, cb->nr_pages, cb->page_size);
   cb->pages = nullptr;
   cb->meta = nullptr;
 }
 
 }  // namespace
+
+BufferStore* BufferStore::heap() {
+  static HeapStore* store = new HeapStore;  // never freed: CpuBuffers may outlive any owner
+  return store;
+}
 
 std::unique_ptr<RingBuffer> RingBuffer::create(const Options& opts, int* err) {
   auto fail = [&](int e) {
@@ -113,6 +132,10 @@ std::unique_ptr<RingBuffer> RingBuffer::create(const Options& opts, int* err) {
   rb->nr_cpus_ = n;
   rb->mode_.store(opts.mode, std::memory_order_relaxed);
   rb->clock_.store(opts.clock, std::memory_order_relaxed);
+  rb->tag_ = opts.tag;
+  rb->store_ = opts.store;
+  BufferStore* store = opts.store ? opts.store.get() : BufferStore::heap();
+  store->clock_changed(opts.clock);
   // Room for a long header and a time stamp, with the tail strictly inside.
   rb->max_payload_ = opts.page_size - kPageHeaderSize - 8 - 8 - 4;
   for (int i = 0; i < n + kTrapSlots; ++i) {
@@ -121,14 +144,15 @@ std::unique_ptr<RingBuffer> RingBuffer::create(const Options& opts, int* err) {
   }
   const uint32_t nr = pages_for(opts.size_per_cpu, opts.page_size);
   for (int c = 0; c < n; ++c) {
-    auto* cb = new (std::nothrow) CpuBuffer;
+    CpuBuffer* cb = store->new_cpu_buffer();
     if (!cb) return fail(ENOMEM);
     cb->cpu = c;
     cb->page_size = opts.page_size;
     cb->page_shift = static_cast<uint32_t>(__builtin_ctz(opts.page_size));
     rb->slots()[c + kTrapSlots].store(cb, std::memory_order_relaxed);
-    if (!alloc_pages(cb, nr)) return fail(ENOMEM);
+    if (!store->alloc_pages(cb, nr)) return fail(ENOMEM);
     init_state(cb);
+    rb->adopt_cpu(c);
   }
   ControlGuard l(*rb);
   for (int c = 0; c < n; ++c) rb->unseal(c);
@@ -144,7 +168,7 @@ RingBuffer::~RingBuffer() {
     CpuBuffer* cb = cpu_buffer(c);
     if (!cb) continue;
     if (cb->pages) free_pages(cb);
-    delete cb;
+    cb->store->delete_cpu_buffer(cb);
   }
 }
 
@@ -201,6 +225,7 @@ void RingBuffer::set_clock_locked(const Locked&, clock::ClockId id) USRTRACE_NO_
   base::rseq_fence();
   wait_slow_paths();
   clock_.store(id, std::memory_order_relaxed);
+  (store_ ? store_.get() : BufferStore::heap())->clock_changed(id);
   time_start_.store(clock::read_raw(id), std::memory_order_relaxed);
   for (int c = 0; c < nr_cpus_; ++c) {
     reset_locked(cpu_buffer(c));
@@ -276,7 +301,7 @@ int RingBuffer::resize_cpu_locked(CpuBuffer* cb, uint32_t nr) {
   CpuBuffer fresh;
   fresh.page_size = cb->page_size;
   fresh.page_shift = cb->page_shift;
-  if (!alloc_pages(&fresh, nr)) return -ENOMEM;
+  if (!cb->store->alloc_pages(&fresh, nr)) return -ENOMEM;
   Tail t = read_tail(cb);
   uint64_t w0;
   if (t.seq == 0) {
@@ -298,7 +323,12 @@ int RingBuffer::resize_cpu_locked(CpuBuffer* cb, uint32_t nr) {
     uint8_t* tail_page = fresh.page_at((t.seq - 1) % nr);
     w0 = (reinterpret_cast<uint64_t>(tail_page + kPageHeaderSize + t.len) << 16) | t.entries;
   }
-  free_pages(cb);
+  // The new geometry and w0 are in place before the old pages go, so that a
+  // file-backed buffer whose process dies here still names pages that exist
+  // (a recovery rejects the CPU if it sees only part of the new geometry).
+  uint8_t* old_pages = cb->pages;
+  PageMeta* old_meta = cb->meta;
+  const uint32_t old_nr = cb->nr_pages;
   cb->pages = fresh.pages;
   cb->meta = fresh.meta;
   cb->nr_pages = fresh.nr_pages;
@@ -309,12 +339,15 @@ int RingBuffer::resize_cpu_locked(CpuBuffer* cb, uint32_t nr) {
   cb->ws.limit.store(limit_for(cb->page_at(static_cast<uint64_t>(wp - cb->pages) >> cb->page_shift),
                                cb->page_size),
                      std::memory_order_relaxed);
+  cb->store->free_pages(old_pages, old_meta, old_nr, cb->page_size);
   return 0;
 }
 
 int RingBuffer::swap_cpu(RingBuffer& other, int cpu) {
   if (&other == this || other.nr_cpus_ != nr_cpus_) return -EINVAL;
   if (clock() != other.clock()) return -EINVAL;
+  // A CpuBuffer is freed through its own store, which its holder keeps alive.
+  if (store_ != other.store_) return -EINVAL;
   RingBuffer* a = this < &other ? this : &other;
   RingBuffer* b = this < &other ? &other : this;
   ControlGuard la(*a);
@@ -332,12 +365,16 @@ int RingBuffer::swap_cpu(RingBuffer& other, int cpu) {
     other.slots()[c + kTrapSlots].store(mine, std::memory_order_release);
     update_gate(c);
     other.update_gate(c);
+    adopt_cpu(c);
+    other.adopt_cpu(c);
   }
   return 0;
 }
 
 int RingBuffer::swap_locked(const Locked&, RingBuffer& other, int cpu) USRTRACE_NO_THREAD_SAFETY_ANALYSIS {
-  if (&other == this || other.nr_cpus_ != nr_cpus_ || clock() != other.clock()) return -EINVAL;
+  if (&other == this || other.nr_cpus_ != nr_cpus_ || clock() != other.clock() ||
+      store_ != other.store_)
+    return -EINVAL;
   const int lo = cpu < 0 ? 0 : cpu, hi = cpu < 0 ? nr_cpus_ : cpu + 1;
   if (lo >= nr_cpus_) return -EINVAL;
   for (int c = lo; c < hi; ++c)
@@ -352,6 +389,8 @@ int RingBuffer::swap_locked(const Locked&, RingBuffer& other, int cpu) USRTRACE_
     other.slots()[c + kTrapSlots].store(mine, std::memory_order_release);
     update_gate(c);
     other.update_gate(c);
+    adopt_cpu(c);
+    other.adopt_cpu(c);
   }
   return 0;
 }

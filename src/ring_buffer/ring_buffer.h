@@ -110,6 +110,13 @@
 // Swap (the base of snapshots) exchanges CpuBuffer pointers between two
 // buffers in O(1): a write in flight lands in one of the two, never in
 // neither.
+//
+// Storage (buffer_store.h): CpuBuffers, their PageMeta arrays and pages come
+// from a BufferStore, anonymous memory by default. A file-backed store
+// (persist/file_store.h) puts all three in a MAP_SHARED file, so the file
+// holds every committed event when the process dies; each file-backed
+// CpuBuffer has a role word in the file saying which buffer (tag) and CPU it
+// currently serves, kept current by adopt_cpu().
 #pragma once
 
 #include <atomic>
@@ -126,6 +133,8 @@
 #include "ring_buffer/page_format.h"
 
 namespace usrtrace::rb {
+
+class BufferStore;
 
 enum class Mode : uint8_t { kOverwrite, kDiscard };
 
@@ -198,6 +207,12 @@ struct alignas(64) CpuBuffer {
   std::atomic<uint64_t> floor_index{0};
   std::atomic<uint64_t> floor_dropped{0};
   std::atomic<uint64_t> clear_gen{0};
+  // Where this CpuBuffer and its pages were allocated (it may move to
+  // another RingBuffer on a swap, and is freed through its own store).
+  BufferStore* store = nullptr;
+  // File-backed only: this CpuBuffer's role word in the file (role_word());
+  // nullptr for memory. Written by adopt_cpu() with plain stores.
+  std::atomic<uint64_t>* role = nullptr;
 
   alignas(64) std::atomic<uint64_t> dropped{0};
   // Written by the consuming reader, read by switch slow paths: the page it
@@ -247,7 +262,17 @@ struct Options {
   uint64_t size_per_cpu = 1441792;      // data bytes per CPU (the kernel's default 1408 KiB)
   Mode mode = Mode::kOverwrite;
   clock::ClockId clock = clock::ClockId::kLocal;
+  // Where CpuBuffers and pages live; nullptr: anonymous memory.
+  std::shared_ptr<BufferStore> store;
+  // Which buffer of its instance this is (0: the live one; snapshots use
+  // others); recorded in a file-backed store's role words.
+  uint32_t tag = 0;
 };
+
+// A file-backed CpuBuffer's role word: 0 = unowned, else (tag + 1) << 32 | cpu.
+constexpr uint64_t role_word(uint32_t tag, int cpu) {
+  return (uint64_t{tag} + 1) << 32 | static_cast<uint32_t>(cpu);
+}
 
 // One event as readers return it.
 struct Event {
@@ -305,7 +330,8 @@ class RingBuffer {
   // Empties the buffer of one CPU (cpu < 0: all) and zeroes its counters.
   void reset(int cpu = -1);
   // Exchanges this buffer's pages for CPU `cpu` (cpu < 0: all) with `other`'s,
-  // in O(1). Both must use the same clock. Returns 0 or -EINVAL.
+  // in O(1). Both must use the same clock and the same store (options().store).
+  // Returns 0 or -EINVAL.
   int swap_cpu(RingBuffer& other, int cpu);
 
   // ---- The control lock, and work deferred to its holder: the base of
@@ -343,6 +369,19 @@ class RingBuffer {
   // resize() and set_clock() for a holder of the control lock.
   int resize_locked(const Locked& held, int cpu, uint64_t bytes);
   void set_clock_locked(const Locked& held, clock::ClockId id);
+  // Records in the store that the CpuBuffer now installed for `cpu` serves
+  // this buffer (its tag) on that CPU. swap_cpu() calls it for both buffers;
+  // any other code that moves CpuBuffers between buffers must too.
+  // Context: any thread; async-signal-safe (plain stores; no lock).
+  void adopt_cpu(int cpu) {
+    CpuBuffer* cb = cpu_buffer(cpu);
+    // order: relaxed is enough; the role is only read after the process is
+    // gone (or by a recovery of a quiescent file).
+    if (cb && cb->role) cb->role->store(role_word(tag_, cpu), std::memory_order_relaxed);
+  }
+  uint32_t tag() const { return tag_; }
+  // The store this buffer allocates from (nullptr: anonymous memory).
+  const std::shared_ptr<BufferStore>& store() const { return store_; }
 
   // Raw clock value at the last reset of every CPU (reset(-1), set_clock),
   // 0 for a buffer never reset: the kernel's time_start, the base of the
@@ -416,6 +455,8 @@ class RingBuffer {
   std::atomic<clock::ClockId> clock_{clock::ClockId::kLocal};
   int nr_cpus_ = 0;
   uint32_t max_payload_ = 0;
+  uint32_t tag_ = 0;
+  std::shared_ptr<BufferStore> store_;  // keeps the store alive as long as the buffer
 
   alignas(64) std::atomic<uint32_t> slow_active_{0};  // slow paths between entry and exit
   std::atomic<uint32_t> waiters_any_{0};   // readers waiting for any event (gates closed)

@@ -175,6 +175,24 @@ long write_percent(Instance& inst, std::string_view s) {
   return size_of(s);
 }
 
+// buffer_file: a path makes the buffer file-backed there (crash-surviving);
+// an empty line moves it back to memory.
+long write_buffer_file(Instance& inst, std::string_view s) {
+  std::string_view path = s;
+  while (!path.empty() && (path.back() == '\n' || path.back() == ' ' || path.back() == '\t'))
+    path.remove_suffix(1);
+  if (path.size() >= 4096) return fail(inst, kSub, Err::kTooLong, s, 0, ENAMETOOLONG);
+  for (size_t i = 0; i < path.size(); ++i)
+    if (static_cast<unsigned char>(path[i]) < 0x20) return fail(inst, kSub, Err::kBadPath, s, i, EINVAL);
+  std::string why;
+  // The open file of this write holds one reference.
+  const int rc = inst.set_buffer_file(std::string(path), 1, &why);
+  if (rc < 0)
+    return fail(inst, kSub, why.rfind("cannot create", 0) == 0 ? Err::kBufferFileOpen : Err::kBufferFileAlloc,
+                s, 0, -rc);
+  return size_of(s);
+}
+
 long write_tracer(Instance& inst, std::string_view s) {
   const std::string_view name = strip(s.substr(0, 100));  // MAX_TRACER_SIZE
   if (name != "nop")
@@ -352,6 +370,13 @@ std::unique_ptr<File> open_instance_file(Node node, int flags, int* err) {
     case Kind::kCurrentTracer:
       f->show = [] { return std::string("nop\n"); };
       f->store = [ip](std::string_view s) { return write_tracer(*ip, s); };
+      break;
+    case Kind::kBufferFile:
+      f->show = [ip] {
+        std::string p = ip->buffer_file();
+        return p + "\n";
+      };
+      f->store = [ip](std::string_view s) { return write_buffer_file(*ip, s); };
       break;
     case Kind::kBufferPercent:
       f->show = [ip] { return line(static_cast<uint64_t>(ip->buffer_percent())); };

@@ -55,6 +55,7 @@ enum class Kind : uint8_t {
   kReadme,
   kAvailableEvents,
   kAvailableTracers,
+  kBufferFile,
   kBufferPercent,
   kBufferSizeKb,
   kBufferTotalSizeKb,
@@ -188,6 +189,9 @@ enum class Err : uint8_t {
   kSnapshotBusy,
   kSnapshotFreeCpu,
   kSnapshotRing,
+  kBadPath,
+  kBufferFileOpen,
+  kBufferFileAlloc,
   kCount,
 };
 const char* err_text(Err e);

@@ -46,6 +46,7 @@ constexpr FileSpec kRootFiles[] = {
     {"README", Kind::kReadme, kRO, true},
     {"available_events", Kind::kAvailableEvents, kRO, true},
     {"available_tracers", Kind::kAvailableTracers, kRO, false},
+    {"buffer_file", Kind::kBufferFile, kRW, false},
     {"buffer_percent", Kind::kBufferPercent, kRW, false},
     {"buffer_size_kb", Kind::kBufferSizeKb, kRW, false},
     {"buffer_total_size_kb", Kind::kBufferTotalSizeKb, kRO, false},
@@ -318,6 +319,9 @@ constexpr const char* kErrTexts[] = {
     "Snapshot is being read",                        // kSnapshotBusy
     "Only the whole snapshot can be freed",          // kSnapshotFreeCpu
     "Snapshot ring size must be between 1 and 16",   // kSnapshotRing
+    "Invalid path",                                  // kBadPath
+    "Cannot create the buffer file",                 // kBufferFileOpen
+    "Cannot allocate the buffer in the file",        // kBufferFileAlloc
 };
 static_assert(sizeof(kErrTexts) / sizeof(kErrTexts[0]) == static_cast<size_t>(Err::kCount));
 constexpr size_t kMaxLoggedCommand = 256;

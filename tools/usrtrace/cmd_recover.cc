@@ -1,0 +1,158 @@
+// usrtrace recover FILE [--raw] [--snapshots]: prints the trace a dead
+// process left in its buffer file, in the layout of the `trace` file
+// (src/output), with the event formats stored in the file, through
+// libtraceevent (the recovering process does not have the program's events).
+//
+// trace.dat: `usrtrace recover FILE -o trace.dat` will write one when the
+// trace.dat writer exists (issue 6); the hook is write_tracedat() below.
+#include <event-parse.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "commands.h"
+#include "output/flags.h"
+#include "usrtrace/recover.h"
+
+namespace usrtrace::tool {
+namespace {
+
+struct Options {
+  std::string file;
+  bool raw = false;
+  bool snapshots = false;
+  std::string tracedat;
+};
+
+struct TepDeleter {
+  void operator()(tep_handle* t) const { tep_free(t); }
+};
+
+// The flag columns as src/output/trace_output.cc prints them.
+void put_flags(std::string* out, uint8_t f, uint8_t preempt) {
+  using namespace usrtrace::output;
+  char c[5];
+  const bool irqs = f & kFlagIrqsOff, bh = f & kFlagBhOff;
+  c[0] = irqs && bh ? 'D' : irqs ? 'd' : bh ? 'b' : '.';
+  c[1] = (f & kFlagNeedResched) ? 'n' : '.';
+  const bool nmi = f & kFlagNmi, hard = f & kFlagHardirq, soft = f & kFlagSoftirq;
+  c[2] = nmi && hard ? 'Z' : nmi ? 'z' : hard && soft ? 'H' : hard ? 'h' : soft ? 's' : '.';
+  static constexpr char kHex[] = "0123456789abcdef";
+  c[3] = (preempt & 0xf) ? kHex[preempt & 0xf] : '.';
+  c[4] = (preempt & 0xf0) ? kHex[preempt >> 4] : '.';
+  out->append(c, 5);
+}
+
+// Hook for issue 6: write the recovered buffers as a trace.dat.
+int write_tracedat(const Recovery& /*rec*/, const std::string& path) {
+  fprintf(stderr, "usrtrace recover: %s: writing trace.dat is not supported yet\n", path.c_str());
+  return 1;
+}
+
+void print_buffer(const Recovery& rec, tep_handle* tep, uint32_t tag, const Options& o) {
+  const auto evs = rec.events(tag);
+  const Recovery::Info& info = rec.info();
+  printf("# tracer: nop\n#\n# entries-in-buffer/entries-written: %zu/%zu   #P:%d\n#\n", evs.size(),
+         evs.size(), info.nr_cpus);
+  printf("#           TASK-PID     CPU#  |||||  TIMESTAMP  FUNCTION\n");
+  printf("#              | |         |   |||||     |         |\n");
+  trace_seq s;
+  trace_seq_init(&s);
+  std::string line;
+  for (const Recovery::Event& ev : evs) {
+    if (ev.lost_before) printf("CPU:%d [LOST %" PRIu64 " EVENTS]\n", ev.cpu, ev.lost_before);
+    line.clear();
+    if (ev.len < 8) continue;  // no common fields: not an event record
+    uint16_t type;
+    int32_t pid;
+    std::memcpy(&type, ev.data, 2);
+    std::memcpy(&pid, ev.data + 4, 4);
+    const uint8_t flags = ev.data[2], preempt = ev.data[3];
+    if (o.raw) {
+      printf("%d %d %" PRIu64 " %u", pid, ev.cpu, ev.ts, type);
+      for (uint32_t i = 8; i < ev.len; ++i) printf(" %02x", ev.data[i]);
+      printf("\n");
+      continue;
+    }
+    tep_record rec_{};
+    rec_.ts = ev.ts;
+    rec_.cpu = ev.cpu;
+    rec_.size = static_cast<int>(ev.len);
+    rec_.data = const_cast<uint8_t*>(ev.data);
+    tep_event* te = tep_find_event(tep, type);
+    const char* comm = tep_data_comm_from_pid(tep, pid);
+    char head[64];
+    snprintf(head, sizeof head, "%16s-%-7d [%03d] ", comm ? comm : "<...>", pid, ev.cpu);
+    line += head;
+    put_flags(&line, flags, preempt);
+    if (info.clock_in_ns) {
+      const uint64_t us = ev.ts / 1000;
+      snprintf(head, sizeof head, " %5" PRIu64 ".%06" PRIu64 ": ", us / 1000000, us % 1000000);
+    } else {
+      snprintf(head, sizeof head, " %12" PRIu64 ": ", ev.ts);
+    }
+    line += head;
+    if (!te) {
+      line += "Unknown type " + std::to_string(type);
+    } else {
+      trace_seq_reset(&s);
+      tep_print_event(tep, &s, &rec_, "%s", TEP_PRINT_INFO);
+      trace_seq_terminate(&s);
+      if (std::strcmp(te->system, "ftrace") != 0) line += std::string(te->name) + ": ";
+      std::string text(s.buffer, s.len);
+      while (!text.empty() && text.back() == '\n') text.pop_back();
+      line += text;
+    }
+    puts(line.c_str());
+  }
+  trace_seq_destroy(&s);
+}
+
+int run(const Options& o) {
+  std::string err;
+  auto rec = Recovery::open(o.file, &err);
+  if (!rec) {
+    fprintf(stderr, "usrtrace recover: %s\n", err.c_str());
+    return 1;
+  }
+  for (const std::string& w : rec->warnings()) fprintf(stderr, "usrtrace recover: warning: %s\n", w.c_str());
+  if (!o.tracedat.empty()) return write_tracedat(*rec, o.tracedat);
+  std::unique_ptr<tep_handle, TepDeleter> tep(tep_alloc());
+  if (!tep) {
+    fprintf(stderr, "usrtrace recover: out of memory\n");
+    return 1;
+  }
+  for (const Recovery::Format& f : rec->formats())
+    if (tep_parse_event(tep.get(), f.text.data(), f.text.size(), f.system.c_str()) != 0)
+      fprintf(stderr, "usrtrace recover: warning: cannot parse the format of %s (id %u)\n",
+              f.system.c_str(), f.id);
+  for (const auto& [tid, comm] : rec->cmdlines()) tep_register_comm(tep.get(), comm.c_str(), tid);
+  const Recovery::Info& info = rec->info();
+  printf("# recovered from %s: pid %d (%s), instance %s, clock %s\n", o.file.c_str(), info.pid,
+         info.program.c_str(), info.instance.empty() ? "top" : info.instance.c_str(), info.clock.c_str());
+  print_buffer(*rec, tep.get(), 0, o);
+  if (o.snapshots)
+    for (uint32_t tag : rec->tags())
+      if (tag != 0) {
+        printf("#\n# snapshot buffer %u\n", tag);
+        print_buffer(*rec, tep.get(), tag, o);
+      }
+  return 0;
+}
+
+}  // namespace
+
+Runner add_recover(CLI::App& app) {
+  auto o = std::make_shared<Options>();
+  CLI::App* sub = app.add_subcommand("recover", "print the trace a dead process left in its buffer file");
+  sub->add_option("FILE", o->file, "the buffer file (buffer_file, or USRTRACE_BUFFER_DIR)")->required();
+  sub->add_flag("--raw", o->raw, "print records as pid, cpu, time, type and bytes");
+  sub->add_flag("--snapshots", o->snapshots, "also print the snapshot buffers in the file");
+  sub->add_option("-o,--tracedat", o->tracedat, "write a trace.dat instead (not supported yet)");
+  return [o] { return run(*o); };
+}
+
+}  // namespace usrtrace::tool
