@@ -243,5 +243,35 @@ TEST(PersistTracefs, BufferFileControlFile) {
   unlink(path.c_str());
 }
 
+// A crash-surviving instance that takes snapshots: the spares live in the
+// same file, so the file keeps both the live buffer (tag 0) and the
+// snapshot (tag 1), whichever CpuBuffers they hold after the swaps.
+TEST(PersistTracefs, SnapshotsOfAFileBackedInstanceAreInTheFile) {
+  const std::string path = temp_path("snap.buf");
+  ASSERT_EQ(tracefs::mkdir("instances/ps"), 0);
+  ASSERT_GT(tracefs::write_file("instances/ps/snapshot_enabled", "1\n"), 0);
+  ASSERT_GT(tracefs::write_file("instances/ps/buffer_file", path + "\n"), 0);
+  EXPECT_EQ(rd("instances/ps/snapshot_enabled"), "1\n");  // the spares followed the buffer
+  ASSERT_GT(tracefs::write_file("instances/ps/trace_marker", "before the error"), 0);
+  ASSERT_GT(tracefs::write_file("instances/ps/snapshot", "1 the error\n"), 0);
+  ASSERT_GT(tracefs::write_file("instances/ps/trace_marker", "after the error"), 0);
+  EXPECT_NE(rd("instances/ps/snapshot").find("before the error"), std::string::npos);
+  std::string why;
+  auto rec = Recovery::open(path, &why);
+  ASSERT_TRUE(rec) << why;
+  EXPECT_EQ(rec->tags(), (std::vector<uint32_t>{0, 1}));
+  auto text_of = [&](uint32_t tag) {
+    std::string all;
+    for (const auto& ev : rec->events(tag)) all.append(reinterpret_cast<const char*>(ev.data), ev.len);
+    return all;
+  };
+  EXPECT_NE(text_of(0).find("after the error"), std::string::npos);
+  EXPECT_EQ(text_of(0).find("before the error"), std::string::npos);
+  EXPECT_NE(text_of(1).find("before the error"), std::string::npos);
+  EXPECT_EQ(text_of(1).find("after the error"), std::string::npos);
+  EXPECT_EQ(tracefs::rmdir("instances/ps"), 0);
+  unlink(path.c_str());
+}
+
 }  // namespace
 }  // namespace usrtrace
