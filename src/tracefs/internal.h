@@ -61,6 +61,8 @@ enum class Kind : uint8_t {
   kCurrentTracer,
   kErrorLog,
   kFreeBuffer,
+  kFtraceDumpOnOops,
+  kFtraceDumpOnOopsFile,
   kSavedCmdlines,
   kSavedTgids,
   kSetEvent,
@@ -174,6 +176,8 @@ enum class Err : uint8_t {
   kRawTooShort,
   kRawTooLong,
   kTooLong,
+  kBadDumpMode,
+  kDumpFileOpen,
   kCount,
 };
 const char* err_text(Err e);
