@@ -113,6 +113,9 @@ void dump_one(Storage& st, Out& out, instance::Instance& inst, int cpu) {
     return;
   }
   out.put(kRule);
+  // Out now: if an event line faults (a printer reading a bad pointer), the
+  // header says which dump was cut short.
+  out.flush();
   // The latency format's delay mark needs the next event's time: hold the
   // current one (its bytes live in a page copy the next read replaces).
   rb::Event cur;
