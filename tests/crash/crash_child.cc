@@ -50,7 +50,9 @@ static void count() {
 
 #ifdef CRASH_CHILD_SANITIZER
 // The sanitizer owns malloc; it calls these hooks on every allocation.
-#include <sanitizer/allocator_interface.h>
+// (Declared here: g++ 12 ships no sanitizer/allocator_interface.h.)
+extern "C" int __sanitizer_install_malloc_and_free_hooks(void (*)(const volatile void*, size_t),
+                                                          void (*)(const volatile void*));
 static void malloc_hook(const volatile void*, size_t) { count(); }
 static void free_hook(const volatile void*) { count(); }
 static void install_counter() { __sanitizer_install_malloc_and_free_hooks(malloc_hook, free_hook); }
