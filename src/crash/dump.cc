@@ -157,6 +157,8 @@ int dump_buffers(Storage& st, int fd, DumpMode mode, int orig_cpu, bool stop) {
   for (int s = 0; s < slots; ++s) {
     if (auto* inst = instance::g_slot_state[s].instance.load(std::memory_order_acquire))
       dump_one(st, out, *inst, cpu);
+    else if (s == 0)  // nothing ever asked for the top instance
+      out.put("Dumping ftrace buffer:\n   (ftrace buffer empty)\n");
   }
   out.flush();
   if (bracket) writers::exit(*bracket);
