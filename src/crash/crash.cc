@@ -41,6 +41,7 @@ constexpr int kWaitMs = 30000;
 base::Mutex g_mu;  // set_mode, set_file, prepare
 std::string g_path USRTRACE_GUARDED_BY(g_mu);
 bool g_installed USRTRACE_GUARDED_BY(g_mu) = false;
+bool g_altstack_given USRTRACE_GUARDED_BY(g_mu) = false;  // set_altstack()
 // Written under g_mu before the handlers are installed; read by handlers.
 struct sigaction g_prev[NSIG];
 
@@ -213,10 +214,9 @@ void uninstall_locked() USRTRACE_REQUIRES(g_mu) {
 // and has none (one stack serves one thread): a stack overflow's SIGSEGV
 // can then still dump on that thread. Other threads dump on their own stack.
 void set_altstack(Storage& st) USRTRACE_REQUIRES(g_mu) {
-  static bool given USRTRACE_GUARDED_BY(g_mu) = false;
   stack_t old{};
-  if (given || sigaltstack(nullptr, &old) != 0 || !(old.ss_flags & SS_DISABLE)) return;
-  given = true;
+  if (g_altstack_given || sigaltstack(nullptr, &old) != 0 || !(old.ss_flags & SS_DISABLE)) return;
+  g_altstack_given = true;
   stack_t ss{};
   ss.ss_sp = st.altstack.get();
   ss.ss_size = detail::kAltStackSize;
