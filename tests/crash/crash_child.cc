@@ -117,7 +117,7 @@ static void chained_handler(int sig) {
 // ---- The crashes. Exported (the target has ENABLE_EXPORTS), not inlined
 // and not sanitized, so the backtrace names them and the fault happens.
 
-#define CRASH_FN extern "C" __attribute__((noinline, no_sanitize_address, no_sanitize_undefined))
+#define CRASH_FN extern "C" __attribute__((noinline, no_sanitize("address", "undefined")))
 
 CRASH_FN void crash_segv() {
   int* volatile p = nullptr;
