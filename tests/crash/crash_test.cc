@@ -270,26 +270,35 @@ long write_file(const char* path, const std::string& text) {
   return usrtrace_tracefs_write(path, text.data(), text.size());
 }
 
-bool our_handler_installed(int sig) {
-  struct sigaction sa {};
-  sigaction(sig, nullptr, &sa);
-  return (sa.sa_flags & SA_SIGINFO) && sa.sa_handler != SIG_DFL;
+constexpr int kFatal[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+
+// The handler address of each fatal signal (a sanitizer may have its own
+// there before us).
+std::vector<void*> actions() {
+  std::vector<void*> out;
+  for (int sig : kFatal) {
+    struct sigaction sa {};
+    sigaction(sig, nullptr, &sa);
+    out.push_back(reinterpret_cast<void*>(sa.sa_sigaction));
+  }
+  return out;
 }
 
 TEST(CrashControl, ModeFileReadsAndWrites) {
   EXPECT_EQ(read_file("ftrace_dump_on_oops"), "0\n");
-  EXPECT_FALSE(our_handler_installed(SIGSEGV));
+  const std::vector<void*> before = actions();
   for (const char* v : {"1", "2\n", "all", "1\n"}) {
     ASSERT_EQ(write_file("ftrace_dump_on_oops", v), static_cast<long>(strlen(v)));
     std::string want = v;
     if (want.back() != '\n') want += '\n';
     EXPECT_EQ(read_file("ftrace_dump_on_oops"), want);
   }
-  for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) EXPECT_TRUE(our_handler_installed(sig));
+  const std::vector<void*> on = actions();
+  for (size_t i = 0; i < on.size(); ++i) EXPECT_NE(on[i], before[i]) << kFatal[i];
+  for (size_t i = 1; i < on.size(); ++i) EXPECT_EQ(on[i], on[0]) << "one handler for all";
   ASSERT_EQ(write_file("ftrace_dump_on_oops", "0"), 1);
   EXPECT_EQ(read_file("ftrace_dump_on_oops"), "0\n");
-  // The previous actions are back.
-  for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) EXPECT_FALSE(our_handler_installed(sig));
+  EXPECT_EQ(actions(), before) << "the previous actions are back";
 }
 
 TEST(CrashControlMalformed, BadModesAreEinvalWithErrorLog) {
