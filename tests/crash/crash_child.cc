@@ -6,7 +6,8 @@
 //
 // SCENARIO: segv (a store through a null pointer), abort, fpe (an integer
 // division by zero), poison (abort, and the dump then faults in an event's
-// printer), threads (two threads store through null pointers at once).
+// printer), threads (two threads store through null pointers at once),
+// overflow (the main thread's stack overflows).
 // With --chain it installs its own handler for the signal before turning
 // the dump on; that handler reports the allocations counted while the dump
 // ran, then dies by the signal.
@@ -138,6 +139,15 @@ CRASH_FN int crash_fpe(int a) {
   return r;
 }
 
+static volatile int g_stop_depth = -1;  // never reached: the stack overflows first
+
+CRASH_FN int crash_overflow(int depth) {
+  volatile char pad[1024];
+  pad[0] = static_cast<char>(depth);
+  if (depth == g_stop_depth) return 0;
+  return crash_overflow(depth + 1) + pad[0];  // not a tail call
+}
+
 static pthread_barrier_t g_barrier;
 static void* crash_thread(void*) {
   pthread_barrier_wait(&g_barrier);
@@ -159,7 +169,7 @@ int main(int argc, char** argv) {
   alarm(120);  // a hang shows as SIGALRM, not as a stuck test
   install_counter();
   if (argc < 2) {
-    say("usage: crash_child segv|abort|fpe|poison|threads [options]\n");
+    say("usage: crash_child segv|abort|fpe|poison|threads|overflow [options]\n");
     return 2;
   }
   const std::string scenario = argv[1];
@@ -232,6 +242,7 @@ int main(int argc, char** argv) {
   if (scenario == "segv") crash_segv();
   else if (scenario == "abort" || scenario == "poison") crash_abort();
   else if (scenario == "fpe") crash_fpe(argc);
+  else if (scenario == "overflow") crash_overflow(0);
   else if (scenario == "threads") {
     pthread_barrier_init(&g_barrier, nullptr, 2);
     pthread_t t;

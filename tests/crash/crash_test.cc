@@ -248,6 +248,17 @@ TEST(CrashDump, FaultInsideTheDumpStillDiesByTheFirstSignal) {
   EXPECT_NE(r.err.find("Dumping ftrace buffer:"), std::string::npos) << r.err;
 }
 
+// The thread that turned the dump on has an alternate signal stack: its
+// stack overflow still dumps.
+TEST(CrashDump, StackOverflowDumpsOnTheAlternateStack) {
+  ChildResult r = run_child({"overflow", "--api=1"});
+  expect_killed_by(r, SIGSEGV);
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(usrtrace: SIGSEGV at 0x[0-9a-f]{16} in thread)")))
+      << r.err;
+  EXPECT_NE(first_frame(r.err).find("crash_overflow"), std::string::npos) << r.err;
+  EXPECT_EQ(dumped_steps(r.err, "Dumping ftrace buffer:"), kSteps);
+}
+
 // Two threads crash at once: one dumps, once.
 TEST(CrashDump, TwoThreadsCrashingDumpOnce) {
   ChildResult r = run_child({"threads", "--api=1"});
