@@ -92,11 +92,8 @@ const char* signal_name(int sig) {
   _exit(128 + sig);                           // not reached
 }
 
-// The kernel's oops header, then the faulting thread's backtrace from the
-// faulting frame. Context: signal handler; backtrace() was called once when
-// the handlers were installed, so libgcc_s is loaded and it allocates
-// nothing.
-void write_oops(int fd, int sig, const siginfo_t* info, const ucontext_t* uc, int tid) {
+// The kernel's oops header line. Context: signal handler.
+void write_oops(int fd, int sig, const siginfo_t* info, int tid) {
   char comm[17] = {};
   if (prctl(PR_GET_NAME, comm, 0, 0, 0) != 0) std::memcpy(comm, "?", 2);
   Text t;
@@ -106,7 +103,17 @@ void write_oops(int fd, int sig, const siginfo_t* info, const ucontext_t* uc, in
   else if (info)
     t.str(" from pid ").dec(static_cast<uint64_t>(info->si_pid));
   t.str(" in thread ").dec(static_cast<uint64_t>(tid)).str(" (").str(comm).str(")\n");
+  t.write(fd);
+}
+
+// The faulting thread's backtrace from the faulting frame. Context: signal
+// handler; backtrace() was called once when the handlers were installed, so
+// libgcc_s is loaded and it allocates nothing. The unwinder may take the
+// loader's lock (dl_iterate_phdr, recursive) and, for frames registered at
+// run time, libgcc's own: that is why it comes after the buffers.
+void write_backtrace(int fd, const ucontext_t* uc) {
   const uintptr_t ip = uc ? static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]) : 0;
+  Text t;
   if (ip) t.str("IP: ").hex(ip).str("\n");
   t.str("Call Trace:\n");
   t.write(fd);
@@ -138,14 +145,15 @@ void crash_dump(int sig, const siginfo_t* info, const ucontext_t* uc, int tid) {
   const int fd = g_fd.load(std::memory_order_relaxed) >= 0 ? g_fd.load(std::memory_order_relaxed)
                                                            : STDERR_FILENO;
   const auto mode = static_cast<DumpMode>(g_mode.load(std::memory_order_relaxed));
-  write_oops(fd, sig, info, uc, tid);
+  write_oops(fd, sig, info, tid);
   Storage* st = g_storage.load(std::memory_order_acquire);
-  if (!st || !take_storage(tid)) {
+  if (st && take_storage(tid)) {
+    detail::dump_buffers(*st, fd, mode, sched_getcpu(), /*stop=*/true);
+    g_owner.store(0, std::memory_order_release);
+  } else {
     Text().str("usrtrace: trace buffers not dumped (dump storage busy)\n").write(fd);
-    return;
   }
-  detail::dump_buffers(*st, fd, mode, sched_getcpu(), /*stop=*/true);
-  g_owner.store(0, std::memory_order_release);
+  write_backtrace(fd, uc);
 }
 
 // Puts the previous action back and lets the signal take its course.

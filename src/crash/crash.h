@@ -1,9 +1,10 @@
 // Dump on crash: what ftrace_dump_on_oops does for the kernel, for a process.
 //
 // On SIGSEGV, SIGBUS, SIGILL, SIGFPE or SIGABRT the handler writes an oops
-// header (signal, address, thread), a backtrace of the faulting thread and
-// the trace buffers as the kernel's ftrace_dump() prints them, to stderr or
-// to the file set with set_file(); then the signal takes its usual course.
+// header line (signal, address, thread), the trace buffers as the kernel's
+// ftrace_dump() prints them and a backtrace of the faulting thread (last:
+// the unwinder is the one part that may take a lock), to stderr or to the
+// file set with set_file(); then the signal takes its usual course.
 //
 //   enable (control plane)               the handler (the crashing thread)
 //   ----------------------               ---------------------------------
@@ -14,7 +15,7 @@
 //   call backtrace() once (loads             give up and die by the first signal
 //     libgcc_s: dlopen allocates)        [2] stop recording (the kernel's
 //   calibrate the TSC clock                  tracing_off()), write the header,
-//   sigaction(SA_SIGINFO|SA_ONSTACK),        backtrace, buffers: no lock, no
+//   sigaction(SA_SIGINFO|SA_ONSTACK),        buffers, backtrace: no lock, no
 //     keeping the previous actions           allocation, write(2) only
 //                                        [3] restore the previous action; a
 //                                            fault (si_code > 0) returns and
