@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "crash/crash.h"
+#include "tracefs/tracefs.h"
 #include "usrtrace/event.h"
 #include "usrtrace/usrtrace.h"
 
@@ -330,6 +331,21 @@ TEST(CrashControl, ModeFileReadsAndWrites) {
   ASSERT_EQ(write_file("ftrace_dump_on_oops", "0"), 1);
   EXPECT_EQ(read_file("ftrace_dump_on_oops"), "0\n");
   EXPECT_EQ(actions(), before) << "the previous actions are back";
+}
+
+// Top-level only, as the kernel's sysctl is one per system; 0640.
+TEST(CrashControl, FilesAreInTheRootOnly) {
+  usrtrace::tracefs::Stat st;
+  for (const char* f : {"ftrace_dump_on_oops", "ftrace_dump_on_oops_file"}) {
+    ASSERT_EQ(usrtrace::tracefs::stat(f, &st), 0) << f;
+    EXPECT_EQ(st.mode, 0640u);
+    EXPECT_FALSE(st.is_dir);
+  }
+  ASSERT_EQ(usrtrace_tracefs_mkdir("instances/crash_ctl"), 0);
+  EXPECT_EQ(usrtrace::tracefs::stat("instances/crash_ctl/ftrace_dump_on_oops", &st), -ENOENT);
+  EXPECT_EQ(write_file("instances/crash_ctl/ftrace_dump_on_oops", "1"), -ENOENT);
+  EXPECT_EQ(usrtrace_tracefs_rmdir("instances/crash_ctl"), 0);
+  EXPECT_NE(read_file("README").find("ftrace_dump_on_oops"), std::string::npos);
 }
 
 TEST(CrashControlMalformed, BadModesAreEinvalWithErrorLog) {
