@@ -40,6 +40,10 @@ add_library(usrtrace::usrtrace_static ALIAS usrtrace_static)
 set_target_properties(usrtrace_static PROPERTIES OUTPUT_NAME usrtrace LINKER_LANGUAGE CXX)
 target_include_directories(usrtrace_static PUBLIC ${_usrtrace_includes})
 target_link_libraries(usrtrace_static PUBLIC fmt::fmt Threads::Threads ${CMAKE_DL_LIBS})
+# A program linked with the archive pulls only the objects it uses; the
+# crash dump's object must come along so that USRTRACE_DUMP_ON_CRASH is read
+# at start-up (src/crash). usrtrace.pc's Libs.private says the same.
+target_link_options(usrtrace_static INTERFACE "LINKER:-u,usrtrace_dump_on_crash")
 
 if(USRTRACE_INSTALL)
   set(_cmakedir ${CMAKE_INSTALL_LIBDIR}/cmake/usrtrace)

@@ -44,6 +44,8 @@ const char* const kFiles[] = {
     "per_cpu/cpu0/trace_pipe_raw", "per_cpu/cpu0/stats", "per_cpu/cpu0/buffer_size_kb",
     "saved_cmdlines", "saved_tgids", "tracing_cpumask", "error_log", "README", "instances",
     "events", "per_cpu", "options",
+    // Not ftrace_dump_on_oops_file: it would create files named by the input.
+    "ftrace_dump_on_oops",
 };
 constexpr size_t kNumFiles = sizeof(kFiles) / sizeof(kFiles[0]);
 
@@ -94,6 +96,7 @@ void reset() {
   tracefs::write_file("set_event", "");
   tracefs::write_file("set_event_pid", "");
   tracefs::write_file("set_event_notrace_pid", "");
+  tracefs::write_file("ftrace_dump_on_oops", "0");  // the fuzzer's own handlers back
   top->set_tracing_on(true);
   top->set_cpumask({});
   for (int i = 0; i < usrtrace::instance::kNumOptions; ++i)

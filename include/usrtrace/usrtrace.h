@@ -17,8 +17,8 @@
  * Errors are negative errno values (the kernel's errno for the same
  * mistake); calls returning a pointer return NULL and set errno.
  *
- * Context of every call here: any thread but not a signal handler; may
- * allocate and take locks. The C++ API is usrtrace/usrtrace.hpp.
+ * Context of every call here, unless noted: any thread but not a signal
+ * handler; may allocate and take locks. The C++ API is usrtrace/usrtrace.hpp.
  */
 #ifndef USRTRACE_USRTRACE_H_
 #define USRTRACE_USRTRACE_H_
@@ -183,6 +183,36 @@ USRTRACE_EXPORT long usrtrace_tracefs_append(const char *path, const char *text,
  */
 USRTRACE_EXPORT int usrtrace_tracefs_mkdir(const char *path);
 USRTRACE_EXPORT int usrtrace_tracefs_rmdir(const char *path);
+
+/*
+ * Dump on crash (the kernel's ftrace_dump_on_oops). On SIGSEGV, SIGBUS,
+ * SIGILL, SIGFPE or SIGABRT, a handler writes the signal, the faulting
+ * thread's backtrace and the trace buffers (as the kernel's ftrace_dump()
+ * prints them) to stderr or to a file, then lets the signal kill the
+ * process as it would have (core dump and exit status unchanged; a handler
+ * installed before is called). Only the first fatal signal dumps.
+ *
+ * MODE: "0" off, "1" the top instance, "2" the top instance's CPU the
+ * signal arrived on, "all" every instance. PATH: a file to append the dump
+ * to (created 0644), opened now; NULL keeps the current one, "" is stderr.
+ * The same as writing the ftrace_dump_on_oops and ftrace_dump_on_oops_file
+ * control files; USRTRACE_DUMP_ON_CRASH=MODE[:PATH] in the environment does
+ * it when the library loads. Returns 0 or -errno: -EINVAL (bad MODE),
+ * -ENOMEM, or open(2)'s error for PATH.
+ */
+USRTRACE_EXPORT int usrtrace_dump_on_crash(const char *mode, const char *path);
+
+/*
+ * Writes the buffers as the crash dump does (MODE as set by
+ * usrtrace_dump_on_crash(), the top instance when that is "0") to FD, on
+ * demand; tracing goes on. Returns 0 or -errno: -EAGAIN while another dump
+ * runs, write(2)'s error.
+ * Context: any thread; async-signal-safe (for a program's own fatal-signal
+ * handler: no lock, no allocation) once usrtrace_dump_on_crash() was called
+ * with any MODE ("0" included) or usrtrace_dump() ran once outside a
+ * signal handler (the first call allocates the dump's storage).
+ */
+USRTRACE_EXPORT int usrtrace_dump(int fd);
 
 #ifdef __cplusplus
 }  /* extern "C" */

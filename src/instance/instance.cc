@@ -64,6 +64,7 @@ Instance* Instance::top() {
     inst->apply_buffer_dir();
     base::MutexLock l(&g_mu);
     g_instances[0] = inst;
+    g_slot_state[0].instance.store(inst, std::memory_order_release);
     // order: release; a writer that loads the pointer sees the buffer built.
     g_slot_state[0].buffer.store(&inst->buffer(), std::memory_order_release);
     return inst;
@@ -105,6 +106,7 @@ Instance* Instance::create(std::string_view name, int* err, bool get_ref) {
   // A previous instance in this slot may have left CPUs masked off. order:
   // relaxed; the release store of the buffer below publishes these.
   for (auto& w : g_slot_state[slot].cpus_off) w.store(0, std::memory_order_relaxed);
+  g_slot_state[slot].instance.store(inst, std::memory_order_release);
   g_slot_state[slot].buffer.store(&inst->buffer(), std::memory_order_release);
   return inst;
 }
@@ -146,6 +148,7 @@ int Instance::remove(Match match, int max_refs, int missing) {
     // Unpublish: no new write can find the instance after this...
     events::Registry::get().clear_slot(inst->slot_);
     g_slot_state[inst->slot_].buffer.store(nullptr, std::memory_order_release);
+    g_slot_state[inst->slot_].instance.store(nullptr, std::memory_order_release);
     g_slot_state[inst->slot_].pids.store(nullptr, std::memory_order_release);
   }
   // ...and none in flight still uses it after this.

@@ -72,8 +72,12 @@ struct PidFilter {
 
 // What the write path reads per slot. Published with release stores,
 // unpublished before a grace period.
+class Instance;
 struct SlotState {
   std::atomic<rb::RingBuffer*> buffer{nullptr};
+  // The instance owning `buffer`, published and unpublished with it, for
+  // readers that cannot take the table lock (the crash dump, src/crash).
+  std::atomic<Instance*> instance{nullptr};
   std::atomic<const PidFilter*> pids{nullptr};
   // tracing_cpumask, inverted so that all-zero (the static initial state)
   // records everywhere: bit c set = events written on CPU c are not

@@ -599,6 +599,14 @@ void format_event(Instance& inst, const rb::Event& ev, uint64_t next_ts, std::st
   format_line(o, o.latency, ev, next_ts, out);
 }
 
+void format_dump_event(Instance& inst, const rb::Event& ev, uint64_t next_ts, std::string* out) {
+  Opts o = options_of(inst);
+  o.raw = o.hex = o.bin = o.fields = false;
+  // A name longer than the line bound would make the line outgrow the
+  // caller's buffer; events are named in code, so this does not happen.
+  format_line(o, true, ev, next_ts, out);
+}
+
 std::string read_trace(Instance& inst, int cpu) { return read_buffer(inst, inst.buffer(), cpu, ""); }
 
 namespace {

@@ -35,4 +35,18 @@ std::string read_snapshot(instance::Instance& inst, int age, int cpu);
 // Never blocks (the tracefs layer waits with RingBuffer::wait).
 size_t read_pipe(instance::Instance& inst, int cpu, size_t max_bytes, std::string* out);
 
+// ftrace_dump()'s line for one event (src/crash): the latency format, which
+// the kernel's dump forces (TRACE_FILE_LAT_FMT), with the instance's
+// irq-info, record-tgid, context-info and printk-msg-only options; raw, hex,
+// bin and fields are left out (the dump is read by people, on a terminal),
+// which bounds a line (the LOST line included) to kDumpLineMax bytes.
+// Context: async-signal-safe, with no allocation and no lock, when `out` has
+// kDumpLineMax bytes of spare capacity and raw_to_ns() was called once for
+// the buffer's clock (a TSC clock's calibration). The event printers run
+// vsnprintf, which glibc does not allocate for the conversions events
+// use (integers, %s, %c, %p, no wide strings, no positional arguments).
+inline constexpr size_t kDumpLineMax = 8192;
+void format_dump_event(instance::Instance& inst, const rb::Event& ev, uint64_t next_ts,
+                       std::string* out);
+
 }  // namespace usrtrace::output

@@ -376,4 +376,66 @@ bool RingBuffer::Iterator::next(Event* ev) {
   return true;
 }
 
+// ---------------------------------------------------------------------------
+
+RingBuffer::DumpIterator::DumpIterator(int nr_cpus, uint32_t max_page_size)
+    : cpus_(new Cpu[static_cast<size_t>(nr_cpus)]),
+      nr_cpus_(nr_cpus),
+      max_page_size_(max_page_size) {
+  // Sized once: copy_page's resize() to a page size up to this one then
+  // never allocates.
+  for (int i = 0; i < nr_cpus; ++i) cpus_[static_cast<size_t>(i)].copy.page.resize(max_page_size);
+}
+
+void RingBuffer::DumpIterator::start(RingBuffer& rb, int cpu) {
+  lost_ = 0;
+  skipped_ = 0;
+  active_ = std::min(rb.nr_cpus_, nr_cpus_);
+  skipped_ = rb.nr_cpus_ - active_;
+  for (int i = 0; i < active_; ++i) {
+    Cpu& c = cpus_[static_cast<size_t>(i)];
+    c.cb = nullptr;
+    c.have = false;
+    if (cpu >= 0 && i != cpu) continue;
+    CpuBuffer* cb = rb.cpu_buffer(i);
+    if (!cb || cb->page_size > max_page_size_) {
+      ++skipped_;
+      continue;
+    }
+    c.cb = cb;
+    c.copy.seq = 0;
+    c.pos = ReadPos{};
+    // order: acquire pairs with the consumer's release publish(); entries
+    // below it were consumed (trace_pipe) and `trace` no longer shows them.
+    c.first = cb->reader_index.load(std::memory_order_acquire);
+    c.pos.index = c.first;  // a first page starting above it: the gap was lost
+    const Tail t = read_tail(cb);
+    c.end_seq = t.seq;
+    c.end_len = t.len;
+  }
+}
+
+bool RingBuffer::DumpIterator::fill(Cpu& c) {
+  if (!c.cb || c.end_seq == 0) return false;
+  uint64_t unused = 0;
+  Cursor cur{c.cb, &c.pos, &c.copy, &lost_, &unused, false, c.end_seq, c.end_len};
+  for (;;) {
+    if (!read_event(cur, &c.ev, true)) return false;
+    if (c.pos.index > c.first) return true;  // pos.index is now one past the event's
+  }
+}
+
+bool RingBuffer::DumpIterator::next(Event* ev) {
+  Cpu* best = nullptr;
+  for (int i = 0; i < active_; ++i) {
+    Cpu& c = cpus_[static_cast<size_t>(i)];
+    if (!c.have) c.have = fill(c);
+    if (c.have && (!best || c.ev.ts < best->ev.ts)) best = &c;
+  }
+  if (!best) return false;
+  *ev = best->ev;
+  best->have = false;
+  return true;
+}
+
 }  // namespace usrtrace::rb

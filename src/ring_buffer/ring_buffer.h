@@ -420,9 +420,13 @@ class RingBuffer {
   // The non-consuming view (the `trace` file): iterates events from the
   // oldest unread one to the newest, merged by time, while writers go on.
   class Iterator;
+  // The same view for a fatal signal's handler (src/crash): no lock, no
+  // allocation.
+  class DumpIterator;
 
  private:
   friend class Iterator;
+  friend class DumpIterator;
   friend struct SlowPath;
   RingBuffer() = default;
 
@@ -646,6 +650,53 @@ class RingBuffer::Iterator {
   bool fill(Cpu& c);
   std::vector<Cpu> cpus_;
   uint64_t lost_ = 0;
+};
+
+// What ftrace_dump() reads, for a handler of a fatal signal. Unlike
+// Iterator it takes no reader_mu (the crashed thread may hold it) and
+// allocates nothing: the constructor reserves a page copy per CPU. It starts
+// where the consuming reader is, from the position that reader publishes
+// for discard mode (reader_index), so it shows what `trace` shows, less the
+// entries the consumer holds in its private page copy if the ring has
+// overwritten them since (those count as lost).
+// Without reader_mu nothing stops a resize from freeing the pages under it:
+// the caller keeps control threads out some other way, or accepts it (the
+// dump is a dying process's last words).
+class RingBuffer::DumpIterator {
+ public:
+  // Room for `nr_cpus` CPUs whose pages are at most `max_page_size` bytes.
+  // Context: control plane; allocates.
+  DumpIterator(int nr_cpus, uint32_t max_page_size);
+  DumpIterator(const DumpIterator&) = delete;
+  DumpIterator& operator=(const DumpIterator&) = delete;
+
+  // Starts over on `rb`, every CPU (cpu < 0) or one. CPUs beyond the
+  // prepared count or with larger pages are skipped (skipped() counts them).
+  // Context: async-signal-safe; no lock, no allocation.
+  void start(RingBuffer& rb, int cpu);
+  // As Iterator::next. Context: as start().
+  bool next(Event* ev);
+  uint64_t lost() const { return lost_; }
+  int skipped() const { return skipped_; }
+
+ private:
+  struct Cpu {
+    CpuBuffer* cb = nullptr;  // null: not iterated
+    PageCopy copy;
+    ReadPos pos;
+    uint64_t first = 0;  // index of the consumer's next entry: older ones are skipped
+    bool have = false;
+    Event ev;
+    uint64_t end_seq = 0;
+    uint32_t end_len = 0;
+  };
+  bool fill(Cpu& c);
+  std::unique_ptr<Cpu[]> cpus_;
+  int nr_cpus_ = 0;
+  int active_ = 0;
+  uint32_t max_page_size_ = 0;
+  uint64_t lost_ = 0;
+  int skipped_ = 0;
 };
 
 }  // namespace usrtrace::rb

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include <string>
 
 #include "clock/trace_clock.h"
+#include "crash/crash.h"
 #include "instance/writers.h"
 #include "output/trace_output.h"
 #include "tracefs/internal.h"
@@ -36,6 +38,9 @@ constexpr char kReadme[] =
     "  buffer_total_size_kb  - view total size of all cpu buffers\n"
     "  buffer_percent\t- how full a buffer must be before a trace_pipe_raw reader wakes\n"
     "  free_buffer\t\t- shrinks the buffer to its minimum when closed\n"
+    "  ftrace_dump_on_oops\t- on a fatal signal, dump the buffers: 0 off, 1 the top\n"
+    "\t\t\t  instance, 2 its CPU of the crash, all every instance\n"
+    "  ftrace_dump_on_oops_file - where the dump goes (opened now; empty: stderr)\n"
     "\n"
     "  trace_clock\t\t- change the clock used to order events\n"
     "       local:   Per cpu clock but may not be synced across CPUs\n"
@@ -273,6 +278,29 @@ long write_marker(Instance& inst, std::string_view s, bool raw) {
   return fail(inst, kSub, s.size() < 4 ? Err::kRawTooShort : Err::kRawTooLong, s, 0, e);
 }
 
+// ftrace_dump_on_oops: "0", "1", "2" or "all" (src/crash/crash.h).
+long write_dump_on_oops(Instance& inst, std::string_view s) {
+  const std::string_view v = strip(s);
+  const size_t at = static_cast<size_t>(v.data() - s.data());
+  crash::DumpMode m;
+  size_t bad = 0;
+  if (!crash::parse_mode(v, &m, &bad)) return fail(inst, kSub, Err::kBadDumpMode, s, at + bad, EINVAL);
+  if (crash::set_mode(m) != 0) return fail(inst, kSub, Err::kNoMemory, s, at, ENOMEM);
+  return size_of(s);
+}
+
+// ftrace_dump_on_oops_file: a path, opened now; empty: stderr.
+long write_dump_file(Instance& inst, std::string_view s) {
+  if (s.size() >= PATH_MAX) return fail(inst, kSub, Err::kTooLong, s, PATH_MAX, EINVAL);
+  const std::string_view v = strip(s);
+  const size_t at = static_cast<size_t>(v.data() - s.data());
+  if (const size_t nul = v.find('\0'); nul != std::string_view::npos)
+    return fail(inst, kSub, Err::kDumpFileOpen, s, at + nul, EINVAL);
+  if (int err = crash::set_file(v); err != 0)
+    return fail(inst, kSub, Err::kDumpFileOpen, s, at, -err);
+  return size_of(s);
+}
+
 std::string show_saved(bool tgids) {
   std::string out;
   char buf[64];
@@ -412,6 +440,14 @@ std::unique_ptr<File> open_instance_file(Node node, int flags, int* err) {
       break;
     case Kind::kSavedTgids:
       f->show = [] { return show_saved(true); };
+      break;
+    case Kind::kFtraceDumpOnOops:
+      f->show = [] { return std::string(crash::mode_name(crash::mode())) + "\n"; };
+      f->store = [ip](std::string_view s) { return write_dump_on_oops(*ip, s); };
+      break;
+    case Kind::kFtraceDumpOnOopsFile:
+      f->show = [] { return crash::file() + "\n"; };
+      f->store = [ip](std::string_view s) { return write_dump_file(*ip, s); };
       break;
     case Kind::kTrace:
       if (trunc) inst.buffer().reset();

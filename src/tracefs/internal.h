@@ -62,6 +62,8 @@ enum class Kind : uint8_t {
   kCurrentTracer,
   kErrorLog,
   kFreeBuffer,
+  kFtraceDumpOnOops,
+  kFtraceDumpOnOopsFile,
   kSavedCmdlines,
   kSavedTgids,
   kSetEvent,
@@ -192,6 +194,8 @@ enum class Err : uint8_t {
   kBadPath,
   kBufferFileOpen,
   kBufferFileAlloc,
+  kBadDumpMode,
+  kDumpFileOpen,
   kCount,
 };
 const char* err_text(Err e);

@@ -16,6 +16,7 @@
 //                events/SYS/EVENT/{enable,filter,format,id,trigger}
 //                per_cpu/cpuN/{buffer_size_kb,stats,trace,trace_pipe,trace_pipe_raw}
 //   root only:   README available_events saved_cmdlines saved_tgids instances/
+//                ftrace_dump_on_oops ftrace_dump_on_oops_file (src/crash)
 #include "tracefs/tracefs.h"
 
 #include <algorithm>
@@ -53,6 +54,8 @@ constexpr FileSpec kRootFiles[] = {
     {"current_tracer", Kind::kCurrentTracer, kRW, false},
     {"error_log", Kind::kErrorLog, kRW, false},
     {"free_buffer", Kind::kFreeBuffer, 0200, false},
+    {"ftrace_dump_on_oops", Kind::kFtraceDumpOnOops, kRW, true},
+    {"ftrace_dump_on_oops_file", Kind::kFtraceDumpOnOopsFile, kRW, true},
     {"saved_cmdlines", Kind::kSavedCmdlines, kRO, true},
     {"saved_tgids", Kind::kSavedTgids, kRO, true},
     {"set_event", Kind::kSetEvent, kRW, false},
@@ -322,6 +325,8 @@ constexpr const char* kErrTexts[] = {
     "Invalid path",                                  // kBadPath
     "Cannot create the buffer file",                 // kBufferFileOpen
     "Cannot allocate the buffer in the file",        // kBufferFileAlloc
+    "Value must be 0, 1, 2 or all",                  // kBadDumpMode
+    "Cannot open the dump file",                     // kDumpFileOpen
 };
 static_assert(sizeof(kErrTexts) / sizeof(kErrTexts[0]) == static_cast<size_t>(Err::kCount));
 constexpr size_t kMaxLoggedCommand = 256;

@@ -371,6 +371,33 @@ TEST_F(OwnLinesTest, LatencyFormatTimesAndDelayMarks) {
   EXPECT_EQ(line(l.ev, l.ev.ts).substr(0, 16), "a-long-t-4343   ");
 }
 
+// ftrace_dump()'s line (src/crash): the latency format whatever the
+// latency-format option says, and the human-readable text even with raw,
+// hex, bin or fields set.
+TEST_F(OwnLinesTest, DumpLineIsTheLatencyFormat) {
+  inst().buffer().reset();
+  const uint64_t t0 = inst().buffer().time_start();
+  Crafted c(1, t0 + 6092000, kPid, kFlagIrqsOff, 1, 1, 2, "x");
+  const std::string want = "  worker-4242      1d..1. 6092us!: request: id=1 bytes=2 name=x\n";
+  auto dump_line = [&] {
+    std::string out;
+    out.reserve(kDumpLineMax);
+    const char* before = out.data();
+    format_dump_event(inst(), c.ev, c.ev.ts + 739000, &out);
+    EXPECT_EQ(out.data(), before) << "the reserved buffer was replaced";
+    return out;
+  };
+  EXPECT_EQ(dump_line(), want);
+  for (auto o : {instance::kOptRaw, instance::kOptHex, instance::kOptBin, instance::kOptFields})
+    inst().set_option(o, true);
+  EXPECT_EQ(dump_line(), want);
+  inst().set_option(instance::kOptIrqInfo, false);  // the latency format shows flags regardless
+  EXPECT_EQ(dump_line(), want);
+  c.ev.lost_before = true;
+  c.ev.missed_before = 3;
+  EXPECT_EQ(dump_line(), "CPU:1 [LOST 3 EVENTS]\n" + want);
+}
+
 TEST_F(OwnLinesTest, RawHexBin) {
   Crafted c(1, 0x13ec695d2e8ull, kPid, 0, 0, 1, 2, "x");
   inst().set_option(instance::kOptRaw, true);

@@ -111,6 +111,123 @@ TEST(IteratorTest, ConsistentWhileWritersWrap) {
   writer.join();
 }
 
+// ---- DumpIterator: the crash dump's Iterator (no lock, no allocation).
+
+struct Seen {
+  int cpu;
+  uint64_t ts;
+  uint32_t writer, seq;
+  uint64_t missed;
+  bool operator==(const Seen&) const = default;
+};
+
+template <class It>
+std::vector<Seen> drain_iterator(It& it) {
+  std::vector<Seen> out;
+  Event ev;
+  while (it.next(&ev)) {
+    Payload p = payload_of(ev);
+    EXPECT_TRUE(p.check());
+    out.push_back({ev.cpu, ev.ts, p.writer, p.seq, ev.missed_before});
+  }
+  return out;
+}
+
+TEST(DumpIteratorTest, SameEventsAsIteratorFromTheConsumer) {
+  auto rb = make_buffer(256 * 1024);
+  if (rb->nr_cpus() < 2) GTEST_SKIP() << "needs two CPUs";
+  write_on_both_cpus(*rb, 2000);
+  Event ev;
+  for (int i = 0; i < 30; ++i) ASSERT_TRUE(rb->consume(&ev, 0));
+  RingBuffer::Iterator it(*rb);
+  const std::vector<Seen> want = drain_iterator(it);
+  ASSERT_EQ(want.size(), 3970u);
+  RingBuffer::DumpIterator dump(rb->nr_cpus(), kMaxPageSize);
+  for (int round = 0; round < 2; ++round) {  // start() starts over
+    dump.start(*rb, -1);
+    EXPECT_EQ(drain_iterator(dump), want);
+    EXPECT_EQ(dump.lost(), 0u);
+    EXPECT_EQ(dump.skipped(), 0);
+  }
+  // Nothing was consumed by it.
+  int consumed = 0;
+  while (rb->consume(&ev)) ++consumed;
+  EXPECT_EQ(consumed, 3970);
+}
+
+TEST(DumpIteratorTest, OneCpu) {
+  auto rb = make_buffer(256 * 1024);
+  if (rb->nr_cpus() < 2) GTEST_SKIP() << "needs two CPUs";
+  write_on_both_cpus(*rb, 500);
+  RingBuffer::DumpIterator dump(rb->nr_cpus(), kMaxPageSize);
+  dump.start(*rb, 1);
+  const std::vector<Seen> got = drain_iterator(dump);
+  ASSERT_EQ(got.size(), 500u);
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].cpu, 1);
+    EXPECT_EQ(got[i].seq, i);
+  }
+  dump.start(*rb, rb->nr_cpus());  // no such CPU: nothing
+  EXPECT_TRUE(drain_iterator(dump).empty());
+}
+
+TEST(DumpIteratorTest, OverwrittenEventsAreLostBeforeTheFirst) {
+  Pinned pin(0);
+  auto rb = make_buffer(16 * 1024);
+  write_seq(*rb, 10000);
+  const uint64_t overrun = rb->stats(0).overrun;
+  ASSERT_GT(overrun, 0u);
+  RingBuffer::DumpIterator dump(rb->nr_cpus(), kMaxPageSize);
+  dump.start(*rb, 0);
+  const std::vector<Seen> got = drain_iterator(dump);
+  ASSERT_FALSE(got.empty());
+  EXPECT_EQ(got.front().missed, overrun);
+  EXPECT_EQ(got.front().seq, overrun);  // the oldest kept event
+  EXPECT_EQ(got.back().seq, 9999u);
+  EXPECT_EQ(got.size() + overrun, 10000u);
+  EXPECT_EQ(dump.lost(), overrun);
+}
+
+TEST(DumpIteratorTest, CpusWithLargerPagesAreSkipped) {
+  Pinned pin(0);
+  auto rb = make_buffer(64 * 1024, Mode::kOverwrite, 8192);
+  write_seq(*rb, 10);
+  RingBuffer::DumpIterator dump(rb->nr_cpus(), 4096);
+  dump.start(*rb, -1);
+  EXPECT_TRUE(drain_iterator(dump).empty());
+  EXPECT_EQ(dump.skipped(), rb->nr_cpus());
+  RingBuffer::DumpIterator fits(1, 8192);  // fewer CPUs prepared than the buffer has
+  fits.start(*rb, -1);
+  EXPECT_EQ(drain_iterator(fits).size(), 10u);
+  EXPECT_EQ(fits.skipped(), rb->nr_cpus() - 1);
+}
+
+TEST(DumpIteratorTest, ConsistentWhileWritersWrap) {
+  auto rb = make_buffer(16 * 1024);
+  RingBuffer::DumpIterator dump(rb->nr_cpus(), kMaxPageSize);
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    Pinned pin(1 % rb->nr_cpus());
+    for (uint32_t i = 0; !stop; ++i) {
+      Payload p = Payload::make(7, i, 0);
+      rb->write<sizeof p>(&p);
+    }
+  });
+  for (int round = 0; round < 200; ++round) {
+    dump.start(*rb, -1);
+    Event ev;
+    int64_t last = -1;
+    while (dump.next(&ev)) {
+      Payload p = payload_of(ev);
+      ASSERT_TRUE(p.check());
+      ASSERT_GT(static_cast<int64_t>(p.seq), last);
+      last = p.seq;
+    }
+  }
+  stop = true;
+  writer.join();
+}
+
 TEST(ReadPageTest, FullOnlyWaitsForClosedPages) {
   Pinned pin(0);
   auto rb = make_buffer();
