@@ -344,34 +344,16 @@ int RingBuffer::resize_cpu_locked(CpuBuffer* cb, uint32_t nr) {
 }
 
 int RingBuffer::swap_cpu(RingBuffer& other, int cpu) {
-  if (&other == this || other.nr_cpus_ != nr_cpus_) return -EINVAL;
-  if (clock() != other.clock()) return -EINVAL;
-  // A CpuBuffer is freed through its own store, which its holder keeps alive.
-  if (store_ != other.store_) return -EINVAL;
+  if (&other == this) return -EINVAL;
   RingBuffer* a = this < &other ? this : &other;
   RingBuffer* b = this < &other ? &other : this;
   ControlGuard la(*a);
   ControlGuard lb(*b);
-  int lo = cpu < 0 ? 0 : cpu, hi = cpu < 0 ? nr_cpus_ : cpu + 1;
-  if (lo >= nr_cpus_) return -EINVAL;
-  for (int c = lo; c < hi; ++c)
-    if (cpu_buffer(c)->page_size != other.cpu_buffer(c)->page_size) return -EINVAL;
-  for (int c = lo; c < hi; ++c) {
-    CpuBuffer* mine = cpu_buffer(c);
-    CpuBuffer* theirs = other.cpu_buffer(c);
-    // A writer in flight with the old pointer commits into the buffer it
-    // loaded: the event lands in one of the two, never in neither.
-    slots()[c + kTrapSlots].store(theirs, std::memory_order_release);
-    other.slots()[c + kTrapSlots].store(mine, std::memory_order_release);
-    update_gate(c);
-    other.update_gate(c);
-    adopt_cpu(c);
-    other.adopt_cpu(c);
-  }
-  return 0;
+  return swap_locked(la, other, cpu);
 }
 
 int RingBuffer::swap_locked(const Locked&, RingBuffer& other, int cpu) USRTRACE_NO_THREAD_SAFETY_ANALYSIS {
+  // A CpuBuffer is freed through its own store, which its holder keeps alive.
   if (&other == this || other.nr_cpus_ != nr_cpus_ || clock() != other.clock() ||
       store_ != other.store_)
     return -EINVAL;
@@ -382,8 +364,8 @@ int RingBuffer::swap_locked(const Locked&, RingBuffer& other, int cpu) USRTRACE_
   for (int c = lo; c < hi; ++c) {
     CpuBuffer* mine = cpu_buffer(c);
     CpuBuffer* theirs = other.cpu_buffer(c);
-    // As in swap_cpu: a write in flight commits into the CpuBuffer it
-    // loaded, so it lands in one of the two. A sealed CPU stays sealed: its
+    // A write in flight commits into the CpuBuffer it loaded, so it lands
+    // in one of the two, never in neither. A sealed CPU stays sealed: its
     // CpuBuffer carries `sealed` with it, and the gate follows the slot.
     slots()[c + kTrapSlots].store(theirs, std::memory_order_release);
     other.slots()[c + kTrapSlots].store(mine, std::memory_order_release);

@@ -14,6 +14,15 @@ constexpr const char kSub[] = "snapshot";
 
 long size_of(std::string_view s) { return static_cast<long>(s.size()); }
 
+// A decimal number, or the errno with an error_log line.
+long parse_value(Instance& inst, std::string_view s, size_t at, std::string_view whole, uint64_t* v) {
+  size_t bad = 0;
+  if (int rc = parse_u64(s, 10, v, &bad); rc < 0)
+    return fail(inst, kSub, s.empty() ? Err::kEmpty : Err::kNotNumber, whole, at + bad,
+                rc == -ERANGE ? ERANGE : EINVAL);
+  return 0;
+}
+
 // "N" or, for echo 1, "1 REASON...": the reason shows at the head of the
 // snapshot (a usrtrace addition; the kernel takes a number only).
 long write_snapshot(Instance& inst, int cpu, std::string_view s) {
@@ -22,10 +31,8 @@ long write_snapshot(Instance& inst, int cpu, std::string_view s) {
   const std::string_view num = body.substr(0, sp);
   const std::string_view reason = sp == std::string_view::npos ? std::string_view() : strip(body.substr(sp));
   uint64_t v = 0;
-  size_t bad = 0;
   const size_t at = static_cast<size_t>(num.data() - s.data());
-  if (int rc = parse_u64(num, 10, &v, &bad); rc < 0)
-    return fail(inst, kSub, num.empty() ? Err::kEmpty : Err::kNotNumber, s, at + bad, rc == -ERANGE ? ERANGE : EINVAL);
+  if (long rc = parse_value(inst, num, at, s, &v); rc < 0) return rc;
   if (v != 1 && !reason.empty())
     return fail(inst, kSub, Err::kNotNumber, s, static_cast<size_t>(reason.data() - s.data()), EINVAL);
   instance::Snapshots& snaps = inst.snapshots();
@@ -47,9 +54,7 @@ long write_snapshot(Instance& inst, int cpu, std::string_view s) {
 
 long write_enabled(Instance& inst, std::string_view s) {
   uint64_t v = 0;
-  size_t bad = 0;
-  if (int rc = parse_u64(s, 10, &v, &bad); rc < 0)
-    return fail(inst, kSub, s.empty() ? Err::kEmpty : Err::kNotNumber, s, bad, rc == -ERANGE ? ERANGE : EINVAL);
+  if (long rc = parse_value(inst, s, 0, s, &v); rc < 0) return rc;
   if (v > 1) return fail(inst, kSub, Err::kNotBool, s, 0, EINVAL);
   instance::Snapshots& snaps = inst.snapshots();
   if (v == 1) {
@@ -62,9 +67,7 @@ long write_enabled(Instance& inst, std::string_view s) {
 
 long write_ring_size(Instance& inst, std::string_view s) {
   uint64_t v = 0;
-  size_t bad = 0;
-  if (int rc = parse_u64(s, 10, &v, &bad); rc < 0)
-    return fail(inst, kSub, s.empty() ? Err::kEmpty : Err::kNotNumber, s, bad, rc == -ERANGE ? ERANGE : EINVAL);
+  if (long rc = parse_value(inst, s, 0, s, &v); rc < 0) return rc;
   if (v < 1 || v > instance::kMaxSnapshotRing) return fail(inst, kSub, Err::kSnapshotRing, s, 0, EINVAL);
   switch (inst.snapshots().set_ring_size(static_cast<int>(v))) {
     case 0:
