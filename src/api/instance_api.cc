@@ -82,7 +82,7 @@ int Instance::snapshot(std::string_view reason) {
   // A NUL-terminated copy without allocating: reasons are cut to 127 bytes.
   char buf[instance::kSnapshotReasonMax];
   const size_t n = std::min(reason.size(), sizeof buf - 1);
-  std::memcpy(buf, reason.data(), n);
+  if (n != 0) std::memcpy(buf, reason.data(), n);  // data() may be null when empty
   buf[n] = '\0';
   return usrtrace_snapshot(tr_, buf);
 }

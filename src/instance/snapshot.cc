@@ -136,7 +136,7 @@ int Snapshots::take(std::string_view reason, int cpu) {
     r.tid = base::gettid_cached();
     r.cpu = cpu;
     const size_t n = std::min(reason.size(), kSnapshotReasonMax - 1);
-    std::memcpy(r.reason, reason.data(), n);
+    if (n != 0) std::memcpy(r.reason, reason.data(), n);  // data() may be null when empty
     r.reason[n] = '\0';
     // order: release; run_requests reads the request after seeing 2.
     request_state_.store(2, std::memory_order_release);
