@@ -296,7 +296,11 @@ void Recovery::Impl::read_cpu(const FileHeader& h, const RegionDesc& d, uint32_t
   // (overwritten, dropped, or on a page left out above).
   uint64_t next_index = 0;
   uint64_t pending_lost = 0;
-  for (uint64_t s = oldest; s <= tail_seq; ++s) {
+  // Counted, not `s <= tail_seq`: a corrupt tail seq of 2^64-1 would make
+  // that condition always true (the recover fuzzer found it).
+  const uint64_t count = tail_seq - oldest + 1;
+  for (uint64_t k = 0; k < count; ++k) {
+    const uint64_t s = oldest + k;
     const uint64_t slot = (s - 1) % nr;
     if (meta_field(slot, l.meta_seq) != s) {
       continue;  // reused or never completed: the next page's index tells the loss

@@ -154,6 +154,58 @@ TEST(PersistFile, SwapUpdatesRoles) {
   unlink(path.c_str());
 }
 
+// A tail page whose seq is near 2^64 (with the right slot) once made the
+// reader's page loop run forever (`s <= tail_seq` always true); the
+// recover fuzzer found it. The reader must finish, with nothing but what
+// was written.
+TEST(PersistFileMalformed, TailSeqNearTheTopOfItsRange) {
+  const std::string path = temp_path("bigseq.buf");
+  rb::Options o;
+  o.size_per_cpu = 16 * 1024;
+  o.store = make_store(path);
+  auto rb = rb::RingBuffer::create(o);
+  ASSERT_TRUE(rb);
+  write_n(*rb, 0, 3);
+  std::vector<uint8_t> bytes = slurp(path);
+  rb.reset();
+  unlink(path.c_str());
+  persist::FileHeader h;
+  ASSERT_GE(bytes.size(), sizeof h);
+  std::memcpy(&h, bytes.data(), sizeof h);
+  auto region = [&](uint32_t i) {
+    persist::RegionDesc d;
+    std::memcpy(&d, bytes.data() + h.region_table + uint64_t{i} * sizeof d, sizeof d);
+    return d;
+  };
+  bool patched = false;
+  for (uint32_t i = 0; i < h.region_capacity && !patched; ++i) {
+    const persist::RegionDesc cpu = region(i);
+    if (cpu.state != persist::kStateLive || cpu.kind != persist::kRegionCpu ||
+        cpu.role != rb::role_word(0, 0))
+      continue;
+    uint64_t w0, meta_va, pages_va;
+    uint32_t nr;
+    std::memcpy(&w0, bytes.data() + cpu.offset + h.cpu_layout.w0, 8);
+    std::memcpy(&meta_va, bytes.data() + cpu.offset + h.cpu_layout.meta, 8);
+    std::memcpy(&pages_va, bytes.data() + cpu.offset + h.cpu_layout.pages, 8);
+    std::memcpy(&nr, bytes.data() + cpu.offset + h.cpu_layout.nr_pages, 4);
+    for (uint32_t j = 0; j < h.region_capacity; ++j) {
+      const persist::RegionDesc pr = region(j);
+      if (pr.state != persist::kStateLive || pr.kind != persist::kRegionPages || pr.base != meta_va) continue;
+      const uint64_t slot = ((w0 >> 16) - pages_va) / h.page_size;
+      const uint64_t seq = UINT64_MAX - (UINT64_MAX - (slot + 1)) % nr;  // (seq - 1) % nr == slot
+      std::memcpy(bytes.data() + pr.offset + slot * h.cpu_layout.meta_size + h.cpu_layout.meta_seq, &seq, 8);
+      patched = true;
+      break;
+    }
+  }
+  ASSERT_TRUE(patched);
+  std::string why;
+  auto rec = Recovery::parse(std::move(bytes), &why);
+  ASSERT_TRUE(rec) << why;
+  for (uint64_t n : recovered(*rec, 0)) EXPECT_LT(n, 3u);
+}
+
 // Truncated at many offsets and with bytes flipped: a clear error or a part
 // that checks out; never a crash or a hang.
 TEST(PersistFileMalformed, TruncatedAndFlipped) {
