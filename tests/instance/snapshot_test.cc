@@ -265,15 +265,26 @@ TEST_F(SnapshotTest, AHogKeepsWritingAndNoEventIsLostAroundTheSwap) {
 Instance* g_signal_inst = nullptr;
 void snapshot_from_handler(int) { g_signal_inst->snapshots().take("from a signal handler"); }
 
+// SIGUSR1 takes a snapshot of `inst` while this lives.
+class SnapshotOnSigusr1 {
+ public:
+  explicit SnapshotOnSigusr1(Instance* inst) {
+    g_signal_inst = inst;
+    struct sigaction sa {};
+    sa.sa_handler = snapshot_from_handler;
+    EXPECT_EQ(sigaction(SIGUSR1, &sa, &old_), 0);
+  }
+  ~SnapshotOnSigusr1() { sigaction(SIGUSR1, &old_, nullptr); }
+
+ private:
+  struct sigaction old_ {};
+};
+
 // A signal handler that interrupts the holder of the control lock cannot
 // wait for it: its snapshot runs when the holder unlocks.
 TEST_F(SnapshotTest, FromASignalHandlerThatInterruptedTheLockHolder) {
   ASSERT_EQ(inst_->snapshots().allocate(), 0);
-  g_signal_inst = inst_;
-  struct sigaction sa {};
-  sa.sa_handler = snapshot_from_handler;
-  struct sigaction old {};
-  ASSERT_EQ(sigaction(SIGUSR1, &sa, &old), 0);
+  SnapshotOnSigusr1 handler(inst_);
   for (uint32_t i = 0; i < 3; ++i) trace_snaptest_tick(1, i);
   {
     rb::RingBuffer::ControlGuard g(inst_->buffer());
@@ -295,7 +306,6 @@ TEST_F(SnapshotTest, FromASignalHandlerThatInterruptedTheLockHolder) {
   }
   raise(SIGUSR1);  // the lock is free: at once
   EXPECT_EQ(inst_->snapshots().taken(), 2u);
-  ASSERT_EQ(sigaction(SIGUSR1, &old, nullptr), 0);
   // A ring of 1: #2 gave #1 up and holds what was written since #1.
   Snapshots::Ref r = inst_->snapshots().get(0);
   ASSERT_TRUE(r);
@@ -305,11 +315,7 @@ TEST_F(SnapshotTest, FromASignalHandlerThatInterruptedTheLockHolder) {
 
 TEST_F(SnapshotTest, MergedRequestsAreCountedAtTheHead) {
   ASSERT_EQ(inst_->snapshots().allocate(), 0);
-  g_signal_inst = inst_;
-  struct sigaction sa {};
-  sa.sa_handler = snapshot_from_handler;
-  struct sigaction old {};
-  ASSERT_EQ(sigaction(SIGUSR1, &sa, &old), 0);
+  SnapshotOnSigusr1 handler(inst_);
   trace_snaptest_tick(1, 0);
   {
     rb::RingBuffer::ControlGuard g(inst_->buffer());
@@ -317,7 +323,6 @@ TEST_F(SnapshotTest, MergedRequestsAreCountedAtTheHead) {
     raise(SIGUSR1);
     raise(SIGUSR1);
   }
-  ASSERT_EQ(sigaction(SIGUSR1, &old, nullptr), 0);
   EXPECT_EQ(inst_->snapshots().taken(), 1u);
   const std::string s = read("snapshot");
   EXPECT_NE(s.find("# requests merged into it: 2"), std::string::npos) << s;
@@ -331,11 +336,7 @@ TEST_F(SnapshotTest, MergedRequestsAreCountedAtTheHead) {
 TEST_F(SnapshotTest, ConcurrentSnapshotsLoseNothing) {
   ASSERT_EQ(inst_->snapshots().set_ring_size(kMaxSnapshotRing), 0);
   ASSERT_EQ(inst_->snapshots().allocate(), 0);
-  g_signal_inst = inst_;
-  struct sigaction sa {};
-  sa.sa_handler = snapshot_from_handler;
-  struct sigaction old {};
-  ASSERT_EQ(sigaction(SIGUSR1, &sa, &old), 0);
+  SnapshotOnSigusr1 handler(inst_);
   constexpr uint32_t kWriters = 3, kPerWriter = 6000;
   std::vector<std::thread> writers;
   std::vector<pthread_t> handles(kWriters);
@@ -356,7 +357,6 @@ TEST_F(SnapshotTest, ConcurrentSnapshotsLoseNothing) {
     sched_yield();
   }
   for (auto& t : writers) t.join();
-  ASSERT_EQ(sigaction(SIGUSR1, &old, nullptr), 0);
   const uint64_t taken = inst_->snapshots().taken();
   EXPECT_GE(taken, 1u);
   ASSERT_LE(taken, static_cast<uint64_t>(kMaxSnapshotRing));
