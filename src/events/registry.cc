@@ -62,6 +62,7 @@ void Registry::remove(EventDesc* ev) {
     if (!ev->registered) return;
     remove_locked(ev);
   }
+  if (auto* hook = remove_hook_.load(std::memory_order_acquire)) hook(ev);
   changed();
 }
 
@@ -73,7 +74,9 @@ void Registry::remove_locked(EventDesc* ev) {
     }
   }
   ev->registered = false;
-  ev->enabled.store(0, std::memory_order_relaxed);
+  // The control bit stays: a writer of this event may still be in flight;
+  // the removal hook frees the control after a grace period.
+  ev->enabled.fetch_and(uint64_t{1} << internal::kControlBit, std::memory_order_relaxed);
   by_id_[ev->id].store(nullptr, std::memory_order_release);
 }
 
@@ -111,10 +114,12 @@ int Registry::set_enabled(int slot, std::string_view system_glob, std::string_vi
   for (EventDesc* e = head_; e; e = e->next) {
     if (!glob_match(system_glob, e->system) || !glob_match(name_glob, e->name)) continue;
     ++n;
-    // order: relaxed is enough; enabling is a soft switch and the registry
-    // lock serializes writers of this word.
-    uint64_t v = e->enabled.load(std::memory_order_relaxed);
-    e->enabled.store(on ? v | bit : v & ~bit, std::memory_order_relaxed);
+    // order: relaxed is enough; enabling is a soft switch. An RMW, because
+    // enable_event triggers change the word from the write path.
+    if (on)
+      e->enabled.fetch_or(bit, std::memory_order_relaxed);
+    else
+      e->enabled.fetch_and(~bit, std::memory_order_relaxed);
   }
   return n;
 }
@@ -122,8 +127,7 @@ int Registry::set_enabled(int slot, std::string_view system_glob, std::string_vi
 void Registry::clear_slot(int slot) {
   base::MutexLock l(&mu_);
   const uint64_t bit = uint64_t{1} << slot;
-  for (EventDesc* e = head_; e; e = e->next)
-    e->enabled.store(e->enabled.load(std::memory_order_relaxed) & ~bit, std::memory_order_relaxed);
+  for (EventDesc* e = head_; e; e = e->next) e->enabled.fetch_and(~bit, std::memory_order_relaxed);
 }
 
 namespace {

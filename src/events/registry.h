@@ -60,6 +60,10 @@ class Registry {
   // files keep their copy of the formats current with it). One hook.
   // Context: control plane.
   void set_change_hook(void (*hook)()) { change_hook_.store(hook, std::memory_order_release); }
+  // Called by remove() with the removed event, outside the registry lock,
+  // before the change hook (the filters and triggers of the event, and
+  // those that name it, go: src/trigger). One hook. Context: control plane.
+  void set_remove_hook(void (*hook)(EventDesc*)) { remove_hook_.store(hook, std::memory_order_release); }
 
  private:
   Registry() = default;
@@ -67,6 +71,7 @@ class Registry {
   EventDesc* head_ USRTRACE_GUARDED_BY(mu_) = nullptr;
   std::atomic<const EventDesc*> by_id_[65536] = {};
   std::atomic<void (*)()> change_hook_{nullptr};
+  std::atomic<void (*)(EventDesc*)> remove_hook_{nullptr};
   void changed();
   void add_locked(EventDesc* ev) USRTRACE_REQUIRES(mu_);
   void remove_locked(EventDesc* ev) USRTRACE_REQUIRES(mu_);

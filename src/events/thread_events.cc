@@ -36,6 +36,9 @@ extern "C" USRTRACE_EXPORT int pthread_setname_np(pthread_t thread, const char* 
   if (rc == 0 && self) {
     const int tid = usrtrace::base::gettid_cached();
     usrtrace::writers::save_comm(tid, name);
+    char* comm = usrtrace::writers::self().comm;
+    std::memset(comm, 0, 16);
+    std::memcpy(comm, name, strnlen(name, 15));
     trace_usrtrace_thread_rename(tid, old, name);
   }
   return rc;

@@ -15,6 +15,7 @@
 #include "instance/instance.h"
 #include "instance/writers.h"
 #include "output/flags.h"
+#include "trigger/control.h"
 #include "usrtrace/event.h"
 
 namespace usrtrace::events {
@@ -48,7 +49,9 @@ void fill_common(void* rec, const writers::ThreadState& t) {
   h->pid = t.tid;
 }
 
-bool write_slot(int slot, const void* rec, uint32_t len, int tid) {
+}  // namespace
+
+bool write_to_slot(int slot, const void* rec, uint32_t len, int tid) {
   instance::SlotState& s = instance::g_slot_state[slot];
   // order: acquire pairs with the release that published the buffer.
   rb::RingBuffer* rb = s.buffer.load(std::memory_order_acquire);
@@ -67,6 +70,8 @@ bool write_slot(int slot, const void* rec, uint32_t len, int tid) {
     return false;
   return write_sized(rb, rec, len);
 }
+
+namespace {
 
 // ftrace:print: trace_marker writes and printk-style writes.
 struct PrintRecord {
@@ -144,7 +149,7 @@ void write_marker_record(int slot, char* rec, uint32_t len) {
   fill_common(rec, *t);
   auto* h = reinterpret_cast<internal::CommonHeader*>(rec);
   h->preempt_count = static_cast<uint8_t>(h->preempt_count + 1);
-  write_slot(slot, rec, len, t->tid);
+  write_to_slot(slot, rec, len, t->tid);
   writers::exit(*t);
 }
 
@@ -193,10 +198,14 @@ void write_event(const EventDesc* ev, void* rec, uint32_t len) {
   // order: relaxed is enough; the mask is a soft switch, and the slots it
   // names are read with acquire in write_slot.
   uint64_t mask = ev->enabled.load(std::memory_order_relaxed);
-  while (mask) {
-    const int slot = __builtin_ctzll(mask);
-    mask &= mask - 1;
-    events::write_slot(slot, rec, len, t->tid);
+  if (USRTRACE_UNLIKELY(mask >> kControlBit)) {
+    trigger::write_controlled(*ev, rec, len, *t, mask & ~(uint64_t{1} << kControlBit));
+  } else {
+    while (mask) {
+      const int slot = __builtin_ctzll(mask);
+      mask &= mask - 1;
+      events::write_to_slot(slot, rec, len, t->tid);
+    }
   }
   writers::exit(*t);
 }

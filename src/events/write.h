@@ -20,4 +20,10 @@ long write_print(int slot, std::string_view text, uint64_t ip);
 // longer than a record holds.
 long write_raw(int slot, std::string_view data);
 
+// Writes a record whose common fields are filled into the instance in
+// `slot`, through its tracing_cpumask and pid filter (thread `tid`).
+// Returns whether it was written. Context: the write path, between
+// writers::enter() and exit().
+bool write_to_slot(int slot, const void* rec, uint32_t len, int tid);
+
 }  // namespace usrtrace::events

@@ -2,8 +2,8 @@
 // event's records into a bounded table, keyed by fields, summing values,
 // updated on the writing thread and printed by the event's hist file.
 //
-//   echo 'hist:keys=id.hex,bytes.log2:vals=hitcount,bytes:sort=bytes.descending:size=256' \
-//       > events/demo/request/trigger
+//   echo 'hist:keys=id.hex:vals=hitcount,bytes:sort=bytes.descending:size=256' >
+//       events/demo/request/trigger
 //   cat events/demo/request/hist
 //
 // The trigger layer (src/trigger) parses "hist..." commands with this

@@ -9,6 +9,7 @@
 
 #include "events/registry.h"
 #include "events/write.h"
+#include "trigger/control.h"
 #include "instance/writers.h"
 #include "usrtrace/internal/event_impl.h"
 
@@ -147,6 +148,8 @@ int Instance::remove(Match match, int max_refs, int missing) {
     g_instances[inst->slot_] = nullptr;
     // Unpublish: no new write can find the instance after this...
     events::Registry::get().clear_slot(inst->slot_);
+    // Before the slot can be reused: its filters and triggers go too.
+    trigger::clear_slot(inst->slot_);
     g_slot_state[inst->slot_].buffer.store(nullptr, std::memory_order_release);
     g_slot_state[inst->slot_].instance.store(nullptr, std::memory_order_release);
     g_slot_state[inst->slot_].pids.store(nullptr, std::memory_order_release);

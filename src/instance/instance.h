@@ -20,10 +20,12 @@
 #include "clock/trace_clock.h"
 #include "instance/snapshot.h"
 #include "ring_buffer/ring_buffer.h"
+#include "usrtrace/internal/event_impl.h"
 
 namespace usrtrace::instance {
 
-inline constexpr int kMaxInstances = 64;
+// One bit of EventDesc::enabled each; its top bit is the control bit.
+inline constexpr int kMaxInstances = usrtrace::internal::kControlBit;
 // CPUs tracing_cpumask can exclude; a CPU id at or above this is always
 // recorded (the kernel's NR_CPUS on Debian).
 inline constexpr int kMaxCpus = 8192;

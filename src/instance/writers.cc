@@ -103,6 +103,7 @@ bool register_self(ThreadState& t) {
   t.tid = base::gettid_cached();
   char comm[16] = {};
   if (prctl(PR_GET_NAME, comm, 0, 0, 0) != 0) std::strcpy(comm, "<...>");
+  std::memcpy(t.comm, comm, sizeof t.comm);
   save_comm(t.tid, comm);
   pthread_setspecific(g_exit_key, &t);
   ThreadState* head = g_head.load(std::memory_order_relaxed);

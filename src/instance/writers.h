@@ -41,6 +41,10 @@ struct ThreadState {
   std::atomic<uint64_t> ctr{0};  // see above; written by the thread only
   uint32_t depth() const { return static_cast<uint32_t>(ctr.load(std::memory_order_relaxed) & 0xff); }
   int32_t tid = 0;
+  // The thread's name (filters' `comm`), set at registration and by
+  // pthread_setname_np on itself. A handler that interrupts a rename may
+  // read a mix of both names.
+  char comm[16] = {};
   // kUnregistered -> kRegistering -> kRegistered, and back to kUnregistered
   // when the thread exits. Written by the thread only (and its signal
   // handlers, which see kRegistering if they interrupt registration).

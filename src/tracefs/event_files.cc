@@ -1,5 +1,6 @@
 // Event control files: available_events, set_event, set_event_pid,
-// set_event_notrace_pid and the events/ directory (trace_events.c).
+// set_event_notrace_pid and the events/ directory (trace_events.c), with
+// the filter, trigger and hist files of src/trigger.
 //
 // set_event syntax, as the kernel's (plus globs on either side):
 //   sys:event   that event            sys: or sys:*   every event of sys
@@ -15,16 +16,13 @@
 #include "events/registry.h"
 #include "ring_buffer/page_format.h"
 #include "tracefs/internal.h"
+#include "trigger/control.h"
 
 namespace usrtrace::tracefs::detail {
 namespace {
 
 constexpr std::string_view kSub = "event";
 
-constexpr char kTriggerText[] =
-    "# Available triggers:\n"
-    "# traceon traceoff snapshot stacktrace enable_event disable_event enable_hist disable_hist "
-    "hist\n";
 
 // PID_MAX_LIMIT: the kernel refuses pids at or above pid_max.
 constexpr uint64_t kPidMax = 4194304;
@@ -150,8 +148,12 @@ std::string show_pids(Instance& inst, bool notrace) {
 // The event behind an events/SYS/EVENT file, looked up on every use: the
 // object that defined it may have been unloaded since the open (ENODEV, as
 // the kernel answers for a removed event's files).
-const events::EventDesc* lookup(const std::string& sys, const std::string& name) {
+events::EventDesc* lookup(const std::string& sys, const std::string& name) {
   return events::Registry::get().find(sys, name);
+}
+
+long fail_with(Instance& inst, const trigger::Error& err, int errnum) {
+  return fail_text(inst, err.subsystem, err.message, err.command, err.pos, errnum);
 }
 
 }  // namespace
@@ -202,7 +204,11 @@ std::unique_ptr<File> open_event_file(Node node, int flags, int* err) {
     case Kind::kEventEnable:
       f->show = [ip, sys, name]() -> std::string {
         const auto* e = lookup(sys, name);
-        return e && ip->event_enabled(e->id) ? "1\n" : "0\n";
+        if (!e) return "0\n";
+        // "0*" / "1*": enable_event / disable_event triggers name the event.
+        std::string v = ip->event_enabled(e->id) ? "1" : "0";
+        if (trigger::soft_mode(ip->slot(), *e)) v += "*";
+        return v + "\n";
       };
       f->store = [ip, sys, name](std::string_view s) -> long {
         bool on = false;
@@ -213,20 +219,47 @@ std::unique_ptr<File> open_event_file(Node node, int flags, int* err) {
       };
       break;
     case Kind::kEventFilter:
-      f->show = [] { return std::string("none\n"); };
-      f->store = [ip](std::string_view s) -> long {
-        const std::string_view body = strip(s);
-        // "0" clears the filter (there is none yet); so does an empty write.
-        if (body.empty() || body == "0") return static_cast<long>(s.size());
-        return fail(*ip, kSub, Err::kFilterUnsupported, s, static_cast<size_t>(body.data() - s.data()), EINVAL);
+      f->show = [ip, sys, name]() -> std::string {
+        const auto* e = lookup(sys, name);
+        return e ? trigger::filter_text(ip->slot(), *e) + "\n" : std::string();
+      };
+      f->store = [ip, sys, name](std::string_view s) -> long {
+        auto* e = lookup(sys, name);
+        if (!e) return -ENODEV;
+        trigger::Error why;
+        if (int rc = trigger::set_filter(ip->slot(), *e, s, &why); rc < 0) return fail_with(*ip, why, -rc);
+        return static_cast<long>(s.size());
+      };
+      break;
+    case Kind::kSystemFilter:
+      f->show = [ip, sys] { return trigger::system_filter_text(ip->slot(), sys); };
+      f->store = [ip, sys](std::string_view s) -> long {
+        trigger::Error why;
+        if (int rc = trigger::set_system_filter(ip->slot(), sys, s, &why); rc < 0)
+          return fail_with(*ip, why, -rc);
+        return static_cast<long>(s.size());
       };
       break;
     case Kind::kEventTrigger:
-      f->show = [] { return std::string(kTriggerText); };
-      f->store = [ip](std::string_view s) -> long {
-        const std::string_view body = strip(s);
-        if (body.empty()) return static_cast<long>(s.size());  // echo > trigger: nothing to clear
-        return fail(*ip, kSub, Err::kTriggerUnsupported, s, static_cast<size_t>(body.data() - s.data()), EINVAL);
+      f->show = [ip, sys, name]() -> std::string {
+        const auto* e = lookup(sys, name);
+        return e ? trigger::trigger_text(ip->slot(), *e) : std::string();
+      };
+      f->store = [ip, sys, name](std::string_view s) -> long {
+        auto* e = lookup(sys, name);
+        if (!e) return -ENODEV;
+        trigger::Error why;
+        if (int rc = trigger::write_trigger(ip->slot(), *e, s, &why); rc < 0) {
+          if (why.message.empty()) return rc;
+          return fail_with(*ip, why, -rc);
+        }
+        return static_cast<long>(s.size());
+      };
+      break;
+    case Kind::kEventHist:
+      f->show = [ip, sys, name]() -> std::string {
+        const auto* e = lookup(sys, name);
+        return e ? trigger::hist_text(ip->slot(), *e) : std::string();
       };
       break;
     case Kind::kEventFormat:

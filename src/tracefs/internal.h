@@ -90,9 +90,11 @@ enum class Kind : uint8_t {
   kHeaderPage,
   kHeaderEvent,
   kSystemEnable,
+  kSystemFilter,
   kEventEnable,
   kEventFilter,
   kEventFormat,
+  kEventHist,
   kEventId,
   kEventTrigger,
   // per_cpu/cpuN/
@@ -182,8 +184,6 @@ enum class Err : uint8_t {
   kBadPid,
   kBadCpumask,
   kCpumaskOverflow,
-  kFilterUnsupported,
-  kTriggerUnsupported,
   kMarkersOff,
   kRawTooShort,
   kRawTooLong,
@@ -209,6 +209,10 @@ long fail(Instance& inst, std::string_view subsystem, Err e, std::string_view co
 // 0x / 0), then at most one '\n'. Returns 0, -EINVAL (with *bad at the
 // offending byte) or -ERANGE (*bad at the first digit that overflowed).
 int parse_u64(std::string_view s, int base, uint64_t* v, size_t* bad);
+
+// fail() with a message of the caller's (filter and trigger errors).
+long fail_text(Instance& inst, std::string_view subsystem, std::string_view message,
+               std::string_view command, size_t pos, int errnum);
 
 // Whitespace-separated tokens with their offsets.
 struct Token {

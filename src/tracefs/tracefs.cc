@@ -89,6 +89,7 @@ constexpr FileSpec kEventFiles[] = {
     {"enable", Kind::kEventEnable, kRW, false},
     {"filter", Kind::kEventFilter, kRW, false},
     {"format", Kind::kEventFormat, kRO, false},
+    {"hist", Kind::kEventHist, kRO, false},
     {"id", Kind::kEventId, kRO, false},
     {"trigger", Kind::kEventTrigger, kRW, false},
 };
@@ -188,6 +189,7 @@ int resolve_in_instance(const std::vector<std::string_view>& c, size_t i, bool t
     if (left == 2) return set_dir(n, "events/SYS"), 0;
     const std::string_view ev = c[i + 2];
     if (ev == "enable" && !is_ftrace(sub)) return set_file(n, Kind::kSystemEnable, kRW), leaf(3);
+    if (ev == "filter" && !is_ftrace(sub)) return set_file(n, Kind::kSystemFilter, kRW), leaf(3);
     if (!events::Registry::get().find(sub, ev)) return -ENOENT;
     n->event = std::string(ev);
     if (left == 3) return set_dir(n, "events/SYS/EVENT"), 0;
@@ -262,7 +264,7 @@ void list_dir(const Node& n, std::vector<std::string>* out) {
     out->assign({"enable", "header_event", "header_page"});
     for (auto& s : events::Registry::get().systems()) out->push_back(std::move(s));
   } else if (d == "events/SYS") {
-    if (!is_ftrace(n.system)) out->emplace_back("enable");
+    if (!is_ftrace(n.system)) out->insert(out->end(), {"enable", "filter"});
     events::Registry::get().for_each([&](events::EventDesc& e) {
       if (n.system == e.system) out->emplace_back(e.name);
     });
@@ -313,8 +315,6 @@ constexpr const char* kErrTexts[] = {
     "Invalid pid",                                   // kBadPid
     "Invalid CPU mask",                              // kBadCpumask
     "CPU mask has bits beyond the last CPU",         // kCpumaskOverflow
-    "Event filters are not supported yet",           // kFilterUnsupported
-    "Event triggers are not supported yet",          // kTriggerUnsupported
     "Markers are disabled (options/markers)",        // kMarkersOff
     "Raw marker needs a 4-byte id",                  // kRawTooShort
     "Raw marker too large",                          // kRawTooLong
@@ -336,6 +336,11 @@ const char* err_text(Err e) { return kErrTexts[static_cast<size_t>(e)]; }
 
 long fail(Instance& inst, std::string_view subsystem, Err e, std::string_view command, size_t pos,
           int errnum) {
+  return fail_text(inst, subsystem, err_text(e), command, pos, errnum);
+}
+
+long fail_text(Instance& inst, std::string_view subsystem, std::string_view message,
+               std::string_view command, size_t pos, int errnum) {
   // The log is text: binary junk and control bytes show as '.', one byte
   // each, so the caret stays under the byte it names.
   std::string cmd(command.substr(0, kMaxLoggedCommand));
@@ -344,7 +349,7 @@ long fail(Instance& inst, std::string_view subsystem, Err e, std::string_view co
     const auto u = static_cast<unsigned char>(ch);
     if (u < 0x20 || u >= 0x7f) ch = '.';
   }
-  inst.log_error(subsystem, err_text(e), cmd, std::min(pos, cmd.size()));
+  inst.log_error(subsystem, message, cmd, std::min(pos, cmd.size()));
   return -errnum;
 }
 
@@ -492,8 +497,10 @@ int open(std::string_view path, int flags, std::unique_ptr<File>* out) {
     case Kind::kHeaderPage:
     case Kind::kHeaderEvent:
     case Kind::kSystemEnable:
+    case Kind::kSystemFilter:
     case Kind::kEventEnable:
     case Kind::kEventFilter:
+    case Kind::kEventHist:
     case Kind::kEventFormat:
     case Kind::kEventId:
     case Kind::kEventTrigger:

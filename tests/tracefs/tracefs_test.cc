@@ -105,7 +105,7 @@ TEST_P(TracefsTest, StatAndListShowTheKernelsTree) {
   ASSERT_EQ(tracefs::list(path("per_cpu"), &names), 0);
   EXPECT_EQ(names.size(), static_cast<size_t>(inst_->buffer().nr_cpus()));
   ASSERT_EQ(tracefs::list(path("events/tfstest/ping"), &names), 0);
-  EXPECT_EQ(names, (std::vector<std::string>{"enable", "filter", "format", "id", "trigger"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"enable", "filter", "format", "hist", "id", "trigger"}));
   // The ftrace system: no enable files.
   ASSERT_EQ(tracefs::list(path("events/ftrace"), &names), 0);
   EXPECT_EQ(std::find(names.begin(), names.end(), "enable"), names.end());
@@ -495,12 +495,15 @@ TEST_P(TracefsTest, EventFilesFormatIdFilterTrigger) {
   EXPECT_EQ(rd(path("events/header_event")), rb::header_event_text());
   EXPECT_EQ(wr(path("events/tfstest/ping/filter"), "0\n"), 2);  // clearing is fine
   const int before = error_lines();
-  EXPECT_EQ(wr(path("events/tfstest/ping/filter"), "n > 3"), -EINVAL);
-  EXPECT_EQ(wr(path("events/tfstest/ping/trigger"), "traceoff"), -EINVAL);
+  EXPECT_EQ(wr(path("events/tfstest/ping/filter"), "nosuch > 3"), -EINVAL);
+  EXPECT_EQ(wr(path("events/tfstest/ping/trigger"), "traceoffx"), -EINVAL);
   const std::string log = rd(path("error_log"));
   EXPECT_EQ(error_lines(), before + 2);
-  EXPECT_NE(log.find("event: error: Event filters are not supported yet\n  Command: n > 3\n"),
+  EXPECT_NE(log.find("event filter parse error: error: Field not found\n  Command: nosuch > 3\n"),
             std::string::npos) << log;
+  EXPECT_NE(log.find("event trigger: error: Unknown trigger command\n  Command: traceoffx\n"),
+            std::string::npos) << log;
+  EXPECT_EQ(rd(path("events/tfstest/ping/filter")), "none\n");  // the refused filter is not in force
 }
 
 TEST_P(TracefsTest, ErrorLogHasCaretAndTruncClears) {

@@ -63,6 +63,15 @@ struct FieldDesc {
 // length printed (snprintf's convention).
 using PrintFn = int (*)(const void* rec, uint32_t len, char* buf, size_t size);
 
+// Filters and triggers of one event in every instance (src/trigger);
+// opaque here.
+struct EventControl;
+
+// Bit kControlBit of EventDesc::enabled: the event has a filter or a
+// trigger in some instance, so writes take the controlled path
+// (src/trigger). Instances use bits 0..kControlBit-1.
+inline constexpr int kControlBit = 63;
+
 // One per event per program. Registered by a static constructor of the
 // object that defines it, unregistered when that object is unloaded.
 struct EventDesc {
@@ -73,12 +82,17 @@ struct EventDesc {
   uint16_t nfields;
   uint16_t fixed_size;    // sizeof the record, common header included
   PrintFn print;
-  // Bit i set: the event is written into the instance in slot i. Written by
-  // the control plane (under the registry lock), read by every call site.
+  // Bit i set: the event is written into the instance in slot i; bit
+  // kControlBit: see there. Changed with atomic or/and (by the control plane,
+  // and by enable_event/disable_event triggers on the write path), read by
+  // every call site: nonzero means the call site calls write_event().
   std::atomic<uint64_t> enabled{0};
   uint16_t id = 0;              // assigned at registration
   EventDesc* next = nullptr;    // registry list, under the registry lock
   bool registered = false;
+  // Set with kControlBit, before it; freed only after the event is
+  // unregistered and a grace period has passed.
+  std::atomic<EventControl*> control{nullptr};
 };
 
 USRTRACE_EXPORT void register_event(EventDesc* ev);

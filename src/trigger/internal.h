@@ -1,0 +1,42 @@
+// Private to src/trigger: the per-event control object and the built-in
+// user_stack event of the stacktrace trigger.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "trigger/control.h"
+
+namespace usrtrace::internal {
+
+// One per event that ever had a filter or trigger (see trigger/control.h).
+struct EventControl {
+  // What writers read: the published SlotControl of each slot.
+  std::atomic<const trigger::SlotControl*> slots[instance::kMaxInstances] = {};
+  // Bit s: slot s has triggers, which fire even where the event is not
+  // enabled. order: relaxed; published after slots[s] (release) and read
+  // before it (acquire), as a hint of which slots to look at.
+  std::atomic<uint64_t> trigger_slots{0};
+
+  // Control plane only, under the control lock.
+  std::unique_ptr<trigger::SlotControl> owned[instance::kMaxInstances];
+  int soft[instance::kMaxInstances] = {};  // enable_/disable_event triggers naming this event
+};
+
+}  // namespace usrtrace::internal
+
+namespace usrtrace::trigger {
+
+// ftrace:user_stack (the kernel's id 13 and layout): the stacktrace
+// trigger's record. Registered with the built-in events.
+const internal::EventDesc& user_stack_event();
+
+// Writes the calling thread's user-space backtrace, from the caller of
+// write_event() up, as a user_stack record into `slot`, with the common
+// fields of the record that fired it. `frame` is __builtin_frame_address(0)
+// of write_controlled(): the frames up to it, and write_event's, are skipped.
+// Context: the write path (between writers::enter and exit).
+void write_user_stack(int slot, const internal::CommonHeader& common, const void* frame);
+
+}  // namespace usrtrace::trigger

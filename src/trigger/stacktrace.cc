@@ -1,0 +1,133 @@
+// The stacktrace trigger: the writing thread's user-space backtrace as an
+// ftrace:user_stack record (kernel id 13, same layout, so trace-cmd and
+// libtraceevent print it as they print the kernel's user stacks).
+//
+// Unwinding uses libgcc's _Unwind_Backtrace, which walks the DWARF CFI of
+// each frame (no frame pointers needed) and, with glibc >= 2.35, finds the
+// object of each address with _dl_find_object, which takes no lock; it
+// works across signal frames. It does not allocate. So it may run on the
+// write path, in a signal handler too.
+#include <cxxabi.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <unistd.h>
+#include <unwind.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "events/registry.h"
+#include "events/write.h"
+#include "trigger/internal.h"
+
+namespace usrtrace::trigger {
+namespace {
+
+inline constexpr int kUserStackEntries = 8;  // the kernel's FTRACE_STACK_ENTRIES
+inline constexpr uint16_t kUserStackId = 13;  // TRACE_USER_STACK
+
+struct UserStackRecord {
+  internal::CommonHeader common;
+  uint32_t tgid;
+  uint32_t pad;
+  uint64_t caller[kUserStackEntries];
+};
+static_assert(offsetof(UserStackRecord, caller) == 16 && sizeof(UserStackRecord) == 80);
+
+// Kernel: trace_user_stack_print(): a head line, then " => " and each
+// address until the first zero; we add the symbol when dladdr knows it.
+int print_user_stack(const void* rec, uint32_t len, char* out, size_t size) {
+  if (len < sizeof(UserStackRecord)) return snprintf(out, size, "<bad user_stack record>");
+  UserStackRecord r;
+  std::memcpy(&r, rec, sizeof r);
+  int n = snprintf(out, size, "<user stack trace>\n");
+  for (int i = 0; i < kUserStackEntries && r.caller[i] != 0 && n >= 0 && static_cast<size_t>(n) < size; ++i) {
+    const size_t room = size - static_cast<size_t>(n);
+    Dl_info info;
+    // A return address points after the call: look up the byte before it.
+    const auto addr = reinterpret_cast<void*>(r.caller[i] - 1);
+    if (dladdr(addr, &info) && info.dli_sname) {
+      int status = 0;
+      char* dem = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
+      const char* name = status == 0 && dem ? dem : info.dli_sname;
+      n += snprintf(out + n, room, " => %s+0x%lx <%016lx>\n", name,
+                    static_cast<unsigned long>(r.caller[i] - reinterpret_cast<uintptr_t>(info.dli_saddr)),
+                    static_cast<unsigned long>(r.caller[i]));
+      std::free(dem);
+    } else {
+      n += snprintf(out + n, room, " =>  <%016lx>\n", static_cast<unsigned long>(r.caller[i]));
+    }
+  }
+  return n;
+}
+
+const internal::FieldDesc kUserStackFields[] = {
+    {"tgid", "unsigned int", 8, 4, 0, false, internal::FieldKind::kInteger},
+    {"caller", "unsigned long", 16, 8 * kUserStackEntries, kUserStackEntries, false,
+     internal::FieldKind::kByteArray},
+};
+
+internal::EventDesc g_user_stack_desc{
+    "ftrace",
+    "user_stack",
+    "\"\\t=> %ps\\n\\t=> %ps\\n\\t=> %ps\\n\" \"\\t=> %ps\\n\\t=> %ps\\n\\t=> %ps\\n\" "
+    "\"\\t=> %ps\\n\\t=> %ps\\n\", (void *)REC->caller[0], (void *)REC->caller[1], "
+    "(void *)REC->caller[2], (void *)REC->caller[3], (void *)REC->caller[4], "
+    "(void *)REC->caller[5], (void *)REC->caller[6], (void *)REC->caller[7]",
+    kUserStackFields,
+    2,
+    sizeof(UserStackRecord),
+    &print_user_stack};
+
+// getpid() is a system call: the write path reads a copy, kept current in
+// forked children.
+std::atomic<pid_t> g_tgid{0};
+void refresh_tgid() { g_tgid.store(getpid(), std::memory_order_relaxed); }
+
+struct RegisterUserStack {
+  RegisterUserStack() {
+    g_user_stack_desc.id = kUserStackId;
+    events::Registry::get().add(&g_user_stack_desc);
+    refresh_tgid();
+    pthread_atfork(nullptr, nullptr, &refresh_tgid);
+  }
+};
+__attribute__((init_priority(102))) RegisterUserStack g_register_user_stack;
+
+struct Walk {
+  uintptr_t ours;  // the return address into write_event: frames up to it are ours
+  bool past;       // seen it: the next frames are the program's
+  int n;
+  uint64_t* out;
+};
+
+_Unwind_Reason_Code on_frame(_Unwind_Context* ctx, void* arg) {
+  auto* w = static_cast<Walk*>(arg);
+  const uintptr_t ip = _Unwind_GetIP(ctx);
+  if (!w->past) {
+    w->past = ip == w->ours;
+    return _URC_NO_REASON;
+  }
+  if (ip == 0) return _URC_END_OF_STACK;
+  w->out[w->n++] = ip;
+  return w->n == kUserStackEntries ? _URC_END_OF_STACK : _URC_NO_REASON;
+}
+
+
+}  // namespace
+
+const internal::EventDesc& user_stack_event() { return g_user_stack_desc; }
+
+void write_user_stack(int slot, const internal::CommonHeader& common, const void* caller_ip) {
+  UserStackRecord r{};
+  r.common = common;
+  r.common.type = g_user_stack_desc.id;
+  r.tgid = static_cast<uint32_t>(g_tgid.load(std::memory_order_relaxed));
+  Walk w{reinterpret_cast<uintptr_t>(caller_ip), false, 0, r.caller};
+  _Unwind_Backtrace(&on_frame, &w);
+  events::write_to_slot(slot, &r, sizeof r, common.pid);
+}
+
+}  // namespace usrtrace::trigger

@@ -1,0 +1,278 @@
+// Event triggers through the control files, as a user drives them:
+// traceon/traceoff/snapshot/stacktrace/enable_event/disable_event with
+// counts, removal, listing, soft mode, firing without the event enabled,
+// from signal handlers, and the cleanup when an instance goes.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cerrno>
+#include <string>
+#include <vector>
+
+#include "events/registry.h"
+#include "instance/instance.h"
+#include "output/trace_output.h"
+#include "tracefs/tracefs.h"
+#include "usrtrace/event.h"
+
+USRTRACE_EVENT(trigtest, ping, (int32_t, n)(char[16], name), "n=%d name=%s", REC->n, REC->name)
+USRTRACE_EVENT(trigtest, pong, (int32_t, n), "n=%d", REC->n)
+
+namespace usrtrace {
+namespace {
+
+std::string rd(const std::string& path) {
+  std::string out;
+  EXPECT_GE(tracefs::read_file(path, &out), 0) << path;
+  return out;
+}
+long wr(const std::string& path, std::string_view text) { return tracefs::write_file(path, text, true); }
+
+size_t count(const std::string& hay, const std::string& needle) {
+  size_t n = 0;
+  for (size_t p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + 1)) ++n;
+  return n;
+}
+
+// The n values of the records of one event, oldest first.
+std::vector<int32_t> values(rb::RingBuffer& rb, const char* name) {
+  const auto* e = events::Registry::get().find("trigtest", name);
+  std::vector<int32_t> out;
+  rb::RingBuffer::Iterator it(rb);
+  rb::Event ev;
+  while (it.next(&ev)) {
+    internal::CommonHeader h;
+    std::memcpy(&h, ev.data, sizeof h);
+    if (h.type != e->id) continue;
+    int32_t n;
+    std::memcpy(&n, ev.data + sizeof h, sizeof n);
+    out.push_back(n);
+  }
+  return out;
+}
+
+class TriggerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int err = 0;
+    inst_ = instance::Instance::create("trigtest", &err);
+    ASSERT_NE(inst_, nullptr) << err;
+  }
+  void TearDown() override { ASSERT_EQ(instance::Instance::destroy("trigtest"), 0); }
+  std::string p(const std::string& f) { return "instances/trigtest/" + f; }
+  std::string ev(const char* name, const std::string& f) {
+    return p("events/trigtest/" + std::string(name) + "/" + f);
+  }
+  instance::Instance* inst_ = nullptr;
+};
+
+TEST_F(TriggerTest, TraceoffKeepsTheEventThatFiredIt) {
+  ASSERT_GT(wr(ev("ping", "enable"), "1"), 0);
+  ASSERT_GT(wr(ev("ping", "trigger"), "traceoff"), 0);
+  EXPECT_EQ(rd(ev("ping", "trigger")), "traceoff:unlimited\n");
+  for (int i = 0; i < 5; ++i) trace_trigtest_ping(i, "a");
+  EXPECT_EQ(rd(p("tracing_on")), "0\n");
+  EXPECT_EQ(values(inst_->buffer(), "ping"), std::vector<int32_t>{0});
+}
+
+TEST_F(TriggerTest, TraceonRecordsTheEventThatTurnedTracingOn) {
+  ASSERT_GT(wr(ev("ping", "enable"), "1"), 0);
+  ASSERT_GT(wr(p("tracing_on"), "0"), 0);
+  ASSERT_GT(wr(ev("ping", "trigger"), "traceon:1"), 0);
+  trace_trigtest_ping(7, "a");
+  EXPECT_EQ(rd(p("tracing_on")), "1\n");
+  EXPECT_EQ(rd(ev("ping", "trigger")), "traceon:count=0\n");
+  // Spent: turning tracing off again is not undone.
+  ASSERT_GT(wr(p("tracing_on"), "0"), 0);
+  trace_trigtest_ping(8, "a");
+  EXPECT_EQ(rd(p("tracing_on")), "0\n");
+  EXPECT_EQ(values(inst_->buffer(), "ping"), std::vector<int32_t>{7});
+}
+
+TEST_F(TriggerTest, CountIsSpentOnlyOnAChangeOfState) {
+  ASSERT_GT(wr(ev("ping", "trigger"), "traceoff:2"), 0);
+  trace_trigtest_ping(1, "a");  // on -> off: spends one
+  trace_trigtest_ping(2, "a");  // already off: spends none
+  EXPECT_EQ(rd(ev("ping", "trigger")), "traceoff:count=1\n");
+  ASSERT_GT(wr(p("tracing_on"), "1"), 0);
+  trace_trigtest_ping(3, "a");
+  EXPECT_EQ(rd(ev("ping", "trigger")), "traceoff:count=0\n");
+  ASSERT_GT(wr(p("tracing_on"), "1"), 0);
+  trace_trigtest_ping(4, "a");
+  EXPECT_EQ(rd(p("tracing_on")), "1\n");
+}
+
+TEST_F(TriggerTest, FiresWhenTheEventIsNotEnabled) {
+  // The kernel's soft mode: a trigger makes the event fire even where it
+  // is not recorded.
+  ASSERT_EQ(rd(ev("pong", "enable")), "0\n");
+  ASSERT_GT(wr(ev("pong", "trigger"), "traceoff"), 0);
+  trace_trigtest_pong(1);
+  EXPECT_EQ(rd(p("tracing_on")), "0\n");
+  EXPECT_TRUE(values(inst_->buffer(), "pong").empty());
+}
+
+TEST_F(TriggerTest, EnableAndDisableEventWithSoftMode) {
+  ASSERT_GT(wr(ev("ping", "trigger"), "enable_event:trigtest:pong:1"), 0);
+  EXPECT_EQ(rd(ev("pong", "enable")), "0*\n");
+  trace_trigtest_pong(1);  // not yet enabled
+  trace_trigtest_ping(1, "a");
+  EXPECT_EQ(rd(ev("pong", "enable")), "1*\n");
+  EXPECT_EQ(rd(ev("ping", "trigger")), "enable_event:trigtest:pong:count=0\n");
+  trace_trigtest_pong(2);
+  ASSERT_GT(wr(ev("ping", "trigger"), "disable_event:trigtest:pong"), 0);
+  EXPECT_EQ(rd(ev("ping", "trigger")),
+            "disable_event:trigtest:pong:unlimited\nenable_event:trigtest:pong:count=0\n");
+  trace_trigtest_ping(2, "a");
+  trace_trigtest_pong(3);  // disabled again
+  EXPECT_EQ(values(inst_->buffer(), "pong"), std::vector<int32_t>{2});
+  ASSERT_GT(wr(ev("ping", "trigger"), "!enable_event:trigtest:pong"), 0);
+  ASSERT_GT(wr(ev("ping", "trigger"), "!disable_event:trigtest:pong"), 0);
+  EXPECT_EQ(rd(ev("pong", "enable")), "0\n");  // soft mode over; the state stays
+  EXPECT_EQ(rd(ev("ping", "trigger")).rfind("# Available triggers:", 0), 0u);
+}
+
+TEST_F(TriggerTest, SnapshotTriggerAllocatesAndKeepsTheFiringEvent) {
+  ASSERT_GT(wr(ev("ping", "enable"), "1"), 0);
+  ASSERT_GT(wr(ev("ping", "trigger"), "snapshot:1"), 0);
+  EXPECT_TRUE(inst_->snapshots().allocated());
+  trace_trigtest_ping(1, "first");
+  trace_trigtest_ping(2, "second");
+  const std::string snap = rd(p("snapshot"));
+  EXPECT_NE(snap.find("n=1 name=first"), std::string::npos) << snap;
+  EXPECT_EQ(snap.find("n=2"), std::string::npos) << snap;
+  EXPECT_EQ(values(inst_->buffer(), "ping"), std::vector<int32_t>{2});
+  EXPECT_EQ(rd(ev("ping", "trigger")), "snapshot:count=0\n");
+}
+
+}  // namespace
+
+// Exported (the test links with -rdynamic) so that dladdr names them.
+[[gnu::noinline, gnu::visibility("default")]] void trigtest_fire_ping_from_here(int n) {
+  trace_trigtest_ping(n, "stack");
+  asm volatile("" ::: "memory");  // not a tail call: this frame stays on the stack
+}
+
+namespace {
+
+TEST_F(TriggerTest, StacktraceRecordsTheCallersBacktrace) {
+  ASSERT_GT(wr(ev("ping", "trigger"), "stacktrace:2"), 0);
+  trigtest_fire_ping_from_here(1);
+  trigtest_fire_ping_from_here(2);
+  trigtest_fire_ping_from_here(3);
+  const std::string trace = rd(p("trace"));
+  EXPECT_EQ(count(trace, "<user stack trace>"), 2u) << trace;
+  // The first frame is the function that wrote the event, then its
+  // caller (the test body, unnamed: it is not exported), and so on.
+  const size_t at = trace.find("<user stack trace>\n => usrtrace::trigtest_fire_ping_from_here(int)+0x");
+  ASSERT_NE(at, std::string::npos) << trace;
+  EXPECT_EQ(trace.compare(trace.find('\n', trace.find('\n', at) + 1) + 1, 6, " =>  <"), 0) << trace;
+  EXPECT_NE(trace.find(" => testing::Test::Run()+0x"), std::string::npos) << trace;
+  EXPECT_EQ(rd(ev("ping", "trigger")), "stacktrace:count=0\n");
+}
+
+std::atomic<int> g_handled{0};
+}  // namespace
+
+[[gnu::visibility("default")]] void trigtest_on_signal(int) {
+  trace_trigtest_ping(100, "handler");
+  g_handled.fetch_add(1);
+}
+
+namespace {
+
+TEST_F(TriggerTest, TriggersFireFromSignalHandlers) {
+  ASSERT_GT(wr(ev("ping", "enable"), "1"), 0);
+  ASSERT_GT(wr(ev("ping", "trigger"), "stacktrace"), 0);
+  ASSERT_GT(wr(ev("ping", "trigger"), "enable_event:trigtest:pong"), 0);
+  struct sigaction sa = {}, old = {};
+  sa.sa_handler = &trigtest_on_signal;
+  ASSERT_EQ(sigaction(SIGUSR1, &sa, &old), 0);
+  raise(SIGUSR1);
+  sigaction(SIGUSR1, &old, nullptr);
+  ASSERT_EQ(g_handled.load(), 1);
+  const std::string trace = rd(p("trace"));
+  EXPECT_NE(trace.find("n=100 name=handler"), std::string::npos) << trace;
+  // The unwinder crosses the signal frame: the handler, then raise's caller.
+  EXPECT_NE(trace.find("<user stack trace>\n => usrtrace::trigtest_on_signal(int)+0x"), std::string::npos) << trace;
+  EXPECT_EQ(rd(ev("pong", "enable")), "1*\n");
+}
+
+TEST_F(TriggerTest, DuplicatesRemovalAndListingOrder) {
+  const std::string t = ev("ping", "trigger");
+  ASSERT_GT(wr(t, "traceoff:3"), 0);
+  EXPECT_EQ(wr(t, "traceoff"), -EEXIST);
+  ASSERT_GT(wr(t, "stacktrace"), 0);
+  ASSERT_GT(wr(t, "enable_event:trigtest:pong:0x10"), 0);
+  EXPECT_EQ(wr(t, "enable_event:trigtest:pong"), -EEXIST);
+  EXPECT_EQ(rd(t), "enable_event:trigtest:pong:count=16\nstacktrace:unlimited\ntraceoff:count=3\n");
+  ASSERT_GT(wr(t, "!stacktrace"), 0);
+  ASSERT_GT(wr(t, "!stacktrace"), 0);  // not there: ignored, as the kernel does
+  ASSERT_GT(wr(t, "!traceoff:7"), 0);  // the count does not matter
+  EXPECT_EQ(rd(t), "enable_event:trigtest:pong:count=16\n");
+  ASSERT_GT(wr(t, "  \n"), 0);  // nothing
+}
+
+TEST_F(TriggerTest, BadCommandsFailWithAnErrorLogLine) {
+  const std::string t = ev("ping", "trigger");
+  struct Case {
+    const char* cmd;
+    int err;
+    const char* message;
+    size_t caret;
+  };
+  const Case cases[] = {
+      {"traceoffx", EINVAL, "Unknown trigger command", 0},
+      {"traceoff:", EINVAL, "Missing count after ':'", 9},
+      {"traceoff:-1", EINVAL, "Invalid count", 9},
+      {"traceoff:5:6", EINVAL, "Invalid count", 9},
+      {"traceoff junk", EINVAL, "Expected 'if FILTER' after the trigger", 9},
+      {"traceoff if", EINVAL, "Missing filter after 'if'", 11},
+      {"traceoff if  ", EINVAL, "Missing filter after 'if'", 11},
+      {"enable_event", EINVAL, "Expected SYS:EVENT", 12},
+      {"enable_event:trigtest", EINVAL, "Expected SYS:EVENT", 13},
+      {"enable_event:trigtest:nosuch", EINVAL, "Event not found", 13},
+      {"enable_event:ftrace:print", EINVAL, "Event not found", 13},
+      {"!enable_event:nosuch:x", EINVAL, "Event not found", 14},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.cmd);
+    ASSERT_GT(wr(p("error_log"), ""), -1);
+    tracefs::write_file(p("error_log"), "", false);  // O_TRUNC clears it
+    EXPECT_EQ(wr(t, c.cmd), -c.err);
+    const std::string log = rd(p("error_log"));
+    const std::string cmd(std::string_view(c.cmd).substr(0, std::string_view(c.cmd).find_last_not_of(' ') + 1));
+    const std::string want = std::string("event trigger: error: ") + c.message + "\n  Command: " + cmd +
+                             "\n" + std::string(11 + c.caret, ' ') + "^\n";
+    EXPECT_NE(log.find(want), std::string::npos) << log;
+  }
+  EXPECT_EQ(rd(t).rfind("# Available triggers:", 0), 0u);
+}
+
+TEST_F(TriggerTest, RemovingTheInstanceDropsItsTriggers) {
+  ASSERT_GT(wr(ev("ping", "trigger"), "traceoff"), 0);
+  const int slot = inst_->slot();
+  ASSERT_EQ(instance::Instance::destroy("trigtest"), 0);
+  int err = 0;
+  inst_ = instance::Instance::create("trigtest", &err);
+  ASSERT_NE(inst_, nullptr);
+  ASSERT_EQ(inst_->slot(), slot);  // the lowest free slot again
+  EXPECT_EQ(rd(ev("ping", "trigger")).rfind("# Available triggers:", 0), 0u);
+  trace_trigtest_ping(1, "a");
+  EXPECT_EQ(rd(p("tracing_on")), "1\n");
+  // The event has nothing left anywhere: back on the plain write path.
+  const auto* e = events::Registry::get().find("trigtest", "ping");
+  EXPECT_EQ(e->enabled.load() >> internal::kControlBit, 0u);
+}
+
+TEST_F(TriggerTest, TriggersAreKeptPerInstance) {
+  ASSERT_GT(wr(ev("ping", "trigger"), "traceoff"), 0);
+  trace_trigtest_ping(1, "a");
+  EXPECT_EQ(rd(p("tracing_on")), "0\n");
+  EXPECT_EQ(rd("tracing_on"), "1\n");  // the top instance has no trigger
+  EXPECT_EQ(rd("events/trigtest/ping/trigger").rfind("# Available triggers:", 0), 0u);
+}
+
+}  // namespace
+}  // namespace usrtrace
