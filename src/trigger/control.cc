@@ -576,8 +576,12 @@ void on_event_removed(EventDesc* ev) {
   }
   EventControl* c = ev->control.load(std::memory_order_relaxed);
   if (c) {
-    for (int slot = 0; slot < instance::kMaxInstances; ++slot)
-      if (c->owned[slot]) publish(*ev, slot, nullptr, &retired);
+    for (int slot = 0; slot < instance::kMaxInstances; ++slot) {
+      if (!c->owned[slot]) continue;
+      for (const auto& t : c->owned[slot]->triggers)
+        if (t->target != ev) adjust_soft(*t, slot, -1);
+      publish(*ev, slot, nullptr, &retired);
+    }
     ev->control.store(nullptr, std::memory_order_release);
     std::erase(state().controlled, ev);
   }
