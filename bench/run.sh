@@ -100,7 +100,7 @@ cmake -S "$ROOT" -B "$BUILD" -G Ninja \
   -DUSRTRACE_WERROR="$WERROR" >"$TMP/cmake.log" || { cat "$TMP/cmake.log" >&2; exit 1; }
 grep '^-- bench:' "$TMP/cmake.log" >&2 || true
 log "building"
-cmake --build "$BUILD" --target ring_buffer_bench instr_count event_bench snapshot_bench
+cmake --build "$BUILD" --target ring_buffer_bench instr_count event_bench snapshot_bench trigger_bench
 
 BENCH="$BUILD/bench/ring_buffer_bench"
 INSTR="$BUILD/bench/instr_count"
@@ -360,4 +360,34 @@ for name, label in [("BM_Snapshot/1", "1 MiB"), ("BM_Snapshot/1024", "1 GiB")]:
     v = med[name]
     print(f"- snapshot (event + swap) at {label}: {v:.0f} ns (target < 1000 ns) {'ok' if v < 1000 else 'MISSED'}")
 PY
-log "JSON: $RESULTS, $EVENT_RESULTS, $SNAP_RESULTS; callgrind profiles: $CG_DIR"
+# ---------------------------------------------------------------------------
+# 9. Filters and hist triggers against an unfiltered event (trigger_bench).
+
+TRIG_RESULTS="$BUILD/trigger_results.json"
+log "running $BUILD/bench/trigger_bench ($REPS repetitions)"
+"$BUILD/bench/trigger_bench" --benchmark_repetitions="$REPS" \
+  --benchmark_enable_random_interleaving=true --benchmark_min_time="$MIN_TIME" \
+  --benchmark_display_aggregates_only=true \
+  --benchmark_out="$TRIG_RESULTS" --benchmark_out_format=json >/dev/null &
+BENCH_PID=$!
+wait "$BENCH_PID"
+BENCH_PID=""
+python3 - "$TRIG_RESULTS" <<'PY'
+import json, sys
+data = json.load(open(sys.argv[1]))
+med = {b["run_name"]: b["cpu_time"] for b in data["benchmarks"]
+       if b.get("aggregate_name") == "median"}
+base = med["BM_Unfiltered"]
+print()
+print("## Filters and hist triggers (medians, ns CPU; ratios to BM_Unfiltered of the same run)")
+print()
+print("| Benchmark | median ns | x unfiltered event |")
+print("|---|---:|---:|")
+for name in ["BM_Unfiltered", "BM_FilteredIn", "BM_FilteredOut", "BM_FilteredOutLong",
+             "BM_HistOnly", "BM_HistKeysVals", "BM_HistAndRecorded"]:
+    print(f"| {name} | {med[name]:.2f} | {med[name] / base:.2f} |")
+print()
+v = med["BM_FilteredOut"] / base
+print(f"- filtered-out / recorded: {v:.2f}x (target <= 1.5x) {'ok' if v <= 1.5 else 'MISSED'}")
+PY
+log "JSON: $RESULTS, $EVENT_RESULTS, $SNAP_RESULTS, $TRIG_RESULTS; callgrind profiles: $CG_DIR"

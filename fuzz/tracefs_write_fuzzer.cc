@@ -45,7 +45,7 @@ const char* const kFiles[] = {
     "saved_cmdlines", "saved_tgids", "tracing_cpumask", "error_log", "README", "instances",
     "events", "per_cpu", "options",
     // Not ftrace_dump_on_oops_file: it would create files named by the input.
-    "ftrace_dump_on_oops",
+    "ftrace_dump_on_oops", "events/tfsfuzz/filter", "events/tfsfuzz/evt/hist",
 };
 constexpr size_t kNumFiles = sizeof(kFiles) / sizeof(kFiles[0]);
 
