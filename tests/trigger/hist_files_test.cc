@@ -1,0 +1,142 @@
+// Hist triggers through the control files: the trigger and hist files,
+// pause/cont/clear commands on an existing histogram, '!' removal, named
+// histograms shared by two events, enable_hist/disable_hist, a trigger
+// filter, and aggregation from several threads.
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "instance/instance.h"
+#include "tracefs/tracefs.h"
+#include "usrtrace/event.h"
+
+USRTRACE_EVENT(histtest, req, (int32_t, id)(uint64_t, bytes)(const char*, path), "id=%d bytes=%llu path=%s",
+               REC->id, REC->bytes, __get_str(path))
+USRTRACE_EVENT(histtest, resp, (int32_t, id)(uint64_t, bytes), "id=%d bytes=%llu", REC->id, REC->bytes)
+
+namespace usrtrace {
+namespace {
+
+std::string rd(const std::string& path) {
+  std::string out;
+  EXPECT_GE(tracefs::read_file(path, &out), 0) << path;
+  return out;
+}
+long add(const std::string& path, std::string_view text) { return tracefs::write_file(path, text, true); }
+
+size_t count(const std::string& hay, const std::string& needle) {
+  size_t n = 0;
+  for (size_t p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + 1)) ++n;
+  return n;
+}
+
+class HistFilesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int err = 0;
+    inst_ = instance::Instance::create("histtest", &err);
+    ASSERT_NE(inst_, nullptr) << err;
+  }
+  void TearDown() override { ASSERT_EQ(instance::Instance::destroy("histtest"), 0); }
+  std::string ev(const char* name, const char* file) {
+    return std::string("instances/histtest/events/histtest/") + name + "/" + file;
+  }
+  instance::Instance* inst_ = nullptr;
+};
+
+TEST_F(HistFilesTest, KeysValuesTotalsWithoutTheEventEnabled) {
+  ASSERT_GT(add(ev("req", "trigger"), "hist:keys=id:vals=bytes"), 0);
+  const std::string trig = rd(ev("req", "trigger"));
+  EXPECT_EQ(trig.rfind("hist:keys=id:vals=hitcount,bytes:sort=hitcount:size=2048 [active]", 0), 0u) << trig;
+  for (int i = 0; i < 10; ++i) trace_histtest_req(i % 3, 100, "/a");
+  const std::string h = rd(ev("req", "hist"));
+  EXPECT_EQ(h.rfind("# event histogram\n#\n# trigger info: hist:keys=id:vals=hitcount,bytes", 0), 0u) << h;
+  EXPECT_NE(h.find("{ id:          0 } hitcount:          4  bytes:        400\n"), std::string::npos) << h;
+  EXPECT_NE(h.find("{ id:          1 } hitcount:          3  bytes:        300\n"), std::string::npos) << h;
+  EXPECT_NE(h.find("{ id:          2 } hitcount:          3  bytes:        300\n"), std::string::npos) << h;
+  EXPECT_NE(h.find("Totals:\n    Hits: 10\n    Entries: 3\n    Dropped: 0\n"), std::string::npos) << h;
+  // The event was never recorded: the trigger alone armed it.
+  EXPECT_EQ(rd("instances/histtest/trace").find("req: "), std::string::npos);
+}
+
+TEST_F(HistFilesTest, PauseContinueClearAndRemove) {
+  const std::string t = ev("req", "trigger");
+  ASSERT_GT(add(t, "hist:keys=id"), 0);
+  EXPECT_EQ(add(t, "hist:keys=id"), -EEXIST);
+  trace_histtest_req(1, 1, "");
+  ASSERT_GT(add(t, "hist:keys=id:pause"), 0);
+  EXPECT_NE(rd(t).find("[paused]"), std::string::npos) << rd(t);
+  trace_histtest_req(1, 1, "");
+  EXPECT_NE(rd(ev("req", "hist")).find("Hits: 1\n"), std::string::npos);
+  ASSERT_GT(add(t, "hist:keys=id:cont"), 0);
+  trace_histtest_req(1, 1, "");
+  EXPECT_NE(rd(ev("req", "hist")).find("Hits: 2\n"), std::string::npos);
+  ASSERT_GT(add(t, "hist:keys=id:clear"), 0);
+  EXPECT_NE(rd(ev("req", "hist")).find("Hits: 0\n"), std::string::npos);
+  ASSERT_GT(add(t, "!hist:keys=id"), 0);
+  EXPECT_EQ(rd(t).rfind("# Available triggers:", 0), 0u);
+  EXPECT_EQ(rd(ev("req", "hist")), "");
+  EXPECT_EQ(add(t, "hist:keys=id:cont"), -ENOENT);
+  EXPECT_EQ(add(t, "hist:keys=nosuch"), -EINVAL);
+  const std::string log = rd("instances/histtest/error_log");
+  EXPECT_NE(log.find("hist:histtest:req: error: "), std::string::npos) << log;
+}
+
+TEST_F(HistFilesTest, TriggerFilterAndStringKeys) {
+  ASSERT_GT(add(ev("req", "trigger"), "hist:keys=path:vals=bytes:sort=bytes.descending if id > 1"), 0);
+  EXPECT_NE(rd(ev("req", "trigger")).find(" if id > 1 [active]"), std::string::npos) << rd(ev("req", "trigger"));
+  trace_histtest_req(1, 1000, "/skipped");
+  trace_histtest_req(2, 10, "/small");
+  trace_histtest_req(3, 500, "/big");
+  trace_histtest_req(4, 600, "/big");
+  const std::string h = rd(ev("req", "hist"));
+  EXPECT_EQ(h.find("/skipped"), std::string::npos) << h;
+  const size_t big = h.find("/big"), small = h.find("/small");
+  ASSERT_NE(big, std::string::npos) << h;
+  ASSERT_NE(small, std::string::npos) << h;
+  EXPECT_LT(big, small) << h;  // sorted by bytes, descending
+  EXPECT_NE(h.find("Hits: 3\n"), std::string::npos) << h;
+}
+
+TEST_F(HistFilesTest, NamedHistogramSharedByTwoEvents) {
+  ASSERT_GT(add(ev("req", "trigger"), "hist:name=io:keys=id:vals=bytes"), 0);
+  ASSERT_GT(add(ev("resp", "trigger"), "hist:name=io:keys=id:vals=bytes"), 0);
+  trace_histtest_req(1, 10, "");
+  trace_histtest_resp(1, 5);
+  const std::string a = rd(ev("req", "hist")), b = rd(ev("resp", "hist"));
+  EXPECT_NE(a.find("hitcount:          2  bytes:         15"), std::string::npos) << a;
+  EXPECT_NE(b.find("hitcount:          2  bytes:         15"), std::string::npos) << b;
+}
+
+TEST_F(HistFilesTest, EnableAndDisableHist) {
+  ASSERT_GT(add(ev("resp", "trigger"), "hist:keys=id"), 0);
+  ASSERT_GT(add(ev("req", "trigger"), "disable_hist:histtest:resp:1"), 0);
+  trace_histtest_resp(1, 0);
+  trace_histtest_req(0, 0, "");  // pauses resp's histogram
+  trace_histtest_resp(1, 0);
+  EXPECT_NE(rd(ev("resp", "trigger")).find("[paused]"), std::string::npos);
+  EXPECT_NE(rd(ev("resp", "hist")).find("Hits: 1\n"), std::string::npos);
+  EXPECT_EQ(rd(ev("req", "trigger")), "disable_hist:histtest:resp:count=0\n");
+}
+
+TEST_F(HistFilesTest, ThreadsAggregateExactly) {
+  ASSERT_GT(add(ev("req", "trigger"), "hist:keys=id:vals=bytes:size=64"), 0);
+  constexpr int kThreads = 4, kEach = 20000;
+  std::vector<std::thread> ts;
+  for (int t = 0; t < kThreads; ++t)
+    ts.emplace_back([] {
+      for (int i = 0; i < kEach; ++i) trace_histtest_req(i % 16, 3, "");
+    });
+  for (auto& th : ts) th.join();
+  const std::string h = rd(ev("req", "hist"));
+  EXPECT_NE(h.find("Hits: " + std::to_string(kThreads * kEach) + "\n    Entries: 16\n    Dropped: 0\n"),
+            std::string::npos)
+      << h;
+  EXPECT_EQ(count(h, "hitcount:       5000  bytes:      15000\n"), 16u) << h;
+}
+
+}  // namespace
+}  // namespace usrtrace
