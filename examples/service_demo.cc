@@ -5,10 +5,14 @@
 // records demo:error (rare, and the one you want after an incident). The top
 // buffer records both and is small, so by the end the hog has overwritten the
 // old errors. The instance "errors" records only demo:error and keeps every
-// one. Everything is set up the way you would with ftrace, by writing the
-// control files (here through the C API; `usrtrace` does it from a shell).
+// one. The instance "slow" keeps only slow /api requests (an event filter),
+// and a hist trigger counts requests per route. Everything is set up the way
+// you would with ftrace, by writing the control files (here through the C
+// API; `usrtrace` does it from a shell).
 //
-// Exits 0 when the errors instance kept every error, 1 otherwise.
+// Exits 0 when the errors instance kept every error, the slow instance kept
+// only what its filter passes, and the histogram counted every request; 1
+// otherwise.
 #include <pthread.h>
 
 #include <atomic>
@@ -89,6 +93,24 @@ void worker(int w, std::atomic<uint64_t>* errors) {
   }
 }
 
+// Every slow /api request line of the `slow` instance's trace passes its
+// filter; returns how many there are, or -1 if one does not.
+long check_slow(const std::vector<std::string>& lines) {
+  long n = 0;
+  for (const auto& l : lines) {
+    const size_t at = l.find("request: id=");
+    if (l.empty() || l[0] == '#' || at == std::string::npos) continue;
+    unsigned long long id = 0;
+    unsigned latency = 0;
+    char route[32] = {};
+    if (sscanf(l.c_str() + at, "request: id=%llu latency_us=%u route=%31s", &id, &latency, route) != 3 ||
+        latency <= 1000 || strncmp(route, "/api/", 5) != 0)
+      return -1;
+    ++n;
+  }
+  return n;
+}
+
 }  // namespace
 
 int main() {
@@ -97,6 +119,15 @@ int main() {
   check(usrtrace_tracefs_mkdir("instances/errors"), "mkdir instances/errors");
   write_file("set_event", "demo:*");
   write_file("instances/errors/set_event", "demo:error");
+  // The `slow` instance keeps only slow /api requests (an event filter);
+  // the top instance counts requests per route in a histogram (a hist
+  // trigger); the first three errors also record the failing thread's
+  // backtrace in the errors instance (a stacktrace trigger).
+  check(usrtrace_tracefs_mkdir("instances/slow"), "mkdir instances/slow");
+  write_file("instances/slow/events/demo/request/enable", "1");
+  write_file("instances/slow/events/demo/request/filter", "latency_us > 1000 && route ~ \"/api/*\"");
+  write_file("events/demo/request/trigger", "hist:keys=route:vals=latency_us:sort=latency_us.descending");
+  write_file("instances/errors/events/demo/error/trigger", "stacktrace:3");
 
   std::atomic<uint64_t> errors{0};
   std::vector<std::thread> threads;
@@ -107,6 +138,7 @@ int main() {
   write_file("tracing_on", "0");
   write_file("instances/errors/tracing_on", "0");
 
+  write_file("instances/slow/tracing_on", "0");
   const std::string top = read_file("trace");
   const std::string kept = read_file("instances/errors/trace");
   const auto top_lines = lines_of(top);
@@ -138,6 +170,16 @@ int main() {
   printf("The top buffer kept %zu of the %llu errors: the hog overwrote the rest.\n", in_top,
          static_cast<unsigned long long>(n));
   printf("instances/errors kept %zu of %llu.\n", in_instance, static_cast<unsigned long long>(n));
+
+  const auto slow_lines = lines_of(read_file("instances/slow/trace"));
+  const long slow = check_slow(slow_lines);
+  printf("\n=== cat instances/slow/events/demo/request/filter ===\n%s",
+         read_file("instances/slow/events/demo/request/filter").c_str());
+  printf("instances/slow kept %ld requests, every one slow and on /api.\n", slow);
+  const std::string hist = read_file("events/demo/request/hist");
+  printf("\n=== cat events/demo/request/hist ===\n%s", hist.c_str());
+  const bool hist_ok = hist.find("Hits: " + std::to_string(requests) + "\n") != std::string::npos;
+  usrtrace_tracefs_rmdir("instances/slow");
   usrtrace_tracefs_rmdir("instances/errors");
-  return in_instance == n ? 0 : 1;
+  return in_instance == n && slow > 0 && hist_ok ? 0 : 1;
 }
