@@ -123,10 +123,11 @@ void synchronize_writers() {
   base::MutexLock l(&g_mu);
   for (ThreadState* t = g_head.load(std::memory_order_acquire); t; t = t->next) {
     if (t == &t_state) continue;  // the caller is not writing
-    const uint64_t seen = t->ctr.load(std::memory_order_relaxed);
+    // order: acquire pairs with enter()/exit()'s release stores.
+    const uint64_t seen = t->ctr.load(std::memory_order_acquire);
     if ((seen & 0xff) == 0) continue;
     for (int spins = 0;; ++spins) {
-      const uint64_t now = t->ctr.load(std::memory_order_relaxed);
+      const uint64_t now = t->ctr.load(std::memory_order_acquire);
       if ((now & 0xff) == 0 || (now >> 8) != (seen >> 8)) break;
       if (spins < 1000)
         __builtin_ia32_pause();

@@ -68,16 +68,21 @@ bool register_self(ThreadState& t);
 inline ThreadState* enter() {
   ThreadState& t = self();
   if (__builtin_expect(t.state != kRegistered, 0) && !register_self(t)) return nullptr;
-  // order: relaxed; the ordering against loads of published pointers comes
-  // from the membarrier in synchronize_writers() (see above).
+  // order: the ordering against loads of published pointers comes from the
+  // membarrier in synchronize_writers() (see above). The release (a plain
+  // store on x86, as relaxed is) makes what this thread did before happen
+  // before the grace period that sees this value, in the C++ model and for
+  // ThreadSanitizer, which does not know membarrier.
   const uint64_t c = t.ctr.load(std::memory_order_relaxed);
-  t.ctr.store(c + ((c & 0xff) != 0 ? 1 : 0x101), std::memory_order_relaxed);
+  t.ctr.store(c + ((c & 0xff) != 0 ? 1 : 0x101), std::memory_order_release);
   std::atomic_signal_fence(std::memory_order_seq_cst);
   return &t;
 }
 inline void exit(ThreadState& t) {
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  t.ctr.store(t.ctr.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+  // order: release, paired with synchronize_writers()'s acquire loads: the
+  // write's reads of published pointers happen before a free that follows.
+  t.ctr.store(t.ctr.load(std::memory_order_relaxed) - 1, std::memory_order_release);
 }
 
 // Waits until no writer can still use a pointer unpublished before the
