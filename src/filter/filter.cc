@@ -256,7 +256,7 @@ class Parser {
       const char q = s_[i_++];
       const size_t start = i_;
       while (i_ < s_.size() && s_[i_] != q) ++i_;
-      if (i_ == s_.size()) return fail(ErrorCode::kMissingQuote, vpos + 1);
+      if (i_ == s_.size()) return fail(ErrorCode::kMissingQuote, vpos);  // the kernel's: at the quote
       const std::string_view val = s_.substr(start, i_ - start);
       ++i_;
       if (val.size() >= kMaxStringValue) return fail(ErrorCode::kOperandTooLong, vpos + 1);
