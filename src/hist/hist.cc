@@ -1,17 +1,801 @@
-// TEMPORARY STUB (not committed): replaced by the hist branch.
+// Hist triggers (see hist.h and docs/design/histograms.md).
+//
+// The table is the kernel's tracing_map: `size` elements allocated up
+// front, and 2 * size buckets of open addressing. A writer hashes the
+// compound key (never 0), then probes:
+//
+//   bucket hash == 0      CAS it to our hash; on success take the next free
+//                         element (one fetch_add), copy the key in, publish
+//                         the element with a release store. No free element
+//                         left: the bucket is given back, the record dropped.
+//   bucket hash == ours   acquire-load its element: same key, found; no
+//                         element yet (another writer, or the thread this
+//                         signal handler interrupted, is inserting it):
+//                         look again, at most `size` times, then drop.
+//   other hash            next bucket.
+//
+// Sums are relaxed atomic adds on the element. Nothing waits on anything,
+// so a signal handler that interrupts an insert on its own thread makes
+// progress (or drops its record). Readers (print) take every published
+// element; an element whose key is being copied is not published yet.
 #include "hist/hist.h"
+
+#include <dlfcn.h>
+#include <link.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "hist/syscalls.h"
+#include "instance/writers.h"
+
 namespace usrtrace::hist {
-struct Histogram::Impl {};
-Histogram::Histogram() {}
-Histogram::~Histogram() = default;
-std::unique_ptr<Histogram> Histogram::create(const internal::EventDesc&, std::string_view, Error* e) { e->message = "stub"; return nullptr; }
-void Histogram::record(const void*, uint32_t, const RecordContext&) {}
-bool Histogram::wants_pause() const { return false; }
-bool Histogram::wants_cont() const { return false; }
-bool Histogram::wants_clear() const { return false; }
-bool Histogram::same_spec(const Histogram&) const { return false; }
-void Histogram::pause() {} void Histogram::cont() {} void Histogram::clear() {}
-bool Histogram::paused() const { return false; }
-std::string Histogram::trigger_text(std::string_view) const { return {}; }
-std::string Histogram::print(std::string_view) const { return {}; }
+namespace {
+
+using internal::EventDesc;
+using internal::FieldDesc;
+using internal::FieldKind;
+
+constexpr unsigned kMinBits = 7, kMaxBits = 17;  // the kernel's TRACING_MAP_BITS_MIN/MAX
+constexpr size_t kMaxKeys = 3;                   // TRACING_MAP_KEYS_MAX
+constexpr size_t kMaxVals = 8;
+constexpr uint32_t kDynStringKey = 64;           // bytes of a __data_loc string kept in a key
+
+enum Flag : uint32_t {
+  kHex = 1, kSym = 2, kSymOffset = 4, kExecname = 8, kSyscall = 16, kLog2 = 32,
+  kBuckets = 64, kUsecs = 128, kPercent = 256,
+};
+struct FlagName {
+  const char* name;
+  Flag flag;
+};
+constexpr FlagName kFlagNames[] = {
+    {"hex", kHex},       {"sym", kSym},       {"sym-offset", kSymOffset}, {"execname", kExecname},
+    {"syscall", kSyscall}, {"log2", kLog2},   {"usecs", kUsecs},          {"percent", kPercent},
+};
+
+enum class Src : uint8_t { kInt, kChars, kDynStr, kCpu, kTimestamp, kHitcount };
+
+// One key or value of a histogram on one event.
+struct Field {
+  std::string name;   // as the event names it ("common_timestamp", "cpu", ...)
+  uint32_t flags = 0;
+  uint64_t buckets = 0;
+  Src src = Src::kInt;
+  uint16_t offset = 0;  // in the record
+  uint16_t size = 0;    // in the record (ints), or the string bytes kept (keys)
+  bool is_signed = false;
+  uint32_t key_offset = 0;  // keys: where in the compound key
+  bool is_string() const { return src == Src::kChars || src == Src::kDynStr; }
+  // "name.flag" as the trigger file prints it.
+  std::string spec() const {
+    std::string s = name;
+    for (const FlagName& f : kFlagNames) {
+      if (!(flags & f.flag)) continue;
+      s += '.';
+      s += f.name;
+    }
+    if (flags & kBuckets) {
+      s += ".buckets=";
+      s += std::to_string(buckets);
+    }
+    return s;
+  }
+};
+
+struct SortKey {
+  int val = 0;       // index into vals (0 is hitcount), or -1 - key index
+  bool descending = false;
+};
+
+// The table, shared by the histograms of one name= (and owned by one
+// histogram otherwise).
+struct Table {
+  struct Elt {
+    std::atomic<uint64_t>* sums;  // one per value, hitcount first
+    uint8_t* key;
+  };
+  struct Bucket {
+    std::atomic<uint32_t> hash{0};
+    std::atomic<Elt*> elt{nullptr};
+  };
+
+  Table(uint32_t bits, uint32_t key_bytes, size_t values)
+      : size(1u << bits), key_size(key_bytes), nvals(values), buckets(size_t{2} << bits),
+        elts(size), keys(size_t{size} * key_size), sums(size_t{size} * nvals) {
+    for (uint32_t i = 0; i < size; ++i) {
+      elts[i].sums = &sums[size_t{i} * nvals];
+      elts[i].key = &keys[size_t{i} * key_size];
+    }
+  }
+
+  static uint32_t hash_of(const uint8_t* key, uint32_t n) {
+    uint32_t h = 2166136261u;  // FNV-1a, then mixed
+    for (uint32_t i = 0; i < n; ++i) h = (h ^ key[i]) * 16777619u;
+    h ^= h >> 15;
+    h *= 0x2c1b3c6du;
+    h ^= h >> 12;
+    return h | 1;  // never 0: 0 marks an empty bucket
+  }
+
+  // Context: the write path (see the top of the file).
+  Elt* insert(const uint8_t* key) {
+    const uint32_t h = hash_of(key, key_size);
+    const size_t mask = buckets.size() - 1;
+    size_t idx = h & mask;
+    uint32_t dup_tries = 0;
+    for (size_t probes = 0; probes < buckets.size();) {
+      Bucket& b = buckets[idx];
+      // order: acquire pairs with the CAS that claimed the bucket.
+      uint32_t seen = b.hash.load(std::memory_order_acquire);
+      if (seen == h) {
+        // order: acquire pairs with the release publishing the element:
+        // its key is complete.
+        Elt* e = b.elt.load(std::memory_order_acquire);
+        if (e && std::memcmp(e->key, key, key_size) == 0) return e;
+        if (!e) {
+          if (++dup_tries > size) break;  // an insert that does not finish: drop
+          continue;
+        }
+      } else if (seen == 0) {
+        if (b.hash.compare_exchange_strong(seen, h, std::memory_order_acq_rel)) {
+          const uint32_t n = next.fetch_add(1, std::memory_order_relaxed);
+          if (n >= size) {
+            b.hash.store(0, std::memory_order_release);
+            break;
+          }
+          Elt* e = &elts[n];
+          std::memcpy(e->key, key, key_size);
+          b.elt.store(e, std::memory_order_release);
+          return e;
+        }
+        continue;  // lost the race for this bucket: look at it again
+      }
+      idx = (idx + 1) & mask;
+      ++probes;
+    }
+    drops.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+
+  // Context: control plane, with no writer inside insert() (the caller
+  // paused the histograms and waited for a grace period).
+  void clear() {
+    for (Bucket& b : buckets) {
+      b.elt.store(nullptr, std::memory_order_relaxed);
+      b.hash.store(0, std::memory_order_relaxed);
+    }
+    for (auto& s : sums) s.store(0, std::memory_order_relaxed);
+    std::memset(keys.data(), 0, keys.size());
+    next.store(0, std::memory_order_relaxed);
+    hits.store(0, std::memory_order_relaxed);
+    drops.store(0, std::memory_order_relaxed);
+  }
+
+  const uint32_t size;
+  const uint32_t key_size;
+  const size_t nvals;
+  std::vector<Bucket> buckets;
+  std::vector<Elt> elts;
+  std::vector<uint8_t> keys;
+  std::vector<std::atomic<uint64_t>> sums;
+  std::atomic<uint32_t> next{0};
+  std::atomic<uint64_t> hits{0};
+  std::atomic<uint64_t> drops{0};
+  std::string signature;  // keys and values, for name= sharing
+};
+
+// Live named tables.
+std::mutex g_named_mu;
+std::map<std::string, std::weak_ptr<Table>>& named() {
+  static auto* m = new std::map<std::string, std::weak_ptr<Table>>();
+  return *m;
 }
+
+const FieldDesc kCommonFields[] = {
+    {"common_type", "unsigned short", 0, 2, 0, false, FieldKind::kInteger},
+    {"common_flags", "unsigned char", 2, 1, 0, false, FieldKind::kInteger},
+    {"common_preempt_count", "unsigned char", 3, 1, 0, false, FieldKind::kInteger},
+    {"common_pid", "int", 4, 4, 0, true, FieldKind::kInteger},
+};
+
+uint64_t read_int(const uint8_t* rec, uint32_t len, const Field& f) {
+  if (static_cast<uint32_t>(f.offset) + f.size > len) return 0;
+  const uint8_t* p = rec + f.offset;
+  switch (f.size) {
+    case 1: {
+      uint8_t v;
+      std::memcpy(&v, p, 1);
+      return f.is_signed ? static_cast<uint64_t>(static_cast<int64_t>(static_cast<int8_t>(v))) : v;
+    }
+    case 2: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return f.is_signed ? static_cast<uint64_t>(static_cast<int64_t>(static_cast<int16_t>(v))) : v;
+    }
+    case 4: {
+      uint32_t v;
+      std::memcpy(&v, p, 4);
+      return f.is_signed ? static_cast<uint64_t>(static_cast<int64_t>(static_cast<int32_t>(v))) : v;
+    }
+    default: {
+      uint64_t v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
+  }
+}
+
+// ilog2(roundup_pow_of_two(v)), the kernel's log2 key.
+uint64_t log2_key(uint64_t v) {
+  if (v <= 1) return 0;
+  return 64 - static_cast<uint64_t>(__builtin_clzll(v - 1));
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\n' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\n' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+struct Histogram::Impl {
+  std::vector<Field> keys;
+  std::vector<Field> vals;  // vals[0] is hitcount
+  std::vector<SortKey> sort;
+  uint32_t bits = 11;
+  std::string name;
+  bool want_pause = false, want_cont = false, want_clear = false;
+  std::atomic<bool> paused{false};
+  std::shared_ptr<Table> table;
+  bool needs_ts = false;
+
+  uint64_t value_of(const Field& f, const uint8_t* rec, uint32_t len, const RecordContext& ctx,
+                    uint64_t* ts, bool* have_ts) const {
+    uint64_t v;
+    switch (f.src) {
+      case Src::kCpu: v = static_cast<uint64_t>(static_cast<int64_t>(ctx.cpu)); break;
+      case Src::kTimestamp:
+        if (!*have_ts) {
+          *ts = ctx.now_ns ? ctx.now_ns(ctx.now_arg) : 0;
+          *have_ts = true;
+        }
+        v = *ts;
+        if (f.flags & kUsecs) v /= 1000;
+        break;
+      case Src::kHitcount: v = 1; break;
+      default: v = read_int(rec, len, f); break;
+    }
+    return v;
+  }
+};
+
+Histogram::Histogram() : impl_(std::make_unique<Impl>()) {}
+
+Histogram::~Histogram() {
+  if (!impl_->name.empty()) {
+    std::lock_guard<std::mutex> l(g_named_mu);
+    auto it = named().find(impl_->name);
+    impl_->table.reset();
+    if (it != named().end() && it->second.expired()) named().erase(it);
+  }
+}
+
+std::unique_ptr<Histogram> Histogram::create(const EventDesc& ev, std::string_view cmd, Error* err) {
+  std::unique_ptr<Histogram> h(new Histogram());
+  Impl& im = *h->impl_;
+  auto fail = [&](std::string msg, size_t pos) {
+    *err = Error{std::move(msg), pos};
+    return nullptr;
+  };
+  const size_t base = static_cast<size_t>(trim(cmd).data() - cmd.data());
+  cmd = trim(cmd);
+  if (cmd.substr(0, 4) != "hist" || (cmd.size() > 4 && cmd[4] != ':'))
+    return fail("Not a hist trigger", base);
+
+  // Resolves "field[.mod...]" at `pos` into a Field.
+  auto resolve = [&](std::string_view spec, size_t pos, bool is_key, Field* out) -> bool {
+    const size_t dot = spec.find('.');
+    const std::string_view name = spec.substr(0, dot);
+    Field f;
+    f.name = std::string(name);
+    if (name.empty()) return fail("Empty field name", pos), false;
+    const FieldDesc* fd = nullptr;
+    for (uint16_t k = 0; k < ev.nfields && !fd; ++k)
+      if (name == ev.fields[k].name) fd = &ev.fields[k];
+    for (const FieldDesc& c : kCommonFields)
+      if (!fd && name == c.name) fd = &c;
+    if (fd) {
+      switch (fd->kind) {
+        case FieldKind::kCharArray:
+          f.src = Src::kChars;
+          f.offset = fd->offset;
+          f.size = fd->size;
+          break;
+        case FieldKind::kString:
+          f.src = Src::kDynStr;
+          f.offset = fd->offset;
+          f.size = kDynStringKey;
+          break;
+        case FieldKind::kByteArray:
+        case FieldKind::kDynBytes:
+          return fail("Couldn't find field", pos), false;  // no u8[] keys or values
+        default:
+          f.src = Src::kInt;
+          f.offset = fd->offset;
+          f.size = fd->size;
+          f.is_signed = fd->is_signed;
+      }
+    } else if (name == "common_timestamp") {
+      f.src = Src::kTimestamp;
+      im.needs_ts = true;
+    } else if (name == "cpu" || name == "common_cpu" || name == "CPU") {
+      f.src = Src::kCpu;
+    } else if (name == "hitcount" && !is_key) {
+      f.src = Src::kHitcount;
+    } else {
+      return fail("Couldn't find field", pos), false;
+    }
+    // Modifiers.
+    std::string_view rest = dot == std::string_view::npos ? std::string_view() : spec.substr(dot + 1);
+    size_t mpos = pos + name.size() + 1;
+    while (!rest.empty()) {
+      const size_t d = rest.find('.');
+      const std::string_view m = rest.substr(0, d);
+      bool ok = false;
+      if (m.substr(0, 8) == "buckets=" && is_key && !f.is_string()) {
+        uint64_t n = 0;
+        for (char c : m.substr(8)) {
+          if (c < '0' || c > '9' || n > (uint64_t{1} << 40)) {
+            n = 0;
+            break;
+          }
+          n = n * 10 + static_cast<uint64_t>(c - '0');
+        }
+        if (n > 0) {
+          f.flags |= kBuckets;
+          f.buckets = n;
+          ok = true;
+        }
+      }
+      for (const FlagName& fn : kFlagNames) {
+        if (ok || m != fn.name) continue;
+        const bool numeric = f.src != Src::kChars && f.src != Src::kDynStr;
+        switch (fn.flag) {
+          case kExecname: ok = is_key && name == "common_pid"; break;
+          case kUsecs: ok = f.src == Src::kTimestamp; break;
+          case kPercent: ok = !is_key && numeric; break;
+          case kSyscall: case kSym: case kSymOffset: case kLog2: ok = is_key && numeric; break;
+          default: ok = numeric; break;  // hex
+        }
+        if (ok) f.flags |= fn.flag;
+      }
+      if (!ok) return fail("Invalid field modifier", mpos), false;
+      mpos += m.size() + 1;
+      rest = d == std::string_view::npos ? std::string_view() : rest.substr(d + 1);
+    }
+    // One display modifier for a key.
+    if (is_key && __builtin_popcount(f.flags & ~kUsecs) > 1) return fail("Invalid field modifier", pos), false;
+    *out = std::move(f);
+    return true;
+  };
+
+  std::vector<std::pair<std::string_view, size_t>> sort_specs;
+  bool have_keys = false;
+  Field hitcount;
+  hitcount.name = "hitcount";
+  hitcount.src = Src::kHitcount;
+  im.vals.push_back(hitcount);
+  size_t pos = base + 4;
+  std::string_view rest = cmd.size() > 4 ? cmd.substr(5) : std::string_view();
+  ++pos;
+  while (true) {
+    const size_t colon = rest.find(':');
+    const std::string_view attr = rest.substr(0, colon);
+    const size_t eq = attr.find('=');
+    const std::string_view key = attr.substr(0, eq);
+    const std::string_view val = eq == std::string_view::npos ? std::string_view() : attr.substr(eq + 1);
+    const size_t vpos = pos + key.size() + 1;
+    auto each = [&](auto&& fn) -> bool {
+      size_t p = vpos;
+      std::string_view list = val;
+      while (true) {
+        const size_t c = list.find(',');
+        const std::string_view item = list.substr(0, c);
+        if (!fn(item, p)) return false;
+        if (c == std::string_view::npos) return true;
+        p += c + 1;
+        list = list.substr(c + 1);
+      }
+    };
+    if (attr.empty()) {
+      return fail("Empty assignment", pos);
+    } else if (key == "keys" || key == "key") {
+      if (val.empty()) return fail("Empty assignment", pos);
+      if (have_keys) return fail("Keys already given", pos);
+      have_keys = true;
+      if (!each([&](std::string_view item, size_t p) {
+            if (im.keys.size() == kMaxKeys) return fail("Too many keys (3 max)", p), false;
+            Field f;
+            if (!resolve(item, p, true, &f)) return false;
+            im.keys.push_back(std::move(f));
+            return true;
+          }))
+        return nullptr;
+    } else if (key == "vals" || key == "values") {
+      if (val.empty()) return fail("Empty assignment", pos);
+      if (!each([&](std::string_view item, size_t p) {
+            if (item == "hitcount") return true;
+            if (im.vals.size() == kMaxVals) return fail("Too many values", p), false;
+            Field f;
+            if (!resolve(item, p, false, &f)) return false;
+            if (f.is_string()) return fail("String type can not be a value", p), false;
+            im.vals.push_back(std::move(f));
+            return true;
+          }))
+        return nullptr;
+    } else if (key == "sort") {
+      if (val.empty()) return fail("Empty sort field", vpos);
+      if (!each([&](std::string_view item, size_t p) {
+            if (sort_specs.size() == 2) return fail("Too many sort fields (Max = 2)", p), false;
+            if (item.empty()) return fail("Empty sort field", p), false;
+            sort_specs.emplace_back(item, p);
+            return true;
+          }))
+        return nullptr;
+    } else if (key == "size") {
+      uint64_t n = 0;
+      bool ok = !val.empty();
+      for (char c : val) {
+        if (c < '0' || c > '9' || n > (uint64_t{1} << 32)) ok = false;
+        if (ok) n = n * 10 + static_cast<uint64_t>(c - '0');
+      }
+      unsigned bits = 0;
+      while (ok && (uint64_t{1} << bits) < n) ++bits;
+      if (!ok || bits < kMinBits || bits > kMaxBits)
+        return fail("Invalid size: 128..131072, rounded up to a power of 2", vpos);
+      im.bits = bits;
+    } else if (key == "name") {
+      if (val.empty()) return fail("Empty assignment", pos);
+      im.name = std::string(val);
+    } else if (attr == "pause") {
+      im.want_pause = true;
+    } else if (attr == "cont" || attr == "continue") {
+      im.want_cont = true;
+    } else if (attr == "clear") {
+      im.want_clear = true;
+    } else {
+      return fail("Invalid hist attribute", pos);
+    }
+    if (colon == std::string_view::npos) break;
+    pos += colon + 1;
+    rest = rest.substr(colon + 1);
+  }
+  if (!have_keys) return fail("No keys given", base);
+
+  // Sort keys: hitcount, a value or a key, with .ascending/.descending.
+  for (auto [item, p] : sort_specs) {
+    SortKey sk;
+    std::string_view fname = item;
+    const size_t dot = item.rfind('.');
+    if (dot != std::string_view::npos) {
+      const std::string_view mod = item.substr(dot + 1);
+      if (mod == "descending") sk.descending = true;
+      else if (mod != "ascending") return fail("Invalid sort modifier", p + dot + 1);
+      fname = item.substr(0, dot);
+    }
+    bool found = false;
+    for (size_t v = 0; v < im.vals.size() && !found; ++v)
+      if (fname == im.vals[v].name || fname == im.vals[v].spec()) {
+        sk.val = static_cast<int>(v);
+        found = true;
+      }
+    for (size_t k = 0; k < im.keys.size() && !found; ++k)
+      if (fname == im.keys[k].name || fname == im.keys[k].spec()) {
+        sk.val = -1 - static_cast<int>(k);
+        found = true;
+      }
+    if (!found) return fail("Sort field must be a key or a val", p);
+    im.sort.push_back(sk);
+  }
+  if (im.sort.empty()) im.sort.push_back(SortKey{});
+
+  // The compound key's layout: 8 bytes per number, the string's bytes.
+  uint32_t key_size = 0;
+  std::string sig;
+  for (Field& k : im.keys) {
+    k.key_offset = key_size;
+    key_size += k.is_string() ? (k.size + 7u) & ~7u : 8u;
+    sig += k.spec();
+    if (k.is_string()) {
+      sig += "/s";
+      sig += std::to_string(k.size);
+    }
+    sig += ',';
+  }
+  sig += ":";
+  for (const Field& v : im.vals) {
+    sig += v.spec();
+    sig += ',';
+  }
+
+  if (!im.name.empty()) {
+    std::lock_guard<std::mutex> l(g_named_mu);
+    auto& slot = named()[im.name];
+    if (auto t = slot.lock()) {
+      if (t->signature != sig || t->size != (1u << im.bits))
+        return fail("Named hist trigger doesn't match existing named trigger (includes variables)", base);
+      im.table = std::move(t);
+    }
+    if (!im.table) {
+      im.table = std::make_shared<Table>(im.bits, key_size, im.vals.size());
+      im.table->signature = sig;
+      slot = im.table;
+    }
+  } else {
+    im.table = std::make_shared<Table>(im.bits, key_size, im.vals.size());
+    im.table->signature = sig;
+  }
+  return h;
+}
+
+void Histogram::record(const void* rec_v, uint32_t len, const RecordContext& ctx) {
+  Impl& im = *impl_;
+  if (im.paused.load(std::memory_order_relaxed)) return;
+  Table& t = *im.table;
+  const auto* rec = static_cast<const uint8_t*>(rec_v);
+  alignas(8) uint8_t key[kMaxKeys * 1032] = {};
+  uint64_t ts = 0;
+  bool have_ts = false;
+  for (const Field& k : im.keys) {
+    uint8_t* out = key + k.key_offset;
+    if (k.src == Src::kChars) {
+      if (k.offset < len) {
+        const uint32_t room = std::min<uint32_t>(len - k.offset, k.size);
+        const auto* s = reinterpret_cast<const char*>(rec + k.offset);
+        std::memcpy(out, s, strnlen(s, room));
+      }
+      out[k.size - 1] = 0;
+    } else if (k.src == Src::kDynStr) {
+      if (static_cast<uint32_t>(k.offset) + 4 <= len) {
+        internal::DataLoc loc;
+        std::memcpy(&loc, rec + k.offset, sizeof loc);
+        const uint32_t off = loc & 0xffff, n = loc >> 16;
+        if (n != 0 && off + n <= len) {
+          const auto* s = reinterpret_cast<const char*>(rec + off);
+          std::memcpy(out, s, std::min<size_t>(strnlen(s, n), k.size - 1));
+        }
+      }
+    } else {
+      uint64_t v = im.value_of(k, rec, len, ctx, &ts, &have_ts);
+      if (k.flags & kLog2) v = log2_key(v);
+      if (k.flags & kBuckets) v = v / k.buckets * k.buckets;
+      std::memcpy(out, &v, 8);
+    }
+  }
+  // order: relaxed; the totals are counts, read after the fact.
+  t.hits.fetch_add(1, std::memory_order_relaxed);
+  Table::Elt* e = t.insert(key);
+  if (!e) return;
+  e->sums[0].fetch_add(1, std::memory_order_relaxed);
+  for (size_t v = 1; v < im.vals.size(); ++v)
+    e->sums[v].fetch_add(im.value_of(im.vals[v], rec, len, ctx, &ts, &have_ts), std::memory_order_relaxed);
+}
+
+bool Histogram::wants_pause() const { return impl_->want_pause; }
+bool Histogram::wants_cont() const { return impl_->want_cont; }
+bool Histogram::wants_clear() const { return impl_->want_clear; }
+
+bool Histogram::same_spec(const Histogram& o) const {
+  const Impl &a = *impl_, &b = *o.impl_;
+  if (a.name != b.name || a.table->signature != b.table->signature || a.sort.size() != b.sort.size())
+    return false;
+  for (size_t i = 0; i < a.sort.size(); ++i)
+    if (a.sort[i].val != b.sort[i].val || a.sort[i].descending != b.sort[i].descending) return false;
+  return true;
+}
+
+// order: relaxed; pausing is a soft switch, like tracing_on (the kernel's
+// paused flag is a plain bool). Write-path safe: enable_hist/disable_hist.
+void Histogram::pause() { impl_->paused.store(true, std::memory_order_relaxed); }
+void Histogram::cont() { impl_->paused.store(false, std::memory_order_relaxed); }
+bool Histogram::paused() const { return impl_->paused.load(std::memory_order_relaxed); }
+
+void Histogram::clear() {
+  // No writer may be inside insert() while the table is emptied: pause,
+  // wait out the writers that saw it running, clear, and resume. (A named
+  // table's other histograms may still write; their records during the
+  // clear land in the emptied table or are counted again from zero.)
+  const bool was = impl_->paused.exchange(true, std::memory_order_relaxed);
+  writers::synchronize_writers();
+  impl_->table->clear();
+  impl_->paused.store(was, std::memory_order_relaxed);
+}
+
+std::string Histogram::trigger_text(std::string_view filter) const {
+  const Impl& im = *impl_;
+  std::string s = "hist:";
+  if (!im.name.empty()) {
+    s += "name=";
+    s += im.name;
+    s += ':';
+  }
+  s += "keys=";
+  for (size_t i = 0; i < im.keys.size(); ++i) {
+    if (i) s += ',';
+    s += im.keys[i].spec();
+  }
+  s += ":vals=";
+  for (size_t i = 0; i < im.vals.size(); ++i) {
+    if (i) s += ',';
+    s += im.vals[i].spec();
+  }
+  s += ":sort=";
+  for (size_t i = 0; i < im.sort.size(); ++i) {
+    const SortKey& k = im.sort[i];
+    if (i) s += ",";
+    s += k.val >= 0 ? im.vals[static_cast<size_t>(k.val)].spec()
+                    : im.keys[static_cast<size_t>(-1 - k.val)].spec();
+    if (k.descending) s += ".descending";
+  }
+  s += ":size=";
+  s += std::to_string(1u << im.bits);
+  if (!filter.empty()) {
+    s += " if ";
+    s += filter;
+  }
+  s += paused() ? " [paused]" : " [active]";
+  return s;
+}
+
+namespace {
+
+std::string format_key(const Field& k, const uint8_t* key) {
+  char buf[512];
+  if (k.is_string()) {
+    const auto* s = reinterpret_cast<const char*>(key + k.key_offset);
+    snprintf(buf, sizeof buf, "%s: %-50.*s", k.name.c_str(), static_cast<int>(strnlen(s, k.size)), s);
+    return buf;
+  }
+  uint64_t v;
+  std::memcpy(&v, key + k.key_offset, 8);
+  const auto u = static_cast<unsigned long long>(v);
+  if (k.flags & kHex) {
+    snprintf(buf, sizeof buf, "%s: %llx", k.name.c_str(), u);
+  } else if (k.flags & (kSym | kSymOffset)) {
+    Dl_info info{};
+    void* sym_v = nullptr;
+    std::string where;
+    if (dladdr1(reinterpret_cast<void*>(v), &info, &sym_v, RTLD_DL_SYMENT) &&
+        info.dli_sname) {
+      where = info.dli_sname;
+      if (k.flags & kSymOffset) {
+        char off[64];
+        snprintf(off, sizeof off, "+0x%llx/0x%llx",
+                 u - static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(info.dli_saddr)),
+                 sym_v ? static_cast<unsigned long long>(static_cast<const ElfW(Sym)*>(sym_v)->st_size) : 0ull);
+        where += off;
+      }
+    } else {
+      char hex[32];
+      snprintf(hex, sizeof hex, "0x%llx", u);
+      where = hex;
+    }
+    snprintf(buf, sizeof buf, (k.flags & kSym) ? "%s: [%llx] %-45s" : "%s: [%llx] %-55s", k.name.c_str(), u,
+             where.c_str());
+  } else if (k.flags & kExecname) {
+    snprintf(buf, sizeof buf, "%s: %-16s[%10llu]", k.name.c_str(),
+             writers::comm_of(static_cast<int>(v)).c_str(), u);
+  } else if (k.flags & kSyscall) {
+    const char* name = syscall_name(v);
+    snprintf(buf, sizeof buf, "%s: %-30s[%3llu]", k.name.c_str(), name ? name : "unknown_syscall", u);
+  } else if (k.flags & kLog2) {
+    snprintf(buf, sizeof buf, "%s: ~ 2^%-2llu", k.name.c_str(), u);
+  } else if (k.flags & kBuckets) {
+    snprintf(buf, sizeof buf, "%s: ~ %llu-%llu", k.name.c_str(), u,
+             u + static_cast<unsigned long long>(k.buckets) - 1);
+  } else if (k.is_signed || k.src == Src::kCpu) {
+    snprintf(buf, sizeof buf, "%s: %10lld", k.name.c_str(), static_cast<long long>(v));
+  } else {
+    snprintf(buf, sizeof buf, "%s: %10llu", k.name.c_str(), u);
+  }
+  return buf;
+}
+
+}  // namespace
+
+std::string Histogram::print(std::string_view filter) const {
+  const Impl& im = *impl_;
+  const Table& t = *im.table;
+  struct Entry {
+    const uint8_t* key;
+    std::vector<uint64_t> sums;
+  };
+  std::vector<Entry> entries;
+  for (const Table::Bucket& b : t.buckets) {
+    // order: acquire pairs with insert()'s release: the key is complete.
+    const Table::Elt* e = b.elt.load(std::memory_order_acquire);
+    if (!e) continue;
+    Entry en{e->key, std::vector<uint64_t>(t.nvals)};
+    for (size_t v = 0; v < t.nvals; ++v) en.sums[v] = e->sums[v].load(std::memory_order_relaxed);
+    entries.push_back(std::move(en));
+  }
+  auto key_cmp = [&](const Entry& a, const Entry& b, const Field& k) {
+    if (k.is_string())
+      return std::strncmp(reinterpret_cast<const char*>(a.key + k.key_offset),
+                          reinterpret_cast<const char*>(b.key + k.key_offset), k.size);
+    uint64_t x, y;
+    std::memcpy(&x, a.key + k.key_offset, 8);
+    std::memcpy(&y, b.key + k.key_offset, 8);
+    if (k.is_signed) return static_cast<int64_t>(x) < static_cast<int64_t>(y) ? -1 : x == y ? 0 : 1;
+    return x < y ? -1 : x == y ? 0 : 1;
+  };
+  // The sort keys, then the keys in order, so that equal entries print in
+  // a stable order (the kernel leaves ties in table order).
+  std::sort(entries.begin(), entries.end(), [&](const Entry& a, const Entry& b) {
+    for (const SortKey& sk : im.sort) {
+      int c;
+      if (sk.val >= 0) {
+        const uint64_t x = a.sums[static_cast<size_t>(sk.val)], y = b.sums[static_cast<size_t>(sk.val)];
+        c = x < y ? -1 : x == y ? 0 : 1;
+      } else {
+        c = key_cmp(a, b, im.keys[static_cast<size_t>(-1 - sk.val)]);
+      }
+      if (c != 0) return sk.descending ? c > 0 : c < 0;
+    }
+    for (const Field& k : im.keys)
+      if (int c = key_cmp(a, b, k); c != 0) return c < 0;
+    return false;
+  });
+  std::vector<uint64_t> totals(t.nvals);
+  for (const Entry& e : entries)
+    for (size_t v = 0; v < t.nvals; ++v) totals[v] += e.sums[v];
+
+  std::string out = "# event histogram\n#\n# trigger info: ";
+  out += trigger_text(filter);
+  out += "\n#\n\n";
+  char buf[256];
+  for (const Entry& e : entries) {
+    out += "{ ";
+    for (size_t k = 0; k < im.keys.size(); ++k) {
+      if (k) out += ", ";
+      out += format_key(im.keys[k], e.key);
+    }
+    out += " }";
+    for (size_t v = 0; v < im.vals.size(); ++v) {
+      const Field& f = im.vals[v];
+      const auto u = static_cast<unsigned long long>(e.sums[v]);
+      const char* sep = v == 0 ? " " : "  ";
+      if (f.flags & kPercent) {
+        if (totals[v] == 0) {
+          snprintf(buf, sizeof buf, "%s%s (%%):[ERROR]", sep, f.name.c_str());
+        } else {
+          // The kernel's __get_percentage, in hundredths of a percent.
+          const unsigned pc = static_cast<unsigned>(
+              e.sums[v] < UINT64_MAX / 10000 ? e.sums[v] * 10000 / totals[v] : e.sums[v] / (totals[v] / 10000 + 1));
+          snprintf(buf, sizeof buf, "%s%s (%%): %3u.%02u", sep, f.name.c_str(), pc / 100, pc % 100);
+        }
+      } else if (f.flags & kHex) {
+        snprintf(buf, sizeof buf, "%s%s: %10llx", sep, f.name.c_str(), u);
+      } else {
+        snprintf(buf, sizeof buf, "%s%s: %10llu", sep, f.name.c_str(), u);
+      }
+      out += buf;
+    }
+    out += "\n";
+  }
+  snprintf(buf, sizeof buf, "\nTotals:\n    Hits: %llu\n    Entries: %zu\n    Dropped: %llu\n",
+           static_cast<unsigned long long>(t.hits.load(std::memory_order_relaxed)), entries.size(),
+           static_cast<unsigned long long>(t.drops.load(std::memory_order_relaxed)));
+  out += buf;
+  return out;
+}
+
+}  // namespace usrtrace::hist

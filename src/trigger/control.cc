@@ -239,8 +239,12 @@ bool same_trigger(const Trigger& a, const Trigger& b) {
     case Kind::kEnableHist:
     case Kind::kDisableHist:
       return a.target == b.target;
-    case Kind::kHist:
-      return a.hist->same_spec(*b.hist);
+    case Kind::kHist: {
+      // The kernel's hist_trigger_match compares the filters too.
+      const std::string fa = a.filter ? a.filter->text() : std::string();
+      const std::string fb = b.filter ? b.filter->text() : std::string();
+      return fa == fb && a.hist->same_spec(*b.hist);
+    }
     default:
       return true;
   }

@@ -123,7 +123,9 @@ TEST_F(HistFilesTest, EnableAndDisableHist) {
 }
 
 TEST_F(HistFilesTest, ThreadsAggregateExactly) {
-  ASSERT_GT(add(ev("req", "trigger"), "hist:keys=id:vals=bytes:size=64"), 0);
+  EXPECT_EQ(add(ev("req", "trigger"), "hist:keys=id:vals=bytes:size=64"), -EINVAL);  // the kernel's minimum is 128
+  ASSERT_GT(add(ev("req", "trigger"), "hist:keys=id:vals=bytes:size=100"), 0);        // rounded up to 128
+  EXPECT_NE(rd(ev("req", "trigger")).find(":size=128 [active]"), std::string::npos);
   constexpr int kThreads = 4, kEach = 20000;
   std::vector<std::thread> ts;
   for (int t = 0; t < kThreads; ++t)
