@@ -396,7 +396,7 @@ std::unique_ptr<Histogram> Histogram::create(const EventDesc& ev, std::string_vi
   size_t pos = base + 4;
   std::string_view rest = cmd.size() > 4 ? cmd.substr(5) : std::string_view();
   ++pos;
-  while (true) {
+  while (cmd.size() > 4) {
     const size_t colon = rest.find(':');
     const std::string_view attr = rest.substr(0, colon);
     const size_t eq = attr.find('=');
