@@ -77,22 +77,6 @@ size_t count_events(const std::vector<std::string>& lines, const char* name) {
   return n;
 }
 
-void worker(int w, std::atomic<uint64_t>* errors) {
-  char name[16];
-  snprintf(name, sizeof name, "worker-%d", w);
-  pthread_setname_np(pthread_self(), name);
-  uint64_t x = static_cast<uint64_t>(w) + 1;
-  for (uint64_t i = 0; i < kRequestsPerWorker; ++i) {
-    const uint64_t id = static_cast<uint64_t>(w) * kRequestsPerWorker + i;
-    for (int k = 0; k < 1000; ++k) x = x * 6364136223846793005u + 1442695040888963407u;  // "work"
-    trace_demo_request(id, static_cast<uint32_t>(x >> 54), kRoutes[id % 4]);
-    if (id % kFailEvery == kFailEvery - 1) {
-      trace_demo_error(id, 500 + static_cast<int32_t>(x % 4), "upstream timed out");
-      errors->fetch_add(1, std::memory_order_relaxed);
-    }
-  }
-}
-
 // Every slow /api request line of the `slow` instance's trace passes its
 // filter; returns how many there are, or -1 if one does not.
 long check_slow(const std::vector<std::string>& lines) {
@@ -113,6 +97,24 @@ long check_slow(const std::vector<std::string>& lines) {
 
 }  // namespace
 
+// Outside the anonymous namespace and exported (the demo links with
+// -rdynamic), so that the stacktrace trigger's frames name it.
+__attribute__((visibility("default"))) void serve_requests(int w, std::atomic<uint64_t>* errors) {
+  char name[16];
+  snprintf(name, sizeof name, "worker-%d", w);
+  pthread_setname_np(pthread_self(), name);
+  uint64_t x = static_cast<uint64_t>(w) + 1;
+  for (uint64_t i = 0; i < kRequestsPerWorker; ++i) {
+    const uint64_t id = static_cast<uint64_t>(w) * kRequestsPerWorker + i;
+    for (int k = 0; k < 1000; ++k) x = x * 6364136223846793005u + 1442695040888963407u;  // "work"
+    trace_demo_request(id, static_cast<uint32_t>(x >> 54), kRoutes[id % 4]);
+    if (id % kFailEvery == kFailEvery - 1) {
+      trace_demo_error(id, 500 + static_cast<int32_t>(x % 4), "upstream timed out");
+      errors->fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+}
+
 int main() {
   // The top buffer: everything, 64 KiB per CPU. The instance: errors only.
   write_file("buffer_size_kb", "64");
@@ -132,7 +134,7 @@ int main() {
   std::atomic<uint64_t> errors{0};
   std::vector<std::thread> threads;
   const auto t0 = std::chrono::steady_clock::now();
-  for (int w = 0; w < kWorkers; ++w) threads.emplace_back(worker, w, &errors);
+  for (int w = 0; w < kWorkers; ++w) threads.emplace_back(serve_requests, w, &errors);
   for (auto& t : threads) t.join();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   write_file("tracing_on", "0");

@@ -76,7 +76,8 @@ void fire(Trigger& t, int slot, const Fire& f) {
     }
     case Kind::kStacktrace:
       if (!take_count(t.count)) return;
-      write_user_stack(slot, *static_cast<const internal::CommonHeader*>(f.rec), f.caller_ip);
+      write_user_stack(slot, *static_cast<const internal::CommonHeader*>(f.rec), f.caller_ip,
+                       has_dynamic_fields(f.ev));
       return;
     case Kind::kEnableEvent:
     case Kind::kDisableEvent: {

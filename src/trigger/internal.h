@@ -34,9 +34,16 @@ const internal::EventDesc& user_stack_event();
 
 // Writes the calling thread's user-space backtrace, from the caller of
 // write_event() up, as a user_stack record into `slot`, with the common
-// fields of the record that fired it. `frame` is __builtin_frame_address(0)
-// of write_controlled(): the frames up to it, and write_event's, are skipped.
+// fields of the record that fired it. `caller_ip` is write_controlled()'s
+// return address (in write_event): the frames up to and including the one
+// it belongs to are the library's own and are skipped, and one more for an
+// event with dynamic fields, whose call site calls write_event from the
+// event's out-of-line emit_dynamic() (usrtrace/event.h).
 // Context: the write path (between writers::enter and exit).
-void write_user_stack(int slot, const internal::CommonHeader& common, const void* frame);
+void write_user_stack(int slot, const internal::CommonHeader& common, const void* caller_ip,
+                      bool dynamic);
+
+// Whether the event's call site goes through emit_dynamic().
+bool has_dynamic_fields(const internal::EventDesc& ev);
 
 }  // namespace usrtrace::trigger

@@ -98,7 +98,8 @@ __attribute__((init_priority(102))) RegisterUserStack g_register_user_stack;
 
 struct Walk {
   uintptr_t ours;  // the return address into write_event: frames up to it are ours
-  bool past;       // seen it: the next frames are the program's
+  bool past;       // seen it: the next frames are the program's...
+  int skip;        // ...after this many more (an event's emit_dynamic)
   int n;
   uint64_t* out;
 };
@@ -108,6 +109,10 @@ _Unwind_Reason_Code on_frame(_Unwind_Context* ctx, void* arg) {
   const uintptr_t ip = _Unwind_GetIP(ctx);
   if (!w->past) {
     w->past = ip == w->ours;
+    return _URC_NO_REASON;
+  }
+  if (w->skip > 0) {
+    --w->skip;
     return _URC_NO_REASON;
   }
   if (ip == 0) return _URC_END_OF_STACK;
@@ -120,12 +125,20 @@ _Unwind_Reason_Code on_frame(_Unwind_Context* ctx, void* arg) {
 
 const internal::EventDesc& user_stack_event() { return g_user_stack_desc; }
 
-void write_user_stack(int slot, const internal::CommonHeader& common, const void* caller_ip) {
+bool has_dynamic_fields(const internal::EventDesc& ev) {
+  for (uint16_t i = 0; i < ev.nfields; ++i)
+    if (ev.fields[i].kind == internal::FieldKind::kString || ev.fields[i].kind == internal::FieldKind::kDynBytes)
+      return true;
+  return false;
+}
+
+void write_user_stack(int slot, const internal::CommonHeader& common, const void* caller_ip,
+                      bool dynamic) {
   UserStackRecord r{};
   r.common = common;
   r.common.type = g_user_stack_desc.id;
   r.tgid = static_cast<uint32_t>(g_tgid.load(std::memory_order_relaxed));
-  Walk w{reinterpret_cast<uintptr_t>(caller_ip), false, 0, r.caller};
+  Walk w{reinterpret_cast<uintptr_t>(caller_ip), false, dynamic ? 1 : 0, 0, r.caller};
   _Unwind_Backtrace(&on_frame, &w);
   events::write_to_slot(slot, &r, sizeof r, common.pid);
 }

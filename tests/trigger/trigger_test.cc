@@ -20,6 +20,8 @@
 
 USRTRACE_EVENT(trigtest, ping, (int32_t, n)(char[16], name), "n=%d name=%s", REC->n, REC->name)
 USRTRACE_EVENT(trigtest, pong, (int32_t, n), "n=%d", REC->n)
+// A dynamic field: the call site goes through the event's emit_dynamic().
+USRTRACE_EVENT(trigtest, dyn, (const char*, path), "path=%s", __get_str(path))
 
 namespace usrtrace {
 namespace {
@@ -172,6 +174,12 @@ TEST_F(TriggerTest, StacktraceRecordsTheCallersBacktrace) {
   EXPECT_EQ(trace.compare(trace.find('\n', trace.find('\n', at) + 1) + 1, 6, " =>  <"), 0) << trace;
   EXPECT_NE(trace.find(" => testing::Test::Run()+0x"), std::string::npos) << trace;
   EXPECT_EQ(rd(ev("ping", "trigger")), "stacktrace:count=0\n");
+  // An event with a dynamic field: its emit_dynamic() frame is skipped too.
+  ASSERT_GT(wr(ev("dyn", "trigger"), "stacktrace"), 0);
+  trigtest_fire_dyn_from_here();
+  EXPECT_NE(rd(p("trace")).find("<user stack trace>\n => usrtrace::trigtest_fire_dyn_from_here()+0x"),
+            std::string::npos)
+      << rd(p("trace"));
 }
 
 std::atomic<int> g_handled{0};
