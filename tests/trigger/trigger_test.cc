@@ -158,6 +158,11 @@ TEST_F(TriggerTest, SnapshotTriggerAllocatesAndKeepsTheFiringEvent) {
   asm volatile("" ::: "memory");  // not a tail call: this frame stays on the stack
 }
 
+[[gnu::noinline, gnu::visibility("default")]] void trigtest_fire_dyn_from_here() {
+  trace_trigtest_dyn("/x");
+  asm volatile("" ::: "memory");
+}
+
 namespace {
 
 TEST_F(TriggerTest, StacktraceRecordsTheCallersBacktrace) {
