@@ -34,7 +34,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     r->u32 = static_cast<uint32_t>(i * 977);
     r->s64 = -static_cast<int64_t>(i) * 1000000007;
     r->ptr = static_cast<uint64_t>(i) << 12;
-    std::memcpy(r->name, i % 2 ? "odd" : "even", 5);
+    std::strncpy(r->name, i % 2 ? "odd" : "even", sizeof r->name);
     r->path = i % 7 == 0 ? 0xfffffff0u : usrtrace::internal::append_dynamic(buf, len, "/p", 2, true);
     h->record(buf, len, ctx);
   }
