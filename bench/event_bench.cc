@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "instance/instance.h"
+#include "pin.h"
 #include "usrtrace/event.h"
 #include "write_ops.h"
 
@@ -25,21 +26,7 @@ namespace {
 
 using usrtrace::instance::Instance;
 
-struct Pin {
-  cpu_set_t old;
-  Pin() {
-    sched_getaffinity(0, sizeof old, &old);
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    for (size_t c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &old)) {
-        CPU_SET(c, &one);
-        break;
-      }
-    sched_setaffinity(0, sizeof one, &one);
-  }
-  ~Pin() { sched_setaffinity(0, sizeof old, &old); }
-};
+using usrtrace::bench::Pin;
 
 constexpr std::string_view kName(usrtrace::bench::kEventName);
 

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "instance/instance.h"
+#include "pin.h"
 #include "tracefs/tracefs.h"
 #include "usrtrace/event.h"
 
@@ -29,21 +30,7 @@ namespace {
 using usrtrace::instance::Instance;
 namespace tracefs = usrtrace::tracefs;
 
-struct Pin {
-  cpu_set_t old;
-  Pin() {
-    sched_getaffinity(0, sizeof old, &old);
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    for (size_t c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &old)) {
-        CPU_SET(c, &one);
-        break;
-      }
-    sched_setaffinity(0, sizeof one, &one);
-  }
-  ~Pin() { sched_setaffinity(0, sizeof old, &old); }
-};
+using usrtrace::bench::Pin;
 
 void run(benchmark::State& state, bool record, const char* filter, const char* trigger) {
   Pin pin;

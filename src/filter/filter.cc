@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "events/record.h"
 #include "events/registry.h"
 
 namespace usrtrace::filter {
@@ -78,13 +79,6 @@ struct Special {
 constexpr Special kSpecial[] = {
     {"CPU", Source::kCpu},   {"cpu", Source::kCpu},   {"common_cpu", Source::kCpu},
     {"COMM", Source::kComm}, {"comm", Source::kComm}, {"common_comm", Source::kComm},
-};
-
-const FieldDesc kCommonFields[] = {
-    {"common_type", "unsigned short", 0, 2, 0, false, FieldKind::kInteger},
-    {"common_flags", "unsigned char", 2, 1, 0, false, FieldKind::kInteger},
-    {"common_preempt_count", "unsigned char", 3, 1, 0, false, FieldKind::kInteger},
-    {"common_pid", "int", 4, 4, 0, true, FieldKind::kInteger},
 };
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
@@ -199,7 +193,7 @@ class Parser {
         return nullptr;
       }
     }
-    for (const FieldDesc& f : kCommonFields) {
+    for (const FieldDesc& f : events::kCommonFields) {
       if (name == f.name) {
         *src = Source::kInt;
         return &f;
@@ -380,33 +374,6 @@ int32_t flatten(const Parser& ps, int n, int32_t on_true, int32_t on_false, std:
 
 // ---- Evaluation. Nothing below allocates, locks or calls the system.
 
-uint64_t read_int(const uint8_t* rec, uint32_t len, const Pred& p) {
-  if (static_cast<uint32_t>(p.offset) + p.size > len) return 0;
-  const uint8_t* at = rec + p.offset;
-  switch (p.size) {
-    case 1: {
-      uint8_t v;
-      std::memcpy(&v, at, 1);
-      return p.is_signed ? static_cast<uint64_t>(static_cast<int64_t>(static_cast<int8_t>(v))) : v;
-    }
-    case 2: {
-      uint16_t v;
-      std::memcpy(&v, at, 2);
-      return p.is_signed ? static_cast<uint64_t>(static_cast<int64_t>(static_cast<int16_t>(v))) : v;
-    }
-    case 4: {
-      uint32_t v;
-      std::memcpy(&v, at, 4);
-      return p.is_signed ? static_cast<uint64_t>(static_cast<int64_t>(static_cast<int32_t>(v))) : v;
-    }
-    default: {
-      uint64_t v;
-      std::memcpy(&v, at, 8);
-      return v;
-    }
-  }
-}
-
 bool compare(uint64_t a, const Pred& p) {
   const uint64_t b = p.val;
   if (p.op == Op::kBand) return (a & b) != 0;
@@ -521,7 +488,7 @@ bool Program::match(const void* rec_v, uint32_t len, const Context& ctx) const {
     const Pred& p = prog[i];
     bool r;
     switch (p.src) {
-      case Source::kInt: r = compare(read_int(rec, len, p), p); break;
+      case Source::kInt: r = compare(events::read_int_field(rec, len, p.offset, p.size, p.is_signed), p); break;
       case Source::kCpu:
         r = ctx.cpu >= 0 && compare(static_cast<uint64_t>(static_cast<int64_t>(ctx.cpu)), p);
         break;

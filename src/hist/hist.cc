@@ -32,6 +32,7 @@
 #include <mutex>
 #include <vector>
 
+#include "events/record.h"
 #include "hist/syscalls.h"
 #include "instance/writers.h"
 
@@ -198,40 +199,6 @@ std::map<std::string, std::weak_ptr<Table>>& named() {
   return *m;
 }
 
-const FieldDesc kCommonFields[] = {
-    {"common_type", "unsigned short", 0, 2, 0, false, FieldKind::kInteger},
-    {"common_flags", "unsigned char", 2, 1, 0, false, FieldKind::kInteger},
-    {"common_preempt_count", "unsigned char", 3, 1, 0, false, FieldKind::kInteger},
-    {"common_pid", "int", 4, 4, 0, true, FieldKind::kInteger},
-};
-
-uint64_t read_int(const uint8_t* rec, uint32_t len, const Field& f) {
-  if (static_cast<uint32_t>(f.offset) + f.size > len) return 0;
-  const uint8_t* p = rec + f.offset;
-  switch (f.size) {
-    case 1: {
-      uint8_t v;
-      std::memcpy(&v, p, 1);
-      return f.is_signed ? static_cast<uint64_t>(static_cast<int64_t>(static_cast<int8_t>(v))) : v;
-    }
-    case 2: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      return f.is_signed ? static_cast<uint64_t>(static_cast<int64_t>(static_cast<int16_t>(v))) : v;
-    }
-    case 4: {
-      uint32_t v;
-      std::memcpy(&v, p, 4);
-      return f.is_signed ? static_cast<uint64_t>(static_cast<int64_t>(static_cast<int32_t>(v))) : v;
-    }
-    default: {
-      uint64_t v;
-      std::memcpy(&v, p, 8);
-      return v;
-    }
-  }
-}
-
 // ilog2(roundup_pow_of_two(v)), the kernel's log2 key.
 uint64_t log2_key(uint64_t v) {
   if (v <= 1) return 0;
@@ -271,7 +238,7 @@ struct Histogram::Impl {
         if (f.flags & kUsecs) v /= 1000;
         break;
       case Src::kHitcount: v = 1; break;
-      default: v = read_int(rec, len, f); break;
+      default: v = events::read_int_field(rec, len, f.offset, f.size, f.is_signed); break;
     }
     return v;
   }
@@ -310,7 +277,7 @@ std::unique_ptr<Histogram> Histogram::create(const EventDesc& ev, std::string_vi
     const FieldDesc* fd = nullptr;
     for (uint16_t k = 0; k < ev.nfields && !fd; ++k)
       if (name == ev.fields[k].name) fd = &ev.fields[k];
-    for (const FieldDesc& c : kCommonFields)
+    for (const FieldDesc& c : events::kCommonFields)
       if (!fd && name == c.name) fd = &c;
     if (fd) {
       switch (fd->kind) {

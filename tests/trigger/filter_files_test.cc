@@ -16,6 +16,7 @@
 #include "events/registry.h"
 #include "instance/instance.h"
 #include "tracefs/tracefs.h"
+#include "tracefs/tracefs_test_util.h"
 #include "usrtrace/event.h"
 
 // The kernel's signal:signal_generate, as events.rst's examples use it.
@@ -34,11 +35,7 @@ USRTRACE_EVENT(filtest, req, (uint64_t, id)(int64_t, delta)(uint32_t, flags)(con
 namespace usrtrace {
 namespace {
 
-std::string rd(const std::string& path) {
-  std::string out;
-  EXPECT_GE(tracefs::read_file(path, &out), 0) << path;
-  return out;
-}
+using tracefs_test::rd;
 long wr(const std::string& path, std::string_view text) { return tracefs::write_file(path, text, false); }
 
 class FilterFilesTest : public ::testing::Test {

@@ -11,6 +11,7 @@
 
 #include "instance/instance.h"
 #include "tracefs/tracefs.h"
+#include "tracefs/tracefs_test_util.h"
 #include "usrtrace/event.h"
 
 USRTRACE_EVENT(histtest, req, (int32_t, id)(uint64_t, bytes)(const char*, path), "id=%d bytes=%llu path=%s",
@@ -20,18 +21,10 @@ USRTRACE_EVENT(histtest, resp, (int32_t, id)(uint64_t, bytes), "id=%d bytes=%llu
 namespace usrtrace {
 namespace {
 
-std::string rd(const std::string& path) {
-  std::string out;
-  EXPECT_GE(tracefs::read_file(path, &out), 0) << path;
-  return out;
-}
+using tracefs_test::rd;
 long add(const std::string& path, std::string_view text) { return tracefs::write_file(path, text, true); }
 
-size_t count(const std::string& hay, const std::string& needle) {
-  size_t n = 0;
-  for (size_t p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + 1)) ++n;
-  return n;
-}
+using tracefs_test::count;
 
 class HistFilesTest : public ::testing::Test {
  protected:

@@ -16,6 +16,7 @@
 #include "instance/instance.h"
 #include "output/trace_output.h"
 #include "tracefs/tracefs.h"
+#include "tracefs/tracefs_test_util.h"
 #include "usrtrace/event.h"
 
 USRTRACE_EVENT(trigtest, ping, (int32_t, n)(char[16], name), "n=%d name=%s", REC->n, REC->name)
@@ -26,18 +27,10 @@ USRTRACE_EVENT(trigtest, dyn, (const char*, path), "path=%s", __get_str(path))
 namespace usrtrace {
 namespace {
 
-std::string rd(const std::string& path) {
-  std::string out;
-  EXPECT_GE(tracefs::read_file(path, &out), 0) << path;
-  return out;
-}
+using tracefs_test::rd;
 long wr(const std::string& path, std::string_view text) { return tracefs::write_file(path, text, true); }
 
-size_t count(const std::string& hay, const std::string& needle) {
-  size_t n = 0;
-  for (size_t p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + 1)) ++n;
-  return n;
-}
+using tracefs_test::count;
 
 // The n values of the records of one event, oldest first.
 std::vector<int32_t> values(rb::RingBuffer& rb, const char* name) {
