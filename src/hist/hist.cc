@@ -175,7 +175,6 @@ struct Table {
     for (auto& s : sums) s.store(0, std::memory_order_relaxed);
     std::memset(keys.data(), 0, keys.size());
     next.store(0, std::memory_order_relaxed);
-    hits.store(0, std::memory_order_relaxed);
     drops.store(0, std::memory_order_relaxed);
   }
 
@@ -187,8 +186,7 @@ struct Table {
   std::vector<uint8_t> keys;
   std::vector<std::atomic<uint64_t>> sums;
   std::atomic<uint32_t> next{0};
-  std::atomic<uint64_t> hits{0};
-  std::atomic<uint64_t> drops{0};
+  std::atomic<uint64_t> drops{0};  // records not counted: the table was full
   std::string signature;  // keys and values, for name= sharing
 };
 
@@ -518,7 +516,10 @@ void Histogram::record(const void* rec_v, uint32_t len, const RecordContext& ctx
   if (im.paused.load(std::memory_order_relaxed)) return;
   Table& t = *im.table;
   const auto* rec = static_cast<const uint8_t*>(rec_v);
-  alignas(8) uint8_t key[kMaxKeys * 1032] = {};
+  // Only the key's own bytes are cleared: the buffer is sized for the
+  // largest key, and zeroing it all would cost more than the insert.
+  alignas(8) uint8_t key[kMaxKeys * 1032];
+  std::memset(key, 0, t.key_size);
   uint64_t ts = 0;
   bool have_ts = false;
   for (const Field& k : im.keys) {
@@ -547,8 +548,7 @@ void Histogram::record(const void* rec_v, uint32_t len, const RecordContext& ctx
       std::memcpy(out, &v, 8);
     }
   }
-  // order: relaxed; the totals are counts, read after the fact.
-  t.hits.fetch_add(1, std::memory_order_relaxed);
+  // Hits are not counted here: they are the hitcounts plus the drops.
   Table::Elt* e = t.insert(key);
   if (!e) return;
   e->sums[0].fetch_add(1, std::memory_order_relaxed);
@@ -724,6 +724,7 @@ std::string Histogram::print(std::string_view filter) const {
   std::vector<uint64_t> totals(t.nvals);
   for (const Entry& e : entries)
     for (size_t v = 0; v < t.nvals; ++v) totals[v] += e.sums[v];
+  const uint64_t drops = t.drops.load(std::memory_order_relaxed);
 
   std::string out = "# event histogram\n#\n# trigger info: ";
   out += trigger_text(filter);
@@ -759,8 +760,8 @@ std::string Histogram::print(std::string_view filter) const {
     out += "\n";
   }
   snprintf(buf, sizeof buf, "\nTotals:\n    Hits: %llu\n    Entries: %zu\n    Dropped: %llu\n",
-           static_cast<unsigned long long>(t.hits.load(std::memory_order_relaxed)), entries.size(),
-           static_cast<unsigned long long>(t.drops.load(std::memory_order_relaxed)));
+           static_cast<unsigned long long>(totals[0] + drops), entries.size(),
+           static_cast<unsigned long long>(drops));
   out += buf;
   return out;
 }
