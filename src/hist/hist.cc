@@ -101,6 +101,7 @@ struct Table {
   struct Elt {
     std::atomic<uint64_t>* sums;  // one per value, hitcount first
     uint8_t* key;
+    char comm[16];  // the inserting thread's name (.execname), as the kernel keeps it
   };
   struct Bucket {
     std::atomic<uint32_t> hash{0};
@@ -126,7 +127,7 @@ struct Table {
   }
 
   // Context: the write path (see the top of the file).
-  Elt* insert(const uint8_t* key) {
+  Elt* insert(const uint8_t* key, const char* comm) {
     const uint32_t h = hash_of(key, key_size);
     const size_t mask = buckets.size() - 1;
     size_t idx = h & mask;
@@ -153,6 +154,8 @@ struct Table {
           }
           Elt* e = &elts[n];
           std::memcpy(e->key, key, key_size);
+          std::memset(e->comm, 0, sizeof e->comm);
+          if (comm) std::memcpy(e->comm, comm, strnlen(comm, sizeof e->comm - 1));
           b.elt.store(e, std::memory_order_release);
           return e;
         }
@@ -549,7 +552,7 @@ void Histogram::record(const void* rec_v, uint32_t len, const RecordContext& ctx
     }
   }
   // Hits are not counted here: they are the hitcounts plus the drops.
-  Table::Elt* e = t.insert(key);
+  Table::Elt* e = t.insert(key, ctx.comm);
   if (!e) return;
   e->sums[0].fetch_add(1, std::memory_order_relaxed);
   for (size_t v = 1; v < im.vals.size(); ++v)
@@ -624,7 +627,7 @@ std::string Histogram::trigger_text(std::string_view filter) const {
 
 namespace {
 
-std::string format_key(const Field& k, const uint8_t* key) {
+std::string format_key(const Field& k, const uint8_t* key, const char* comm) {
   char buf[512];
   if (k.is_string()) {
     const auto* s = reinterpret_cast<const char*>(key + k.key_offset);
@@ -658,8 +661,10 @@ std::string format_key(const Field& k, const uint8_t* key) {
     snprintf(buf, sizeof buf, (k.flags & kSym) ? "%s: [%llx] %-45s" : "%s: [%llx] %-55s", k.name.c_str(), u,
              where.c_str());
   } else if (k.flags & kExecname) {
-    snprintf(buf, sizeof buf, "%s: %-16s[%10llu]", k.name.c_str(),
-             writers::comm_of(static_cast<int>(v)).c_str(), u);
+    // The name the thread had when the entry was made; saved_cmdlines for
+    // entries made without one.
+    const std::string name = comm[0] ? std::string(comm, strnlen(comm, 16)) : writers::comm_of(static_cast<int>(v));
+    snprintf(buf, sizeof buf, "%s: %-16s[%10llu]", k.name.c_str(), name.c_str(), u);
   } else if (k.flags & kSyscall) {
     const char* name = syscall_name(v);
     snprintf(buf, sizeof buf, "%s: %-30s[%3llu]", k.name.c_str(), name ? name : "unknown_syscall", u);
@@ -683,6 +688,7 @@ std::string Histogram::print(std::string_view filter) const {
   const Table& t = *im.table;
   struct Entry {
     const uint8_t* key;
+    const char* comm;
     std::vector<uint64_t> sums;
   };
   std::vector<Entry> entries;
@@ -690,7 +696,7 @@ std::string Histogram::print(std::string_view filter) const {
     // order: acquire pairs with insert()'s release: the key is complete.
     const Table::Elt* e = b.elt.load(std::memory_order_acquire);
     if (!e) continue;
-    Entry en{e->key, std::vector<uint64_t>(t.nvals)};
+    Entry en{e->key, e->comm, std::vector<uint64_t>(t.nvals)};
     for (size_t v = 0; v < t.nvals; ++v) en.sums[v] = e->sums[v].load(std::memory_order_relaxed);
     entries.push_back(std::move(en));
   }
@@ -734,7 +740,7 @@ std::string Histogram::print(std::string_view filter) const {
     out += "{ ";
     for (size_t k = 0; k < im.keys.size(); ++k) {
       if (k) out += ", ";
-      out += format_key(im.keys[k], e.key);
+      out += format_key(im.keys[k], e.key, e.comm);
     }
     out += " }";
     for (size_t v = 0; v < im.vals.size(); ++v) {

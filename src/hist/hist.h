@@ -25,6 +25,9 @@ namespace usrtrace::hist {
 // What a record does not hold and keys or values may use.
 struct RecordContext {
   int cpu = -1;
+  // The writing thread's name (.execname keeps it with the entry it makes);
+  // nullptr: looked up in saved_cmdlines when printed.
+  const char* comm = nullptr;
   // The event's time in ns on the instance's trace clock (common_timestamp);
   // called at most once per record, only by histograms that use it.
   uint64_t (*now_ns)(const void* arg) = nullptr;

@@ -99,6 +99,7 @@ void fire(Trigger& t, int slot, const Fire& f) {
     case Kind::kHist: {
       hist::RecordContext hctx;
       hctx.cpu = f.fctx.cpu;
+      hctx.comm = f.fctx.comm;
       hctx.now_ns = &slot_now_ns;
       hctx.now_arg = rb;
       t.hist->record(f.rec, f.len, hctx);

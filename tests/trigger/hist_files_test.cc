@@ -3,6 +3,10 @@
 // histograms shared by two events, enable_hist/disable_hist, a trigger
 // filter, and aggregation from several threads.
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include <cerrno>
 #include <string>
@@ -113,6 +117,23 @@ TEST_F(HistFilesTest, EnableAndDisableHist) {
   EXPECT_NE(rd(ev("resp", "trigger")).find("[paused]"), std::string::npos);
   EXPECT_NE(rd(ev("resp", "hist")).find("Hits: 1\n"), std::string::npos);
   EXPECT_EQ(rd(ev("req", "trigger")), "disable_hist:histtest:resp:count=0\n");
+}
+
+TEST_F(HistFilesTest, ExecnameIsTheNameAtTheFirstRecord) {
+  // As the kernel: the entry keeps the thread's name when it was made,
+  // even after the thread renames itself.
+  ASSERT_GT(add(ev("req", "trigger"), "hist:keys=common_pid.execname"), 0);
+  int tid = 0;
+  std::thread([&tid] {
+    pthread_setname_np(pthread_self(), "hist-first");
+    tid = static_cast<int>(gettid());
+    trace_histtest_req(1, 1, "");
+    pthread_setname_np(pthread_self(), "hist-second");
+    trace_histtest_req(1, 1, "");
+  }).join();
+  char want[128];
+  snprintf(want, sizeof want, "{ common_pid: %-16s[%10d] } hitcount:          2\n", "hist-first", tid);
+  EXPECT_NE(rd(ev("req", "hist")).find(want), std::string::npos) << rd(ev("req", "hist"));
 }
 
 TEST_F(HistFilesTest, ThreadsAggregateExactly) {
