@@ -516,7 +516,9 @@ std::unique_ptr<Histogram> Histogram::create(const EventDesc& ev, std::string_vi
 
 void Histogram::record(const void* rec_v, uint32_t len, const RecordContext& ctx) {
   Impl& im = *impl_;
-  if (im.paused.load(std::memory_order_relaxed)) return;
+  // order: acquire pairs with clear()'s release: a table emptied by clear()
+  // is seen empty by the writers that see it resumed.
+  if (im.paused.load(std::memory_order_acquire)) return;
   Table& t = *im.table;
   const auto* rec = static_cast<const uint8_t*>(rec_v);
   // Only the key's own bytes are cleared: the buffer is sized for the
@@ -572,10 +574,11 @@ bool Histogram::same_spec(const Histogram& o) const {
   return true;
 }
 
-// order: relaxed; pausing is a soft switch, like tracing_on (the kernel's
-// paused flag is a plain bool). Write-path safe: enable_hist/disable_hist.
+// order: pausing is a soft switch, like tracing_on (the kernel's paused
+// flag is a plain bool); resuming is a release, as in clear(). Write-path
+// safe: enable_hist/disable_hist call them.
 void Histogram::pause() { impl_->paused.store(true, std::memory_order_relaxed); }
-void Histogram::cont() { impl_->paused.store(false, std::memory_order_relaxed); }
+void Histogram::cont() { impl_->paused.store(false, std::memory_order_release); }
 bool Histogram::paused() const { return impl_->paused.load(std::memory_order_relaxed); }
 
 void Histogram::clear() {
@@ -586,7 +589,7 @@ void Histogram::clear() {
   const bool was = impl_->paused.exchange(true, std::memory_order_relaxed);
   writers::synchronize_writers();
   impl_->table->clear();
-  impl_->paused.store(was, std::memory_order_relaxed);
+  impl_->paused.store(was, std::memory_order_release);
 }
 
 std::string Histogram::trigger_text(std::string_view filter) const {

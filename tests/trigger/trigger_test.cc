@@ -4,6 +4,7 @@
 // from signal handlers, and the cleanup when an instance goes.
 #include <gtest/gtest.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <signal.h>
 
 #include <atomic>
@@ -301,11 +302,22 @@ TEST_F(TriggerTest, UnloadingAnEventDropsItsTriggersAndThoseNamingIt) {
   EXPECT_EQ(rd(p("tracing_on")), "0\n");
 }
 
+std::atomic<int> g_interrupts{0};
+void on_interrupt(int) {
+  trace_trigtest_ping(-1, "signal");
+  g_interrupts.fetch_add(1, std::memory_order_relaxed);
+}
+
 TEST_F(TriggerTest, ChangingTriggersWhileThreadsWrite) {
-  // Writers on every CPU while the control plane adds and removes
-  // triggers: no torn state (TSan/ASan builds check the memory side), and
-  // every counted firing is accounted for.
+  // Writers on every CPU, interrupted by signal handlers that write too,
+  // while the control plane adds and removes triggers, filters and a
+  // histogram: no torn state (the TSan and ASan builds check the memory
+  // side), and every counted firing is accounted for.
   ASSERT_GT(wr(ev("ping", "enable"), "1"), 0);
+  struct sigaction sa = {}, old = {};
+  sa.sa_handler = &on_interrupt;
+  sa.sa_flags = SA_RESTART;
+  ASSERT_EQ(sigaction(SIGUSR2, &sa, &old), 0);
   std::atomic<bool> stop{false};
   std::vector<std::thread> writers;
   for (int w = 0; w < 3; ++w)
@@ -316,8 +328,16 @@ TEST_F(TriggerTest, ChangingTriggersWhileThreadsWrite) {
   for (int round = 0; round < 50; ++round) {
     ASSERT_GT(wr(t, "enable_event:trigtest:pong:3"), 0);
     ASSERT_GT(wr(t, "traceon"), 0);
+    ASSERT_GT(wr(t, "hist:keys=name:vals=n if n >= 0"), 0);
+    ASSERT_GT(wr(ev("ping", "filter"), "n > 5 && name ~ \"w*\""), 0);
+    pthread_kill(writers[static_cast<size_t>(round % 3)].native_handle(), SIGUSR2);
     ASSERT_GT(wr(t, "!enable_event:trigtest:pong"), 0);
     ASSERT_GT(wr(t, "!traceon"), 0);
+    ASSERT_GT(wr(t, round % 2 ? "hist:keys=name:vals=n:clear if n >= 0" : "!hist:keys=name:vals=n if n >= 0"), 0);
+    if (round % 2) {
+      ASSERT_GT(wr(t, "!hist:keys=name:vals=n if n >= 0"), 0);
+    }
+    ASSERT_GT(wr(ev("ping", "filter"), "0"), 0);
     ASSERT_GT(wr(ev("pong", "enable"), "0"), 0);
   }
   ASSERT_GT(wr(t, "disable_event:trigtest:pong:5"), 0);
@@ -327,7 +347,9 @@ TEST_F(TriggerTest, ChangingTriggersWhileThreadsWrite) {
   while (rd(ev("pong", "enable")) != "0*\n") std::this_thread::yield();
   stop = true;
   for (auto& th : writers) th.join();
+  sigaction(SIGUSR2, &old, nullptr);
   EXPECT_EQ(rd(t), "disable_event:trigtest:pong:count=4\n");
+  EXPECT_GT(g_interrupts.load(), 0);
 }
 
 }  // namespace
