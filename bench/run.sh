@@ -76,7 +76,7 @@ TMP=$(mktemp -d /tmp/usrtrace-bench.XXXXXX)
 # ---------------------------------------------------------------------------
 # 1. Packages.
 
-PKGS=(cmake ninja-build g++ libbenchmark-dev valgrind liblttng-ust-dev lttng-tools pkg-config)
+PKGS=(cmake ninja-build g++ libbenchmark-dev valgrind liblttng-ust-dev lttng-tools pkg-config uftrace)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -100,7 +100,8 @@ cmake -S "$ROOT" -B "$BUILD" -G Ninja \
   -DUSRTRACE_WERROR="$WERROR" >"$TMP/cmake.log" || { cat "$TMP/cmake.log" >&2; exit 1; }
 grep '^-- bench:' "$TMP/cmake.log" >&2 || true
 log "building"
-cmake --build "$BUILD" --target ring_buffer_bench instr_count event_bench snapshot_bench trigger_bench
+cmake --build "$BUILD" --target ring_buffer_bench instr_count event_bench snapshot_bench trigger_bench record_bench control_bench \
+  function_bench function_instr function_uftrace_target
 
 BENCH="$BUILD/bench/ring_buffer_bench"
 INSTR="$BUILD/bench/instr_count"
@@ -390,4 +391,182 @@ print()
 v = med["BM_FilteredOut"] / base
 print(f"- filtered-out / recorded: {v:.2f}x (target <= 1.5x) {'ok' if v <= 1.5 else 'MISSED'}")
 PY
-log "JSON: $RESULTS, $EVENT_RESULTS, $SNAP_RESULTS, $TRIG_RESULTS; callgrind profiles: $CG_DIR"
+# ---------------------------------------------------------------------------
+# 10. The trace.dat recorder against the rate one writer fills a buffer
+# (record_bench). Fixed iterations (each records 4M events); no repetitions.
+
+REC_RESULTS="$BUILD/record_results.json"
+log "running $BUILD/bench/record_bench"
+"$BUILD/bench/record_bench" --benchmark_out="$REC_RESULTS" --benchmark_out_format=json >/dev/null &
+BENCH_PID=$!
+wait "$BENCH_PID"
+BENCH_PID=""
+python3 - "$REC_RESULTS" <<'PY'
+import json, sys
+data = json.load(open(sys.argv[1]))
+rows = {b["run_name"].split("/real_time")[0].replace("/iterations:3", ""): b for b in data["benchmarks"]}
+fill = rows["BM_FillRate"]
+print()
+print("## Recording to trace.dat (one writer thread, discard mode, 4 MiB buffer, buffer_percent 50)")
+print()
+print("| Benchmark | writer Mevents/s | x fill rate | recorded MB/s | lost % |")
+print("|---|---:|---:|---:|---:|")
+for name, b in rows.items():
+    ev = b["events_per_s"] / 1e6
+    print(f"| {name} | {ev:.1f} | {b['events_per_s'] / fill['events_per_s']:.2f} | {b['MB_per_s']:.0f} | {b['lost_pct']:.2f} |")
+PY
+# ---------------------------------------------------------------------------
+# 11. The write path while a control-socket client reads the same instance
+# at full speed (control_bench).
+
+CTL_RESULTS="$BUILD/control_results.json"
+log "running $BUILD/bench/control_bench ($REPS repetitions)"
+"$BUILD/bench/control_bench" --benchmark_repetitions="$REPS" \
+  --benchmark_enable_random_interleaving=true --benchmark_min_time="$MIN_TIME" \
+  --benchmark_display_aggregates_only=true \
+  --benchmark_out="$CTL_RESULTS" --benchmark_out_format=json >/dev/null &
+BENCH_PID=$!
+wait "$BENCH_PID"
+BENCH_PID=""
+python3 - "$CTL_RESULTS" <<'PY'
+import json, sys
+data = json.load(open(sys.argv[1]))
+med = {b["run_name"]: b for b in data["benchmarks"] if b.get("aggregate_name") == "median"}
+base = med["BM_WriteUnread"]["cpu_time"]
+print()
+print("## Writing while a client reads through the control socket (medians, ns CPU of the writer;")
+print("## ratios to BM_WriteUnread of the same run)")
+print()
+print("| Benchmark | median ns | x unread | reader Mevents/s | read % of written |")
+print("|---|---:|---:|---:|---:|")
+for name in ["BM_WriteUnread", "BM_WriteTracePipe", "BM_WriteRawPages", "BM_WritePages"]:
+    b = med[name]
+    print(f"| {name} | {b['cpu_time']:.2f} | {b['cpu_time'] / base:.2f} | "
+          f"{b['read_events_per_s'] / 1e6:.2f} | {b['read_pct']:.1f} |")
+PY
+# ---------------------------------------------------------------------------
+# 12. Function tracing (function_bench, function_instr, function_uftrace_target):
+# ns per call of a small leaf under each instrumentation, as ratios to the
+# ideal hooks of the same run; instructions per call under callgrind; uftrace
+# recording the same workload.
+
+FN_RESULTS="$BUILD/function_results.json"
+log "running $BUILD/bench/function_bench ($REPS repetitions)"
+"$BUILD/bench/function_bench" --benchmark_repetitions="$REPS" \
+  --benchmark_enable_random_interleaving=true --benchmark_min_time="$MIN_TIME" \
+  --benchmark_display_aggregates_only=true \
+  --benchmark_out="$FN_RESULTS" --benchmark_out_format=json >/dev/null &
+BENCH_PID=$!
+wait "$BENCH_PID"
+BENCH_PID=""
+
+FN_IR_ARGS=()
+for mode in plain ideal graph filtered patch; do
+  log "callgrind: function_instr $mode at N=$INSTR_N and 2N"
+  irs=()
+  for n in "$INSTR_N" $((2 * INSTR_N)); do
+    out="$CG_DIR/function_$mode.$n.out"
+    loop=fb_cyg_loop
+    case $mode in plain) loop=fb_plain_loop ;; ideal) loop=fb_ideal_loop ;;
+                  filtered) loop=fb_cyg_other_loop ;; patch) loop=fb_patch_loop ;; esac
+    if valgrind --tool=callgrind --callgrind-out-file="$out" --toggle-collect="$loop" \
+         "$BUILD/bench/function_instr" "$mode" "$n" >"$CG_DIR/function_$mode.$n.log" 2>&1; then
+      irs+=("$(awk '/^summary:/ { print $2 }' "$out")")
+    else
+      log "function_instr $mode failed: $(tail -1 "$CG_DIR/function_$mode.$n.log")"
+      irs=()
+      break
+    fi
+  done
+  ((${#irs[@]} == 2)) && FN_IR_ARGS+=("$mode=${irs[0]},${irs[1]}")
+done
+
+# uftrace: the same workload as a plain program, timed by itself (thread CPU
+# time and wall time of the loop, best of 5 rounds of UF_CALLS calls), once
+# alone and once under `uftrace record`; the ratio is to the ideal hooks
+# timed in that same process.
+UF_CALLS=200000
+UF_ALONE="" UF_UNDER=""
+if command -v uftrace >/dev/null; then
+  log "uftrace: function_uftrace_target alone and under uftrace record"
+  UF_ALONE=$("$BUILD/bench/function_uftrace_target" "$UF_CALLS" | tr '\n' ';')
+  UF_UNDER=$(uftrace record --no-libcall --no-event -d "$TMP/uftrace.data" \
+               "$BUILD/bench/function_uftrace_target" "$UF_CALLS" | tr '\n' ';')
+  uf_calls=$(uftrace report -d "$TMP/uftrace.data" -f call --no-pager 2>/dev/null |
+               awk '$2 == "fb_cyg_leaf" { print $1 }')
+  log "uftrace recorded ${uf_calls:-no} calls of fb_cyg_leaf (expected $((5 * UF_CALLS)))"
+else
+  log "uftrace not installed: its row is left out (apt-get install uftrace)"
+fi
+
+python3 - "$FN_RESULTS" "$INSTR_N" "$UF_ALONE" "$UF_UNDER" "${FN_IR_ARGS[@]}" <<'PY'
+import json, sys
+data = json.load(open(sys.argv[1]))
+instr_n = int(sys.argv[2])
+batch = 1000  # calls per benchmark iteration (function_bench.cc kBatch)
+med, errors = {}, {}
+for b in data["benchmarks"]:
+    if b.get("error_occurred"):
+        errors[b["run_name"]] = b.get("error_message", "error")
+    elif b.get("aggregate_name") == "median":
+        med[b["run_name"]] = {"cpu": b["cpu_time"] / batch, "wall": b["real_time"] / batch}
+ir = {}
+for arg in sys.argv[5:]:
+    mode, vals = arg.split("=")
+    a, b = (int(v) for v in vals.split(","))
+    ir[mode] = (b - a) / instr_n
+
+def parse(s):
+    out = {}
+    for line in s.split(";"):
+        p = line.split()
+        if len(p) == 3:
+            out[p[0]] = (float(p[1]), float(p[2]))
+    return out
+uf_alone, uf_under = parse(sys.argv[3]), parse(sys.argv[4])
+
+ideal = med.get("BM_IdealHooks", {}).get("cpu")
+plain = med.get("BM_Plain", {}).get("cpu")
+print()
+print("## Function tracing (medians, ns per call, CPU; ratios to BM_IdealHooks of the same run)")
+print()
+print("| Benchmark | ns per call | ns wall | x ideal hooks | overhead x ideal overhead | instr/call |")
+print("|---|---:|---:|---:|---:|---:|")
+rows = [("BM_Plain", "plain"), ("BM_IdealHooks", "ideal"), ("BM_CygNoTracer", None),
+        ("BM_FunctionGraph", "graph"), ("BM_FunctionFilteredOut", "filtered"),
+        ("BM_PatchableNop", "patch"), ("BM_PatchableGraph", None)]
+for name, mode in rows:
+    if name not in med:
+        print(f"| {name} | skipped: {errors.get(name, 'not run')} | | | | |")
+        continue
+    c, w = med[name]["cpu"], med[name]["wall"]
+    x = f"{c / ideal:.2f}" if ideal else "–"
+    ov = f"{(c - plain) / (ideal - plain):.2f}" if ideal and plain is not None and ideal > plain else "–"
+    n = f"{ir[mode]:.1f}" if mode in ir else "–"
+    print(f"| {name} | {c:.2f} | {w:.2f} | {x} | {ov} | {n} |")
+if uf_under.get("cyg") and uf_under.get("ideal"):
+    (uc, uw), (ic, iw) = uf_under["cyg"], uf_under["ideal"]
+    print(f"| uftrace record (function_uftrace_target) | {uc:.2f} | {uw:.2f} | {uc / ic:.2f} "
+          f"(wall {uw / iw:.2f}) | | |")
+    if uf_alone.get("cyg"):
+        print()
+        print(f"function_uftrace_target alone: plain {uf_alone['plain'][0]:.2f}, ideal "
+              f"{uf_alone['ideal'][0]:.2f}, glibc's empty hooks {uf_alone['cyg'][0]:.2f} ns per call; "
+              f"under uftrace: plain {uf_under['plain'][0]:.2f}, ideal {ic:.2f}, uftrace {uc:.2f}.")
+print()
+def check(label, value, limit, unit):
+    if value is None:
+        print(f"- {label}: not measured")
+    else:
+        print(f"- {label}: {value:.2f}{unit} (target <= {limit}{unit}) {'ok' if value <= limit else 'MISSED'}")
+g = med.get("BM_FunctionGraph", {}).get("cpu")
+check("BM_FunctionGraph / BM_IdealHooks", g / ideal if g and ideal else None, 1.3, "x")
+f = med.get("BM_FunctionFilteredOut", {}).get("cpu")
+check("BM_FunctionFilteredOut", f, 10.0, " ns")
+p = med.get("BM_PatchableNop", {}).get("cpu")
+check("BM_PatchableNop - BM_Plain", p - plain if p is not None and plain is not None else None, 0.5, " ns")
+if "graph" in ir and "ideal" in ir:
+    print(f"- instructions per call: function_graph {ir['graph']:.1f}, ideal hooks {ir['ideal']:.1f} "
+          f"({ir['graph'] / ir['ideal']:.2f}x), plain {ir.get('plain', float('nan')):.1f}")
+PY
+log "JSON: $RESULTS, $EVENT_RESULTS, $SNAP_RESULTS, $TRIG_RESULTS, $REC_RESULTS, $CTL_RESULTS, $FN_RESULTS; callgrind profiles: $CG_DIR"

@@ -24,7 +24,10 @@ if(USRTRACE_SANITIZER_FLAGS)
 endif()
 
 # The tracer never traces itself: library code is never instrumented.
-set(USRTRACE_LIB_FLAGS $<$<CXX_COMPILER_ID:GNU>:-fno-instrument-functions> -fvisibility=hidden -fvisibility-inlines-hidden)
+# (-fpatchable-function-entry=0: no patchable entries even when a build
+# passes the flag to everything; the patcher must never patch itself.)
+set(USRTRACE_LIB_FLAGS $<$<CXX_COMPILER_ID:GNU>:-fno-instrument-functions> -fpatchable-function-entry=0
+    -fvisibility=hidden -fvisibility-inlines-hidden)
 
 # usrtrace_cc_library(name SRCS ... [DEPS ...] [PUBLIC_DEPS ...])
 # A static library for the tests and tools, built from an object library
@@ -54,3 +57,6 @@ function(usrtrace_cc_test name)
   target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gtest GTest::gtest_main Threads::Threads)
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${A_LABELS}")
 endfunction()
+
+# usrtrace_trace_functions(): also for the project's own examples and tests.
+include(${CMAKE_CURRENT_LIST_DIR}/usrtraceFunctionTracing.cmake)

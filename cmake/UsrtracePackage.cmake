@@ -27,7 +27,7 @@ set_target_properties(usrtrace PROPERTIES
   VERSION ${PROJECT_VERSION} SOVERSION 0 LINKER_LANGUAGE CXX
   LINK_DEPENDS ${PROJECT_SOURCE_DIR}/cmake/usrtrace.map)
 target_include_directories(usrtrace PUBLIC ${_usrtrace_includes})
-target_link_libraries(usrtrace PUBLIC fmt::fmt PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
+target_link_libraries(usrtrace PUBLIC fmt::fmt PRIVATE Threads::Threads ${CMAKE_DL_LIBS} zstd elf)
 target_link_options(usrtrace PRIVATE -Wl,--version-script=${PROJECT_SOURCE_DIR}/cmake/usrtrace.map)
 if(NOT USRTRACE_SANITIZE)
   # Sanitizer runtimes are linked into executables only, so their symbols
@@ -39,7 +39,7 @@ add_library(usrtrace_static STATIC ${_usrtrace_objects})
 add_library(usrtrace::usrtrace_static ALIAS usrtrace_static)
 set_target_properties(usrtrace_static PROPERTIES OUTPUT_NAME usrtrace LINKER_LANGUAGE CXX)
 target_include_directories(usrtrace_static PUBLIC ${_usrtrace_includes})
-target_link_libraries(usrtrace_static PUBLIC fmt::fmt Threads::Threads ${CMAKE_DL_LIBS})
+target_link_libraries(usrtrace_static PUBLIC fmt::fmt Threads::Threads ${CMAKE_DL_LIBS} zstd elf)
 # A program linked with the archive pulls only the objects it uses; the
 # crash dump's object must come along so that USRTRACE_DUMP_ON_CRASH is read
 # at start-up (src/crash). usrtrace.pc's Libs.private says the same.
@@ -58,7 +58,8 @@ if(USRTRACE_INSTALL)
   write_basic_package_version_file(${PROJECT_BINARY_DIR}/usrtraceConfigVersion.cmake
     COMPATIBILITY SameMinorVersion)  # 0.x: a minor version may break the API
   install(FILES ${PROJECT_BINARY_DIR}/usrtraceConfig.cmake
-                ${PROJECT_BINARY_DIR}/usrtraceConfigVersion.cmake DESTINATION ${_cmakedir})
+                ${PROJECT_BINARY_DIR}/usrtraceConfigVersion.cmake
+                ${PROJECT_SOURCE_DIR}/cmake/usrtraceFunctionTracing.cmake DESTINATION ${_cmakedir})
 
   # usrtrace.pc, relocatable: the prefix is found from the .pc file's own
   # place, so `cmake --install --prefix DIR` works for any DIR.
@@ -75,4 +76,21 @@ if(USRTRACE_INSTALL)
   endif()
   configure_file(${PROJECT_SOURCE_DIR}/cmake/usrtrace.pc.in ${PROJECT_BINARY_DIR}/usrtrace.pc @ONLY)
   install(FILES ${PROJECT_BINARY_DIR}/usrtrace.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+endif()
+
+# libusrtrace-preload.so: what `usrtrace record -- COMMAND` preloads
+# (src/preload/preload.cc): libusrtrace.so, and the hold before main().
+add_library(usrtrace_preload SHARED ${PROJECT_SOURCE_DIR}/src/preload/preload.cc)
+set_target_properties(usrtrace_preload PROPERTIES OUTPUT_NAME usrtrace-preload
+  INSTALL_RPATH "$ORIGIN")
+target_compile_options(usrtrace_preload PRIVATE ${USRTRACE_WARNINGS} ${USRTRACE_LIB_FLAGS})
+target_link_libraries(usrtrace_preload PRIVATE usrtrace ${CMAKE_DL_LIBS})
+if(USRTRACE_FUNCTION_PATCH_IN_LIB)
+  target_compile_definitions(usrtrace_preload PRIVATE USRTRACE_PRELOAD_FUNCTION_HOOKS=1)
+  # Its _Unwind_* shells must have no landing pads (see src/CMakeLists.txt).
+  target_compile_options(usrtrace_preload PRIVATE -fno-exceptions
+    $<$<STREQUAL:${USRTRACE_SANITIZE},thread>:-fno-sanitize=thread>)
+endif()
+if(USRTRACE_INSTALL)
+  install(TARGETS usrtrace_preload LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endif()

@@ -18,12 +18,14 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "usrtrace/event.h"
+#include "usrtrace/tracedat.h"
 #include "usrtrace/usrtrace.h"
 
 USRTRACE_EVENT(demo, request, (uint64_t, id)(uint32_t, latency_us)(char[16], route),
@@ -115,7 +117,9 @@ __attribute__((visibility("default"))) void serve_requests(int w, std::atomic<ui
   }
 }
 
-int main() {
+int main(int argc, char** argv) {
+  // Where the errors and slow instances are recorded as a trace.dat.
+  const std::string dat = argc > 1 ? argv[1] : "service_demo.dat";
   // The top buffer: everything, 64 KiB per CPU. The instance: errors only.
   write_file("buffer_size_kb", "64");
   check(usrtrace_tracefs_mkdir("instances/errors"), "mkdir instances/errors");
@@ -131,6 +135,24 @@ int main() {
   write_file("events/demo/request/trigger", "hist:keys=route:vals=latency_us:sort=latency_us.descending");
   write_file("instances/errors/events/demo/error/trigger", "stacktrace:3");
 
+  // A fourth instance, `recorded`, has the errors and the slow /api
+  // requests too, and is recorded to a trace.dat while the service runs
+  // (what `trace-cmd record -B recorded` does for the kernel). Recording
+  // consumes what it records, so it gets an instance of its own.
+  check(usrtrace_tracefs_mkdir("instances/recorded"), "mkdir instances/recorded");
+  write_file("instances/recorded/set_event", "demo:error");
+  write_file("instances/recorded/events/demo/request/enable", "1");
+  write_file("instances/recorded/events/demo/request/filter", "latency_us > 1000 && route ~ \"/api/*\"");
+  usrtrace::RecordOptions rec_opts;
+  rec_opts.output = dat;
+  rec_opts.instances = {"recorded"};
+  std::string rec_err;
+  auto recorder = usrtrace::TraceRecorder::start(rec_opts, &rec_err);
+  if (!recorder) {
+    fprintf(stderr, "service_demo: recording %s: %s\n", dat.c_str(), rec_err.c_str());
+    return 1;
+  }
+
   std::atomic<uint64_t> errors{0};
   std::vector<std::thread> threads;
   const auto t0 = std::chrono::steady_clock::now();
@@ -141,6 +163,10 @@ int main() {
   write_file("instances/errors/tracing_on", "0");
 
   write_file("instances/slow/tracing_on", "0");
+  if (recorder->stop(&rec_err) != 0) {
+    fprintf(stderr, "service_demo: recording %s: %s\n", dat.c_str(), rec_err.c_str());
+    return 1;
+  }
   const std::string top = read_file("trace");
   const std::string kept = read_file("instances/errors/trace");
   const auto top_lines = lines_of(top);
@@ -181,7 +207,32 @@ int main() {
   const std::string hist = read_file("events/demo/request/hist");
   printf("\n=== cat events/demo/request/hist ===\n%s", hist.c_str());
   const bool hist_ok = hist.find("Hits: " + std::to_string(requests) + "\n") != std::string::npos;
+
+  // The trace.dat, read back: every error is in it.
+  uint64_t errors_in_file = 0, slow_in_file = 0;
+  if (auto f = usrtrace::TraceFile::open(dat, &rec_err)) {
+    long error_id = -1;  // demo:error's id, from its format in the file
+    for (const auto& fmt : f->formats())
+      if (fmt.system == "demo" && fmt.text.starts_with("name: error\nID: ")) error_id = atol(fmt.text.c_str() + 16);
+    usrtrace::TraceFile::Cursor c(*f);
+    usrtrace::TraceFile::Record r;
+    while (c.next(&r)) {
+      uint16_t type;
+      memcpy(&type, r.data, 2);
+      if (type == error_id) ++errors_in_file;
+      else ++slow_in_file;
+    }
+  } else {
+    fprintf(stderr, "service_demo: %s\n", rec_err.c_str());
+  }
+  printf("\n=== %s: instance `recorded`, recorded while the service ran ===\n", dat.c_str());
+  printf("%llu errors and %llu slow requests in the file. Read it with:\n  usrtrace report %s\n  trace-cmd report %s\n",
+         static_cast<unsigned long long>(errors_in_file), static_cast<unsigned long long>(slow_in_file),
+         dat.c_str(), dat.c_str());
   usrtrace_tracefs_rmdir("instances/slow");
+  usrtrace_tracefs_rmdir("instances/recorded");
   usrtrace_tracefs_rmdir("instances/errors");
-  return in_instance == n && slow > 0 && hist_ok ? 0 : 1;
+  // The file has every error and every slow request.
+  const bool file_ok = errors_in_file == n && slow_in_file == static_cast<uint64_t>(slow);
+  return in_instance == n && slow > 0 && hist_ok && file_ok ? 0 : 1;
 }

@@ -46,6 +46,11 @@ const char* const kFiles[] = {
     "events", "per_cpu", "options",
     // Not ftrace_dump_on_oops_file: it would create files named by the input.
     "ftrace_dump_on_oops", "events/tfsfuzz/filter", "events/tfsfuzz/evt/hist",
+    // The function tracers' (src/function/control.cc parses the lists).
+    "set_ftrace_filter", "set_ftrace_notrace", "set_graph_function", "set_graph_notrace",
+    "set_ftrace_pid", "set_ftrace_notrace_pid", "max_graph_depth", "tracing_thresh",
+    "function_profile_enabled", "trace_stat/function0", "enabled_functions",
+    "available_filter_functions", "trace_stat",
 };
 constexpr size_t kNumFiles = sizeof(kFiles) / sizeof(kFiles[0]);
 

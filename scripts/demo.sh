@@ -2,10 +2,27 @@
 # Sets everything up on a fresh Debian 12 machine, builds, and runs the demo:
 # a multi-threaded service whose rare error events survive in an instance of
 # their own while a hog event overwrites the top buffer (examples/service_demo.cc).
+# The service also records an instance to build/service_demo.dat while it
+# runs; the end shows that file as usrtrace report and trace-cmd report read it,
+# then records the same program from outside (usrtrace record -- COMMAND).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DUSRTRACE_BUILD_TESTS=OFF -DUSRTRACE_BUILD_BENCH=OFF >/dev/null
-cmake --build build --target service_demo
-./build/examples/service_demo "$@"
+cmake --build build --target service_demo usrtrace_cli
+./build/examples/service_demo build/service_demo.dat "$@"
+set +o pipefail  # head closes the pipe early
+echo
+echo "=== usrtrace report build/service_demo.dat (first lines) ==="
+./build/tools/usrtrace report build/service_demo.dat | head -n 4
+echo
+echo "=== trace-cmd report build/service_demo.dat (first lines) ==="
+trace-cmd report build/service_demo.dat 2>/dev/null | head -n 4
+echo
+echo "=== usrtrace record -B outside -e demo:error -o build/outside.dat -- service_demo ==="
+echo "(the same program started and recorded from outside, through its control socket)"
+./build/tools/usrtrace record -B outside -e demo:error -o build/outside.dat \
+  -- ./build/examples/service_demo build/service_demo2.dat >/dev/null
+./build/tools/usrtrace report build/outside.dat | head -n 4
+echo "errors recorded from outside: $(./build/tools/usrtrace report build/outside.dat | grep -c ' error: ')"

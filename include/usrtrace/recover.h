@@ -75,6 +75,12 @@ class USRTRACE_EXPORT Recovery {
   // Every valid event of the buffer with `tag`, merged across CPUs by time.
   std::vector<Event> events(uint32_t tag) const;
 
+  // Writes the live buffer (tag 0) as a trace.dat (version 6 or 7, zstd if
+  // `compress`), with the file's event formats and thread names, so that
+  // trace-cmd report and KernelShark read what a dead process left. 0, or
+  // -errno with *error set. Context: control plane.
+  int write_tracedat(const std::string& path, int file_version, bool compress, std::string* error) const;
+
   // What was left out, and why (one line each).
   const std::vector<std::string>& warnings() const;
 

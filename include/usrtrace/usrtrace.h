@@ -214,6 +214,19 @@ USRTRACE_EXPORT int usrtrace_dump_on_crash(const char *mode, const char *path);
  */
 USRTRACE_EXPORT int usrtrace_dump(int fd);
 
+/*
+ * The control socket (usrtrace/control.h, the usrtrace command, the FUSE
+ * mount): the process serves its control files on a Unix socket from the
+ * moment the library loads, unless USRTRACE_CONTROL=0 is in the
+ * environment. usrtrace_control_start() starts serving (if it was kept
+ * off, or stopped); 0 or -errno (the socket's directory is not usable:
+ * -EPERM when someone else owns it). usrtrace_control_stop() stops and
+ * removes the socket. Context: not a signal handler; not from a forked
+ * child before exec (it starts a thread).
+ */
+USRTRACE_EXPORT int usrtrace_control_start(void);
+USRTRACE_EXPORT void usrtrace_control_stop(void);
+
 #ifdef __cplusplus
 }  /* extern "C" */
 #endif

@@ -3,8 +3,11 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include <time.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -59,6 +62,10 @@ int nr_possible_cpus() {
   return n;
 }
 
+void name_own_thread(const char* name) {
+  prctl(PR_SET_NAME, name, 0, 0, 0);
+}
+
 int gettid_cached() {
   static thread_local int tid = 0;
   // A signal handler may race with the first call on this thread; both store
@@ -67,9 +74,14 @@ int gettid_cached() {
   return tid;
 }
 
-void futex_wait(std::atomic<uint32_t>* word, uint32_t expected) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected, nullptr,
-          nullptr, 0);
+void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, int timeout_ms) {
+  struct timespec ts;
+  if (timeout_ms >= 0) {
+    ts.tv_sec = timeout_ms / 1000;
+    ts.tv_nsec = (timeout_ms % 1000) * 1000000L;
+  }
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected,
+          timeout_ms >= 0 ? &ts : nullptr, nullptr, 0);
 }
 
 void futex_wake_all(std::atomic<uint32_t>* word) {

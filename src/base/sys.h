@@ -15,9 +15,14 @@ int nr_possible_cpus();
 // Thread id (what ftrace calls the pid). Context: async-signal-safe.
 int gettid_cached();
 
+// Names the calling thread, one of usrtrace's own (control server, recorder),
+// with prctl rather than pthread_setname_np: usrtrace interposes that, and
+// its own threads must not put thread_rename events into the program's trace.
+void name_own_thread(const char* name);
+
 // Futex wait on `word` while it equals `expected`; returns on wake, signal or
 // spurious wake-up (callers loop). Context: may sleep.
-void futex_wait(std::atomic<uint32_t>* word, uint32_t expected);
+void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, int timeout_ms = -1);
 // Wakes every waiter on `word`. Context: async-signal-safe, one system call.
 void futex_wake_all(std::atomic<uint32_t>* word);
 

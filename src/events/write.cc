@@ -41,6 +41,8 @@ bool write_sized(rb::RingBuffer* rb, const void* rec, uint32_t len) {
   return rb->write(rec, len);
 }
 
+}  // namespace
+
 void fill_common(void* rec, const writers::ThreadState& t) {
   auto* h = static_cast<internal::CommonHeader*>(rec);
   const uint32_t depth = t.depth() - 1;
@@ -49,13 +51,15 @@ void fill_common(void* rec, const writers::ThreadState& t) {
   h->pid = t.tid;
 }
 
-}  // namespace
+namespace {
 
-bool write_to_slot(int slot, const void* rec, uint32_t len, int tid) {
+// The instance's buffer if an event of thread `tid` on this CPU passes its
+// tracing_cpumask and pid filter, else nullptr.
+USRTRACE_ALWAYS_INLINE rb::RingBuffer* admit(int slot, int tid) {
   instance::SlotState& s = instance::g_slot_state[slot];
   // order: acquire pairs with the release that published the buffer.
   rb::RingBuffer* rb = s.buffer.load(std::memory_order_acquire);
-  if (!rb) return false;
+  if (!rb) return nullptr;
   // tracing_cpumask. order: relaxed is enough; the mask is a soft switch
   // like tracing_on. The CPU is the one this thread ran on a moment ago: a
   // thread migrated before the ring buffer's own critical section records
@@ -64,11 +68,27 @@ bool write_to_slot(int slot, const void* rec, uint32_t len, int tid) {
   if (const unsigned cpu = static_cast<unsigned>(base::rseq_cpu_id());
       USRTRACE_LIKELY(cpu < instance::kMaxCpus) &&
       USRTRACE_UNLIKELY((s.cpus_off[cpu / 64].load(std::memory_order_relaxed) >> (cpu % 64)) & 1))
-    return false;
+    return nullptr;
   if (const instance::PidFilter* f = s.pids.load(std::memory_order_acquire);
       USRTRACE_UNLIKELY(f != nullptr) && !f->admits(tid))
-    return false;
-  return write_sized(rb, rec, len);
+    return nullptr;
+  return rb;
+}
+
+}  // namespace
+
+bool write_to_slot(int slot, const void* rec, uint32_t len, int tid) {
+  rb::RingBuffer* rb = admit(slot, tid);
+  return rb != nullptr && write_sized(rb, rec, len);
+}
+
+bool write_to_slot_at(int slot, const void* rec, uint32_t len, int tid, uint64_t tsc) {
+  rb::RingBuffer* rb = admit(slot, tid);
+  if (rb == nullptr) return false;
+  // The function_graph records' lengths, inline; others out of line.
+  if (len == 24) return rb->write_at<24>(rec, tsc);
+  if (len == 40) return rb->write_at<40>(rec, tsc);
+  return rb->write_at(rec, len, tsc);
 }
 
 namespace {

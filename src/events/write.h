@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "instance/writers.h"
 #include "usrtrace/internal/event_impl.h"
 
 namespace usrtrace::events {
@@ -25,5 +26,10 @@ long write_raw(int slot, std::string_view data);
 // Returns whether it was written. Context: the write path, between
 // writers::enter() and exit().
 bool write_to_slot(int slot, const void* rec, uint32_t len, int tid);
+// The same with the time stamp read by the caller (RingBuffer::write_at).
+bool write_to_slot_at(int slot, const void* rec, uint32_t len, int tid, uint64_t tsc);
+
+// Fills a record's common header (flags, nesting depth, pid) for thread `t`.
+void fill_common(void* rec, const writers::ThreadState& t);
 
 }  // namespace usrtrace::events

@@ -9,6 +9,7 @@
 
 #include "events/registry.h"
 #include "events/write.h"
+#include "function/control.h"
 #include "trigger/control.h"
 #include "instance/writers.h"
 #include "usrtrace/internal/event_impl.h"
@@ -24,6 +25,11 @@ const OptionInfo kOptions[kNumOptions] = {
     {"latency-format", false}, {"record-cmd", true},     {"record-tgid", false},
     {"overwrite", true},     {"disable_on_free", false}, {"irq-info", true},
     {"markers", true},       {"event-fork", false},
+    // The function tracers' (the kernel lists them while their tracer is set).
+    {"func_stack_trace", false}, {"funcgraph-overrun", false}, {"funcgraph-cpu", true},
+    {"funcgraph-overhead", true}, {"funcgraph-proc", false}, {"funcgraph-duration", true},
+    {"funcgraph-abstime", false}, {"funcgraph-irqs", true}, {"funcgraph-tail", false},
+    {"sleep-time", true}, {"graph-time", true},
 };
 
 int option_by_name(std::string_view name) {
@@ -150,6 +156,7 @@ int Instance::remove(Match match, int max_refs, int missing) {
     events::Registry::get().clear_slot(inst->slot_);
     // Before the slot can be reused: its filters and triggers go too.
     trigger::clear_slot(inst->slot_);
+    function::instance_removed(inst->slot_);
     g_slot_state[inst->slot_].buffer.store(nullptr, std::memory_order_release);
     g_slot_state[inst->slot_].instance.store(nullptr, std::memory_order_release);
     g_slot_state[inst->slot_].pids.store(nullptr, std::memory_order_release);

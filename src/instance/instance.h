@@ -55,6 +55,17 @@ enum Option : int {
   kOptIrqInfo,
   kOptMarkers,
   kOptEventFork,
+  kOptFuncStackTrace,
+  kOptFuncgraphOverrun,
+  kOptFuncgraphCpu,
+  kOptFuncgraphOverhead,
+  kOptFuncgraphProc,
+  kOptFuncgraphDuration,
+  kOptFuncgraphAbstime,
+  kOptFuncgraphIrqs,
+  kOptFuncgraphTail,
+  kOptSleepTime,
+  kOptGraphTime,
   kNumOptions,
 };
 struct OptionInfo {

@@ -80,13 +80,16 @@ std::atomic<MirrorSlot*> g_mirrors[kMaxMirrors];
 std::atomic<uint32_t> g_mirror_users{0};
 
 // The seqlock write of one slot, as for g_cmdlines; a busy slot is skipped.
+// The data is stored and loaded with relaxed atomics (a byte at a time for
+// the name; a thread's name is saved once or on a rename): a reader that
+// overlaps a write retries on the sequence, and no access is a data race.
 template <class Slot>
 void put_comm(Slot& e, int tid, const char* comm) {
   uint32_t s = e.seq.load(std::memory_order_relaxed);
   if ((s & 1) || !e.seq.compare_exchange_strong(s, s + 1, std::memory_order_acquire)) return;
-  e.tid = tid;
-  std::memset(e.comm, 0, sizeof e.comm);
-  std::memcpy(e.comm, comm, strnlen(comm, sizeof e.comm - 1));
+  __atomic_store_n(&e.tid, tid, __ATOMIC_RELAXED);
+  const size_t n = strnlen(comm, sizeof e.comm - 1);
+  for (size_t i = 0; i < sizeof e.comm; ++i) __atomic_store_n(&e.comm[i], i < n ? comm[i] : '\0', __ATOMIC_RELAXED);
   e.seq.store(s + 2, std::memory_order_release);
 }
 
@@ -174,8 +177,9 @@ static bool read_entry(const CmdlineEntry& e, int* tid, char* comm) {
   for (int tries = 0; tries < 100; ++tries) {
     uint32_t s = e.seq.load(std::memory_order_acquire);
     if (s & 1) continue;
-    *tid = e.tid;
-    std::memcpy(comm, e.comm, 16);
+    *tid = __atomic_load_n(&e.tid, __ATOMIC_RELAXED);
+    for (size_t i = 0; i < 16; ++i) comm[i] = __atomic_load_n(&e.comm[i], __ATOMIC_RELAXED);
+    // order: the data loads come before the re-check of seq (seqlock reader).
     std::atomic_thread_fence(std::memory_order_acquire);
     if (e.seq.load(std::memory_order_relaxed) == s) return s != 0;
   }

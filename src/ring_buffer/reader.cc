@@ -245,13 +245,25 @@ Cursor consumer(CpuBuffer* cb) USRTRACE_NO_THREAD_SAFETY_ANALYSIS {
 
 }  // namespace
 
-bool RingBuffer::consume(Event* ev, int cpu) USRTRACE_NO_THREAD_SAFETY_ANALYSIS {
+bool RingBuffer::consume(Event* ev, int cpu) { return consume_copy(ev, cpu, nullptr, 0); }
+
+bool RingBuffer::consume_copy(Event* ev, int cpu, uint8_t* copy,
+                              size_t copy_size) USRTRACE_NO_THREAD_SAFETY_ANALYSIS {
   if (cpu >= nr_cpus_) return false;
+  // Under the reader lock: the bytes are still those of the event.
+  auto take = [&](bool ok) {
+    if (ok && copy) {
+      if (ev->len > copy_size) return false;
+      std::memcpy(copy, ev->data, ev->len);
+      ev->data = copy;
+    }
+    return ok;
+  };
   if (cpu >= 0) {
     CpuBuffer* cb = cpu_buffer(cpu);
     base::MutexLock rl(&cb->reader_mu);
     Cursor c = consumer(cb);
-    return read_event(c, ev, true);
+    return take(read_event(c, ev, true));
   }
   // Merge: the earliest head event across CPUs. Locks in CPU order.
   for (int c = 0; c < nr_cpus_; ++c) cpu_buffer(c)->reader_mu.lock();
@@ -268,7 +280,7 @@ bool RingBuffer::consume(Event* ev, int cpu) USRTRACE_NO_THREAD_SAFETY_ANALYSIS 
   bool ok = false;
   if (best >= 0) {
     Cursor cur = consumer(cpu_buffer(best));
-    ok = read_event(cur, ev, true);
+    ok = take(read_event(cur, ev, true));
   }
   for (int c = nr_cpus_ - 1; c >= 0; --c) cpu_buffer(c)->reader_mu.unlock();
   return ok;
@@ -309,13 +321,22 @@ uint32_t RingBuffer::read_page(int cpu, uint8_t* out, size_t out_size, bool full
   if (!ensure(c)) return 0;
   ReadPos& p = cb->pos;
   PageCopy& cp = cb->copy;
-  if (cp.is_tail && full_only) return 0;
+  if (cp.is_tail && full_only) {
+    // The copy was the tail when it was taken; the writer may have filled
+    // the page and gone on since, and ensure() keeps a copy that still has
+    // unread entries. Take it again before calling it open.
+    // ReadPageTest.FullOnlyRetakesThePageThatWasTheTail.
+    cp.seq = 0;
+    if (!ensure(c) || cp.is_tail) return 0;
+  }
   std::memcpy(out, cp.page.data(), kPageHeaderSize + cp.len);
-  auto* h = reinterpret_cast<PageHeader*>(out);
+  // `out` may sit at any alignment (a control-socket message puts each
+  // page after its CPU number): the header is stored bytewise.
   if (p.off > 0) {
     uint32_t pad[2] = {encode_header(kTypePadding, 1), p.off - 4};
     std::memcpy(out + kPageHeaderSize, pad, sizeof pad);
-    h->timestamp = p.ts - 1;
+    const uint64_t page_ts = p.ts - 1;
+    std::memcpy(out + offsetof(PageHeader, timestamp), &page_ts, sizeof page_ts);
   }
   uint64_t commit = cp.len;
   const uint64_t missed = p.pending_missed;
@@ -326,7 +347,7 @@ uint32_t RingBuffer::read_page(int cpu, uint8_t* out, size_t out_size, bool full
       commit |= kMissedStored;
     }
   }
-  h->commit = commit;
+  std::memcpy(out + offsetof(PageHeader, commit), &commit, sizeof commit);
   const uint64_t handed = cp.first_index + cp.entries - p.index;
   cb->read += handed;
   p.index += handed;

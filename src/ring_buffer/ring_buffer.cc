@@ -489,7 +489,7 @@ CpuStats RingBuffer::stats(int cpu) {
 // ---------------------------------------------------------------------------
 // Waiting.
 
-bool RingBuffer::wait(int cpu, int percent) {
+bool RingBuffer::wait(int cpu, int percent, int timeout_ms) {
   if (percent < 0) percent = 0;
   if (percent > 100) percent = 100;
   for (;;) {
@@ -518,7 +518,7 @@ bool RingBuffer::wait(int cpu, int percent) {
     // commit is visible to the check below (see SlowPath::after_commit).
     base::rseq_fence();
     bool now = ready();
-    if (!now) base::futex_wait(&wake_seq_, seq);
+    if (!now) base::futex_wait(&wake_seq_, seq, timeout_ms);
     {
       ControlGuard l(*this);
       if (percent == 0) {
@@ -530,6 +530,7 @@ bool RingBuffer::wait(int cpu, int percent) {
     }
     if (now || ready()) return true;
     if (kicked_.exchange(false, std::memory_order_acq_rel)) return false;
+    if (timeout_ms >= 0) return false;  // timed out, or woken for another waiter's percent
   }
 }
 

@@ -303,6 +303,18 @@ class RingBuffer {
   bool write(const void* payload);
   // Same for a length known at run time (out of line).
   bool write(const void* payload, uint32_t len);
+  // write() with the time stamp read by the caller (a raw TSC value) instead
+  // of inside the section, for a writer that also needs the time in the
+  // payload (function_graph's calltime/rettime) without a second rdtsc.
+  // The stamp may be older than another thread's later commit on the same
+  // CPU (the caller was preempted between rdtsc and the write): the section
+  // then sees time go back and the slow path stamps the event with the
+  // CPU's last time instead, keeping each CPU's times monotonic. For a
+  // buffer whose clock is not a TSC clock the stamp is ignored and the
+  // clock read as for write().
+  template <uint32_t kLen>
+  bool write_at(const void* payload, uint64_t tsc);
+  bool write_at(const void* payload, uint32_t len, uint64_t tsc);  // out of line
 
   // ---- Control. Context: any thread but not signal handlers, unless noted.
 
@@ -401,6 +413,11 @@ class RingBuffer {
   // trace_pipe: the next event in time order across CPUs (cpu < 0) or of one
   // CPU, consumed. False when none is available now.
   bool consume(Event* ev, int cpu = -1);
+  // The same, with the event's bytes copied into `copy` (at least the
+  // largest entry: page_size bytes) before the reader lock is let go, so
+  // that they stay valid while another consumer of the CPU (trace_pipe_raw
+  // next to trace_pipe) reads on; ev->data points into `copy`.
+  bool consume_copy(Event* ev, int cpu, uint8_t* copy, size_t copy_size);
   // Like consume but leaves the event in place.
   bool peek(Event* ev, int cpu = -1);
 
@@ -412,8 +429,9 @@ class RingBuffer {
 
   // Blocks until `cpu` (cpu < 0: any CPU) has data: with percent == 0 any
   // event, otherwise until that percentage of its pages is filled and unread
-  // (buffer_percent). Returns false if woken by wake_waiters() without data.
-  bool wait(int cpu, int percent);
+  // (buffer_percent). Returns false if woken by wake_waiters() without data,
+  // or when `timeout_ms` (>= 0) passed first.
+  bool wait(int cpu, int percent, int timeout_ms = -1);
   // Wakes every waiter (for shutting down a reader). Context: async-signal-safe.
   void wake_waiters();
 
@@ -441,6 +459,9 @@ class RingBuffer {
   CpuBuffer* cpu_buffer(int cpu) const { return slots()[cpu + kTrapSlots].load(std::memory_order_acquire); }
 
   USRTRACE_NOINLINE USRTRACE_COLD bool write_slow(const void* payload, uint32_t len);
+  USRTRACE_NOINLINE USRTRACE_COLD bool write_slow_at(const void* payload, uint32_t len, uint64_t tsc);
+  template <uint32_t kLen, bool kGivenTs>
+  bool write_impl(const void* payload, uint64_t tsc);
   void seal(int cpu);
   void unseal(int cpu);
   void update_gate(int cpu);
@@ -544,7 +565,18 @@ namespace internal {
 
 template <uint32_t kLen>
 USRTRACE_ALWAYS_INLINE bool RingBuffer::write(const void* payload) {
+  return write_impl<kLen, false>(payload, 0);
+}
+
+template <uint32_t kLen>
+USRTRACE_ALWAYS_INLINE bool RingBuffer::write_at(const void* payload, uint64_t tsc) {
+  return write_impl<kLen, true>(payload, tsc);
+}
+
+template <uint32_t kLen, bool kGivenTs>
+USRTRACE_ALWAYS_INLINE bool RingBuffer::write_impl(const void* payload, uint64_t tsc) {
   if constexpr (kLen < 4 || kLen > kMaxInlinePayload) {
+    if constexpr (kGivenTs) return write_slow_at(payload, kLen, tsc);
     return write(payload, kLen);
   } else {
     constexpr EntryLayout L = entry_layout(kLen);
@@ -562,9 +594,13 @@ USRTRACE_ALWAYS_INLINE bool RingBuffer::write(const void* payload) {
         "1:\n\t"
         "movslq %%fs:4(%[rseqoff]), %%rcx\n\t"            // cpu_id (-1/-2: trap entries)
         "movq %c[gates](%[rb],%%rcx,8), %%r10\n\t"        // ws = gates[cpu]
+        ".if %c[given]\n\t"
+        "movq %[tsc], %%rax\n\t"                            // [B] ts given
+        ".else\n\t"
         "rdtsc\n\t"                                         // [B]
         "shlq $32, %%rdx\n\t"
         "orq %%rdx, %%rax\n\t"                              // rax = ts
+        ".endif\n\t"
         "movq %%rax, %%rdx\n\t"
         "subq 8(%%r10), %%rdx\n\t"                          // rdx = ts - last_ts
         "cmpq $0x7ffffff, %%rdx\n\t"
@@ -593,13 +629,15 @@ USRTRACE_ALWAYS_INLINE bool RingBuffer::write(const void* payload) {
         : [rb] "r"(this), [src] "r"(payload), [rseqoff] "r"(base::usrtrace_rseq_offset),
           [disabled] "m"(record_disabled_), [gates] "i"(sizeof(RingBuffer) + kTrapSlots * 8),
           [inc] "i"(kInc), [tl] "i"(L.type_len), [hdr] "i"(L.header), [len] "i"(kLen),
-          [pay] "i"(L.payload), [arr0] "i"(L.payload + 4)
+          [pay] "i"(L.payload), [arr0] "i"(L.payload + 4), [given] "i"(kGivenTs ? 1 : 0),
+          [tsc] "rm"(tsc)
         : "rax", "rcx", "rdx", "r8", "r9", "r10", "xmm0", "cc", "memory"
         : slow, off);
     return true;
   off:
     return false;
   slow:
+    if constexpr (kGivenTs) return write_slow_at(payload, kLen, tsc);
     return write_slow(payload, kLen);
   }
 }

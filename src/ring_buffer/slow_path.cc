@@ -280,7 +280,9 @@ struct SlowPath {
   // Context: any thread; async-signal-safe; no lock, no allocation. The
   // system calls it can make: rseq registration once per thread that glibc
   // did not register, and one futex wake when a reader is blocked waiting.
-  static bool write(RingBuffer* rb, const void* payload, uint32_t len) {
+  // `given`: the caller's TSC stamp (write_at), used when the clock is a
+  // TSC clock; nullptr: read the clock here.
+  static bool write(RingBuffer* rb, const void* payload, uint32_t len, const uint64_t* given = nullptr) {
     // order: relaxed is enough; record_off is a soft switch.
     if (rb->record_disabled_.load(std::memory_order_relaxed) != 0) return false;
     if (len > rb->max_payload_) return false;
@@ -307,7 +309,7 @@ struct SlowPath {
       const uint64_t w0 = cb->ws.w0.load(std::memory_order_acquire);
       const uint64_t last = cb->ws.last_ts.load(std::memory_order_relaxed);
       const clock::ClockId clk = rb->clock_.load(std::memory_order_relaxed);
-      uint64_t ts = clock::is_tsc(clk) ? clock::rdtsc() : clock::read_raw(clk);
+      uint64_t ts = !clock::is_tsc(clk) ? clock::read_raw(clk) : given ? *given : clock::rdtsc();
       // A clock read before another thread's later commit (non-TSC clocks
       // are read outside the section): keep time monotonic per CPU.
       if (ts < last) ts = last;
@@ -441,6 +443,14 @@ struct SlowPath {
 
 bool RingBuffer::write_slow(const void* payload, uint32_t len) {
   return SlowPath::write(this, payload, len);
+}
+
+bool RingBuffer::write_slow_at(const void* payload, uint32_t len, uint64_t tsc) {
+  return SlowPath::write(this, payload, len, &tsc);
+}
+
+bool RingBuffer::write_at(const void* payload, uint32_t len, uint64_t tsc) {
+  return SlowPath::write(this, payload, len, &tsc);
 }
 
 bool RingBuffer::write(const void* payload, uint32_t len) {

@@ -12,6 +12,7 @@
 
 #include "clock/trace_clock.h"
 #include "crash/crash.h"
+#include "function/control.h"
 #include "instance/writers.h"
 #include "output/trace_output.h"
 #include "tracefs/internal.h"
@@ -31,7 +32,7 @@ constexpr char kReadme[] =
     "  trace\t\t\t- The static contents of the buffer\n"
     "\t\t\t  To clear the buffer write into this file: echo > trace\n"
     "  trace_pipe\t\t- A consuming read to see the contents of the buffer\n"
-    "  current_tracer\t- function and latency tracers (only nop here)\n"
+    "  current_tracer\t- function and latency tracers\n"
     "  available_tracers\t- list of configured tracers for current_tracer\n"
     "  error_log\t- error log for failed commands (that support it)\n"
     "  buffer_size_kb\t- view and modify size of per cpu buffer\n"
@@ -200,7 +201,7 @@ long write_buffer_file(Instance& inst, std::string_view s) {
 
 long write_tracer(Instance& inst, std::string_view s) {
   const std::string_view name = strip(s.substr(0, 100));  // MAX_TRACER_SIZE
-  if (name != "nop")
+  if (function::set_tracer(inst, name) < 0)
     return fail(inst, kSub, Err::kUnknownTracer, s, static_cast<size_t>(name.data() - s.data()), EINVAL);
   return size_of(s);
 }
@@ -393,10 +394,14 @@ std::unique_ptr<File> open_instance_file(Node node, int flags, int* err) {
       f->show = [] { return std::string(kReadme); };
       break;
     case Kind::kAvailableTracers:
-      f->show = [] { return std::string("nop\n"); };
+      f->show = [] {
+        std::string out;
+        for (const std::string& t : function::tracer_names()) out += (out.empty() ? "" : " ") + t;
+        return out + "\n";
+      };
       break;
     case Kind::kCurrentTracer:
-      f->show = [] { return std::string("nop\n"); };
+      f->show = [ip] { return function::tracer_name(*ip) + "\n"; };
       f->store = [ip](std::string_view s) { return write_tracer(*ip, s); };
       break;
     case Kind::kBufferFile:

@@ -83,6 +83,19 @@ enum class Kind : uint8_t {
   kSnapshotOld,  // snapshot.AGE
   kCpuSnapshot,
   kCpuSnapshotRaw,
+  // Function tracers (function_files.cc).
+  kAvailableFilterFunctions,
+  kEnabledFunctions,
+  kSetFtraceFilter,
+  kSetFtraceNotrace,
+  kSetGraphFunction,
+  kSetGraphNotrace,
+  kSetFtracePid,
+  kSetFtraceNotracePid,
+  kMaxGraphDepth,
+  kTracingThresh,
+  kFunctionProfileEnabled,
+  kFunctionStat,  // trace_stat/functionN
   // options/NAME
   kOption,
   // events/
@@ -162,6 +175,7 @@ std::unique_ptr<File> open_instance_file(Node node, int flags, int* err);
 std::unique_ptr<File> open_event_file(Node node, int flags, int* err);
 std::unique_ptr<File> open_per_cpu_file(Node node, int flags, int* err);
 std::unique_ptr<File> open_snapshot_file(Node node, int flags, int* err);
+std::unique_ptr<File> open_function_file(Node node, int flags, int* err);
 // trace_pipe_raw of `rb`, consumed; `keep` holds what keeps `rb` alive.
 std::unique_ptr<File> make_pipe_raw(InstanceRef inst, rb::RingBuffer* rb, int cpu, bool nonblock,
                                     std::shared_ptr<void> keep);
@@ -196,6 +210,9 @@ enum class Err : uint8_t {
   kBufferFileAlloc,
   kBadDumpMode,
   kDumpFileOpen,
+  kNoFunction,
+  kFunctionCommand,
+  kBadModule,
   kCount,
 };
 const char* err_text(Err e);

@@ -9,13 +9,18 @@
 //                buffer_total_size_kb current_tracer error_log free_buffer
 //                set_event set_event_pid set_event_notrace_pid trace
 //                trace_clock trace_marker trace_marker_raw trace_options
-//                trace_pipe tracing_cpumask tracing_on
+//                trace_pipe tracing_cpumask tracing_on tracing_thresh
+//                set_ftrace_filter set_ftrace_notrace set_ftrace_pid
+//                set_ftrace_notrace_pid set_graph_function set_graph_notrace
+//                max_graph_depth (function_files.cc)
 //                options/NAME
 //                events/{enable,header_page,header_event}
 //                events/SYS/enable   (not for the ftrace system, as in the kernel)
 //                events/SYS/EVENT/{enable,filter,format,id,trigger}
 //                per_cpu/cpuN/{buffer_size_kb,stats,trace,trace_pipe,trace_pipe_raw}
 //   root only:   README available_events saved_cmdlines saved_tgids instances/
+//                available_filter_functions enabled_functions
+//                function_profile_enabled trace_stat/functionN
 //                ftrace_dump_on_oops ftrace_dump_on_oops_file (src/crash)
 #include "tracefs/tracefs.h"
 
@@ -46,21 +51,31 @@ constexpr mode_t kRW = 0640, kRO = 0440, kDirMode = 0750;
 constexpr FileSpec kRootFiles[] = {
     {"README", Kind::kReadme, kRO, true},
     {"available_events", Kind::kAvailableEvents, kRO, true},
+    {"available_filter_functions", Kind::kAvailableFilterFunctions, kRO, true},
     {"available_tracers", Kind::kAvailableTracers, kRO, false},
     {"buffer_file", Kind::kBufferFile, kRW, false},
     {"buffer_percent", Kind::kBufferPercent, kRW, false},
     {"buffer_size_kb", Kind::kBufferSizeKb, kRW, false},
     {"buffer_total_size_kb", Kind::kBufferTotalSizeKb, kRO, false},
     {"current_tracer", Kind::kCurrentTracer, kRW, false},
+    {"enabled_functions", Kind::kEnabledFunctions, kRO, true},
     {"error_log", Kind::kErrorLog, kRW, false},
     {"free_buffer", Kind::kFreeBuffer, 0200, false},
+    {"max_graph_depth", Kind::kMaxGraphDepth, kRW, false},
     {"ftrace_dump_on_oops", Kind::kFtraceDumpOnOops, kRW, true},
     {"ftrace_dump_on_oops_file", Kind::kFtraceDumpOnOopsFile, kRW, true},
+    {"function_profile_enabled", Kind::kFunctionProfileEnabled, kRW, true},
     {"saved_cmdlines", Kind::kSavedCmdlines, kRO, true},
     {"saved_tgids", Kind::kSavedTgids, kRO, true},
     {"set_event", Kind::kSetEvent, kRW, false},
     {"set_event_notrace_pid", Kind::kSetEventNotracePid, kRW, false},
     {"set_event_pid", Kind::kSetEventPid, kRW, false},
+    {"set_ftrace_filter", Kind::kSetFtraceFilter, kRW, false},
+    {"set_ftrace_notrace", Kind::kSetFtraceNotrace, kRW, false},
+    {"set_ftrace_notrace_pid", Kind::kSetFtraceNotracePid, kRW, false},
+    {"set_ftrace_pid", Kind::kSetFtracePid, kRW, false},
+    {"set_graph_function", Kind::kSetGraphFunction, kRW, false},
+    {"set_graph_notrace", Kind::kSetGraphNotrace, kRW, false},
     {"snapshot", Kind::kSnapshot, kRW, false},
     {"snapshot_enabled", Kind::kSnapshotEnabled, kRW, false},
     {"snapshot_ring_size", Kind::kSnapshotRingSize, kRW, false},
@@ -72,8 +87,9 @@ constexpr FileSpec kRootFiles[] = {
     {"trace_pipe", Kind::kTracePipe, kRO, false},
     {"tracing_cpumask", Kind::kTracingCpumask, kRW, false},
     {"tracing_on", Kind::kTracingOn, kRW, false},
+    {"tracing_thresh", Kind::kTracingThresh, kRW, false},
 };
-constexpr const char* kRootDirs[] = {"events", "instances", "options", "per_cpu"};
+constexpr const char* kRootDirs[] = {"events", "instances", "options", "per_cpu", "trace_stat"};
 
 constexpr FileSpec kCpuFiles[] = {
     {"buffer_size_kb", Kind::kCpuBufferSizeKb, kRW, false},
@@ -162,6 +178,17 @@ int resolve_in_instance(const std::vector<std::string_view>& c, size_t i, bool t
     if (o < 0) return -ENOENT;
     n->option = o;
     set_file(n, Kind::kOption, kRW);
+    return leaf(2);
+  }
+  if (name == "trace_stat" && top) {
+    // trace_stat/functionN: the function profiler's per-CPU tables.
+    if (left == 1) return set_dir(n, "trace_stat"), 0;
+    const std::string_view f = c[i + 1];
+    if (f.size() < 9 || f.substr(0, 8) != "function") return -ENOENT;
+    const int cpu = parse_cpu_dir(std::string("cpu").append(f.substr(8)), inst.buffer().nr_cpus());
+    if (cpu < 0) return -ENOENT;
+    n->cpu = cpu;
+    set_file(n, Kind::kFunctionStat, kRO);
     return leaf(2);
   }
   if (name == "per_cpu") {
@@ -253,11 +280,14 @@ void list_dir(const Node& n, std::vector<std::string>* out) {
     for (int age = 1; age < n.inst->snapshots().ring_size(); ++age)
       out->push_back("snapshot." + std::to_string(age));
     for (const char* dir : kRootDirs)
-      if (top || std::string_view(dir) != "instances") out->emplace_back(dir);
+      if (top || (std::string_view(dir) != "instances" && std::string_view(dir) != "trace_stat"))
+        out->emplace_back(dir);
   } else if (d == "options") {
     for (const auto& o : instance::kOptions) out->emplace_back(o.name);
   } else if (d == "per_cpu") {
     for (int c = 0; c < n.inst->buffer().nr_cpus(); ++c) out->push_back("cpu" + std::to_string(c));
+  } else if (d == "trace_stat") {
+    for (int c = 0; c < n.inst->buffer().nr_cpus(); ++c) out->push_back("function" + std::to_string(c));
   } else if (d == "per_cpu/cpu") {
     for (const FileSpec& f : kCpuFiles) out->emplace_back(f.name);
   } else if (d == "events") {
@@ -310,7 +340,7 @@ constexpr const char* kErrTexts[] = {
     "Not enough memory",                             // kNoMemory
     "Unknown clock",                                 // kUnknownClock
     "Unknown option",                                // kUnknownOption
-    "Unknown tracer (only nop is available)",        // kUnknownTracer
+    "Unknown tracer",                                // kUnknownTracer
     "No event matches",                              // kNoSuchEvent
     "Invalid pid",                                   // kBadPid
     "Invalid CPU mask",                              // kBadCpumask
@@ -327,6 +357,9 @@ constexpr const char* kErrTexts[] = {
     "Cannot allocate the buffer in the file",        // kBufferFileAlloc
     "Value must be 0, 1, 2 or all",                  // kBadDumpMode
     "Cannot open the dump file",                     // kDumpFileOpen
+    "No traceable function matches",                 // kNoFunction
+    "Function commands are not supported yet",       // kFunctionCommand
+    "Missing module name after :mod:",               // kBadModule
 };
 static_assert(sizeof(kErrTexts) / sizeof(kErrTexts[0]) == static_cast<size_t>(Err::kCount));
 constexpr size_t kMaxLoggedCommand = 256;
@@ -520,6 +553,20 @@ int open(std::string_view path, int flags, std::unique_ptr<File>* out) {
     case Kind::kCpuSnapshot:
     case Kind::kCpuSnapshotRaw:
       f = detail::open_snapshot_file(std::move(n), flags, &err);
+      break;
+    case Kind::kAvailableFilterFunctions:
+    case Kind::kEnabledFunctions:
+    case Kind::kSetFtraceFilter:
+    case Kind::kSetFtraceNotrace:
+    case Kind::kSetGraphFunction:
+    case Kind::kSetGraphNotrace:
+    case Kind::kSetFtracePid:
+    case Kind::kSetFtraceNotracePid:
+    case Kind::kMaxGraphDepth:
+    case Kind::kTracingThresh:
+    case Kind::kFunctionProfileEnabled:
+    case Kind::kFunctionStat:
+      f = detail::open_function_file(std::move(n), flags, &err);
       break;
     default:
       f = detail::open_instance_file(std::move(n), flags, &err);

@@ -141,6 +141,13 @@ std::string line_shape(const std::string& line, bool latency) {
   // test controls: only its column is compared (exact marks are tested on
   // hand-made records below).
   if (latency) rest = std::regex_replace(rest, kLatTime, "$1$2 TusM: ");
+  // The kernel's need-resched flag (N, n, p, ...) says whether the writer
+  // was about to be preempted when it wrote, which no test controls: the
+  // column is compared, its letter is not.
+  static const std::regex kNeedResched(R"((\[\d+\] )([.dX])[.NnpLlBb])");
+  static const std::regex kLatNeedResched(R"(^( *\d+)([.dX])[.NnpLlBb])");
+  rest = std::regex_replace(rest, latency ? kLatNeedResched : kNeedResched, "$1$2.",
+                            std::regex_constants::format_first_only);
   for (char& c : rest)
     if (c >= '0' && c <= '9') c = 'D';
   return "COMM-PID" + rest;

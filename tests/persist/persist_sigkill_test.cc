@@ -178,6 +178,31 @@ TEST(PersistSigkill, EnvVarNamesTheFileAndCliPrintsIt) {
   EXPECT_NE(out.find("seq: tid="), std::string::npos) << out.substr(0, 2000);
   EXPECT_NE(out.find(" seq=99\n"), std::string::npos);
   EXPECT_NE(out.find("persist_child-"), std::string::npos) << "thread names: " << out.substr(0, 2000);
+  // The same as a trace.dat: trace-cmd report and usrtrace report print
+  // the 400 events (v6, and v7 with zstd), every one with its format.
+  for (const char* args : {" --file-version 6", " --compress"}) {
+    SCOPED_TRACE(args);
+    const std::string dat = dir + "/recovered.dat";
+    ASSERT_EQ(system((std::string(USRTRACE_CLI) + " recover " + path + " -o " + dat + args).c_str()), 0);
+    auto read = [&](const std::string& c) {
+      std::string o;
+      FILE* q = popen((c + " 2>&1").c_str(), "r");
+      while (q && (n = fread(buf, 1, sizeof buf, q)) > 0) o.append(buf, n);
+      if (q) pclose(q);
+      return o;
+    };
+    const std::string mine = read(std::string(USRTRACE_CLI) + " report " + dat);
+    size_t seqs = 0;
+    for (size_t at = mine.find(" seq: "); at != std::string::npos; at = mine.find(" seq: ", at + 1)) ++seqs;
+    EXPECT_EQ(seqs, 400u) << mine.substr(0, 2000);
+    EXPECT_NE(mine.find("persist_child-"), std::string::npos) << mine.substr(0, 2000);
+    if (access("/usr/bin/trace-cmd", X_OK) == 0) {
+      const std::string theirs = read("trace-cmd report " + dat);
+      EXPECT_EQ(theirs, mine);
+      EXPECT_EQ(theirs.find("UNKNOWN"), std::string::npos);
+    }
+    unlink(dat.c_str());
+  }
   // A file that is not one: a clear error, exit status 1.
   std::string bad = std::string(USRTRACE_CLI) + " recover /etc/hostname 2>&1";
   p = popen(bad.c_str(), "r");

@@ -85,6 +85,30 @@ TEST(RingBufferTest, WriteThenConsumeInOrder) {
   EXPECT_EQ(rb->stats(0).read_events, 1000u);
 }
 
+// write_at: the event carries the caller's stamp, inline and out of line,
+// and a stamp older than the CPU's last one is raised to it (never back).
+TEST(RingBufferTest, WriteAtUsesTheCallersStampAndNeverGoesBack) {
+  Pinned pin(0);
+  ASSERT_TRUE(pin.ok);
+  auto rb = make_buffer();
+  const uint64_t t0 = clock::rdtsc();
+  Payload a = Payload::make(1, 0, 0), b = Payload::make(1, 1, 0), c = Payload::make(1, 2, 0);
+  ASSERT_TRUE(rb->write_at<sizeof a>(&a, t0 + 1000));
+  ASSERT_TRUE(rb->write_at(&b, sizeof b, t0 + 5000));  // out of line
+  ASSERT_TRUE(rb->write_at<sizeof c>(&c, t0 + 2000));   // older than the last: raised
+  Event ev;
+  ASSERT_TRUE(rb->consume(&ev));
+  EXPECT_EQ(ev.ts, t0 + 1000);
+  ASSERT_TRUE(rb->consume(&ev));
+  EXPECT_EQ(ev.ts, t0 + 5000);
+  ASSERT_TRUE(rb->consume(&ev));
+  EXPECT_EQ(ev.ts, t0 + 5000);
+  Payload p;
+  std::memcpy(&p, ev.data, sizeof p);
+  EXPECT_EQ(p.seq, 2u);
+  EXPECT_FALSE(rb->consume(&ev));
+}
+
 TEST(RingBufferTest, EverySizeRoundTrips) {
   Pinned pin(0);
   auto rb = make_buffer(256 * 1024);

@@ -224,10 +224,10 @@ TEST_P(TracefsTest, TraceOptionsAndOptionFiles) {
 
 TEST_P(TracefsTest, CurrentTracerIsNop) {
   EXPECT_EQ(rd(path("current_tracer")), "nop\n");
-  EXPECT_EQ(rd(path("available_tracers")), "nop\n");
+  EXPECT_EQ(rd(path("available_tracers")), "function_graph function nop\n");
   EXPECT_EQ(wr(path("current_tracer"), "nop\n"), 4);
   const int before = error_lines();
-  EXPECT_EQ(wr(path("current_tracer"), "function"), -EINVAL);
+  EXPECT_EQ(wr(path("current_tracer"), "blk"), -EINVAL);
   EXPECT_EQ(error_lines(), before + 1);
   EXPECT_EQ(rd(path("current_tracer")), "nop\n");
 }

@@ -3,8 +3,9 @@
 // (src/output), with the event formats stored in the file, through
 // libtraceevent (the recovering process does not have the program's events).
 //
-// trace.dat: `usrtrace recover FILE -o trace.dat` will write one when the
-// trace.dat writer exists (issue 6); the hook is write_tracedat() below.
+// usrtrace recover FILE -o trace.dat [--file-version 6|7] [--compress]
+// writes the live buffer as a trace.dat instead, for trace-cmd report,
+// KernelShark and usrtrace report.
 #include <event-parse.h>
 
 #include <cinttypes>
@@ -25,6 +26,8 @@ struct Options {
   bool raw = false;
   bool snapshots = false;
   std::string tracedat;
+  int file_version = 7;
+  bool compress = false;
 };
 
 struct TepDeleter {
@@ -46,10 +49,17 @@ void put_flags(std::string* out, uint8_t f, uint8_t preempt) {
   out->append(c, 5);
 }
 
-// Hook for issue 6: write the recovered buffers as a trace.dat.
-int write_tracedat(const Recovery& /*rec*/, const std::string& path) {
-  fprintf(stderr, "usrtrace recover: %s: writing trace.dat is not supported yet\n", path.c_str());
-  return 1;
+int write_tracedat(const Recovery& rec, const Options& o) {
+  if (o.file_version != 6 && o.file_version != 7) {
+    fprintf(stderr, "usrtrace recover: --file-version must be 6 or 7\n");
+    return 2;
+  }
+  std::string err;
+  if (rec.write_tracedat(o.tracedat, o.file_version, o.compress, &err) != 0) {
+    fprintf(stderr, "usrtrace recover: %s\n", err.c_str());
+    return 1;
+  }
+  return 0;
 }
 
 void print_buffer(const Recovery& rec, tep_handle* tep, uint32_t tag, const Options& o) {
@@ -119,7 +129,7 @@ int run(const Options& o) {
     return 1;
   }
   for (const std::string& w : rec->warnings()) fprintf(stderr, "usrtrace recover: warning: %s\n", w.c_str());
-  if (!o.tracedat.empty()) return write_tracedat(*rec, o.tracedat);
+  if (!o.tracedat.empty()) return write_tracedat(*rec, o);
   std::unique_ptr<tep_handle, TepDeleter> tep(tep_alloc());
   if (!tep) {
     fprintf(stderr, "usrtrace recover: out of memory\n");
@@ -151,7 +161,9 @@ Runner add_recover(CLI::App& app) {
   sub->add_option("FILE", o->file, "the buffer file (buffer_file, or USRTRACE_BUFFER_DIR)")->required();
   sub->add_flag("--raw", o->raw, "print records as pid, cpu, time, type and bytes");
   sub->add_flag("--snapshots", o->snapshots, "also print the snapshot buffers in the file");
-  sub->add_option("-o,--tracedat", o->tracedat, "write a trace.dat instead (not supported yet)");
+  sub->add_option("-o,--tracedat", o->tracedat, "write the live buffer as a trace.dat instead of printing it");
+  sub->add_option("--file-version", o->file_version, "trace.dat version: 6 or 7 (default)");
+  sub->add_flag("--compress", o->compress, "zstd-compress the trace.dat (version 7)");
   return [o] { return run(*o); };
 }
 

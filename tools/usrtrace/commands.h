@@ -10,6 +10,20 @@ namespace usrtrace::tool {
 // Adds the subcommand to `app`; the returned function runs it once parsed
 // and gives the exit status.
 using Runner = std::function<int()>;
+Runner add_extract(CLI::App& app);
+Runner add_list(CLI::App& app);
+Runner add_mount(CLI::App& app);
+Runner add_record(CLI::App& app);
 Runner add_recover(CLI::App& app);
+Runner add_report(CLI::App& app);
+Runner add_reset(CLI::App& app);
+Runner add_restart(CLI::App& app);
+Runner add_show(CLI::App& app);
+Runner add_snapshot(CLI::App& app);
+Runner add_start(CLI::App& app);
+Runner add_stat(CLI::App& app);
+Runner add_stop(CLI::App& app);
+Runner add_stream(CLI::App& app);
+Runner add_umount(CLI::App& app);
 
 }  // namespace usrtrace::tool

@@ -1,0 +1,39 @@
+// The control server: a traced process serves its tree of control files
+// (src/tracefs) on a Unix socket, so that the usrtrace command, the FUSE
+// mount and any client of usrtrace/control.h drive it from outside.
+//
+// One thread, named usrtrace-ctl, at nice 19, every signal blocked, runs a
+// poll() loop over the listening socket and up to kMaxClients connections.
+// It never blocks on a client: sockets are non-blocking, each connection has
+// at most one request in work and one response being sent, and files are
+// opened O_NONBLOCK. A read that finds nothing and may wait (wait_ms) is
+// parked and tried again every kTickMs, or at once when the process exits.
+// The write path never waits for the server: it only reads the buffers as
+// any reader does.
+//
+// Lifetime: started when the library loads (USRTRACE_CONTROL=0 in the
+// environment prevents it; usrtrace_control_start()/stop() in the C API);
+// the socket is removed at exit. At exit, connections that declared
+// themselves recorders (kRecord) get kExiting and the exit waits until they
+// release the process or USRTRACE_EXIT_WAIT_MS (default 5000) pass, so that
+// a recorder takes the last pages. A forked child does not serve (it has
+// no server thread) and never removes its parent's socket.
+#pragma once
+
+#include <string>
+
+namespace usrtrace::control {
+
+inline constexpr int kMaxClients = 16;
+inline constexpr int kMaxFilesPerClient = 64;
+inline constexpr int kTickMs = 10;
+
+// Starts serving (idempotent). 0, or -errno with *err (if not null) set.
+// Context: control plane; creates a thread.
+int start_server(std::string* err);
+// Stops serving and removes the socket. Context: control plane.
+void stop_server();
+// The socket's path while serving, else "".
+std::string server_socket();
+
+}  // namespace usrtrace::control

@@ -1,0 +1,553 @@
+#include "function/control.h"
+
+#include <fnmatch.h>
+#include <link.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <cstdio>
+#include <map>
+#include <memory>
+
+#include "base/mutex.h"
+#include "base/sys.h"
+#include "function/core.h"
+#include "instance/instance.h"
+#include "instance/writers.h"
+#include "symbols/symbols.h"
+
+extern "C" void __cyg_profile_func_enter(void* fn, void* site);
+
+namespace usrtrace::function {
+namespace {
+
+// A traceable function.
+struct Func {
+  uint64_t addr;
+  std::string name;     // kallsyms form: demangled, no blanks
+  std::string mangled;  // as in the symbol table
+  std::string module;   // shared object's file name; the program's for the main executable
+};
+
+// One write's glob, applied in order: add (or remove) what it matches.
+struct Op {
+  std::string glob;
+  std::string module;  // ":mod:" glob, or empty
+  bool remove = false;
+};
+
+struct SlotConfig {
+  Tracer tracer = Tracer::kNop;
+  std::vector<Op> lists[4];
+  std::vector<int> pids[2];  // trace, notrace
+  uint32_t max_depth = 0;
+  uint64_t thresh_us = 0;
+};
+
+base::Mutex g_mu;
+std::vector<Func>* g_funcs USRTRACE_GUARDED_BY(g_mu) = nullptr;  // by address
+bool g_profiling USRTRACE_GUARDED_BY(g_mu) = false;              // function_profile_enabled
+uint32_t g_profile_gen USRTRACE_GUARDED_BY(g_mu) = 0;
+SlotConfig g_config[instance::kMaxInstances] USRTRACE_GUARDED_BY(g_mu);
+// Published pid filters are freed after a grace period; kept until then.
+std::vector<std::unique_ptr<instance::PidFilter>> g_pid_filters[instance::kMaxInstances] USRTRACE_GUARDED_BY(g_mu);
+
+std::string program_name() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "";
+  std::string p(buf, static_cast<size_t>(n));
+  const size_t slash = p.rfind('/');
+  return slash == std::string::npos ? p : p.substr(slash + 1);
+}
+
+bool internal_name(const std::string& name) {
+  return name.rfind("usrtrace::", 0) == 0 || name.rfind("__cyg_profile_func_", 0) == 0;
+}
+
+// Readable address ranges of the loaded objects, to follow a call target
+// only where it can be read.
+struct Ranges {
+  std::vector<std::pair<uint64_t, uint64_t>> r;
+  bool readable(uint64_t a, uint64_t len) const {
+    for (const auto& [lo, hi] : r)
+      if (a >= lo && a + len <= hi && a + len >= a) return true;
+    return false;
+  }
+};
+
+Ranges loaded_ranges() {
+  Ranges out;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* arg) {
+        auto* rs = static_cast<Ranges*>(arg);
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          if (ph.p_type == PT_LOAD && (ph.p_flags & PF_R))
+            rs->r.emplace_back(info->dlpi_addr + ph.p_vaddr, info->dlpi_addr + ph.p_vaddr + ph.p_filesz);
+        }
+        return 0;
+      },
+      &out);
+  return out;
+}
+
+// Whether the function at `addr` was compiled with -finstrument-functions:
+// its prologue calls __cyg_profile_func_enter, directly (a program linked
+// with libusrtrace.a), through its PLT stub (jmp *GOT) or through the GOT
+// (-fno-plt). The compiler puts that call before any other call.
+bool calls_entry_hook(const symbols::Symbol& s, const Ranges& ranges) {
+  const uint64_t hook = reinterpret_cast<uint64_t>(&__cyg_profile_func_enter);
+  const size_t n = static_cast<size_t>(std::min<uint64_t>(s.size, 192));
+  if (n < 5 || !ranges.readable(s.addr, n)) return false;
+  const auto* p = reinterpret_cast<const uint8_t*>(s.addr);
+  auto rel32 = [](const uint8_t* q) {
+    int32_t v;
+    std::memcpy(&v, q, 4);
+    return static_cast<int64_t>(v);
+  };
+  for (size_t i = 0; i + 5 <= n; ++i) {
+    if (p[i] == 0xe8) {
+      const uint64_t t = s.addr + i + 5 + static_cast<uint64_t>(rel32(p + i + 1));
+      if (t == hook) return true;
+      if (s.hook_got == 0 || !ranges.readable(t, 16)) continue;
+      const auto* q = reinterpret_cast<const uint8_t*>(t);
+      size_t k = 0;
+      if (q[0] == 0xf3 && q[1] == 0x0f && q[2] == 0x1e && q[3] == 0xfa) k = 4;  // endbr64
+      if (q[k] == 0xf2) ++k;                                                    // bnd
+      if (q[k] == 0xff && q[k + 1] == 0x25 && t + k + 6 + static_cast<uint64_t>(rel32(q + k + 2)) == s.hook_got)
+        return true;
+    } else if (p[i] == 0xff && i + 6 <= n && p[i + 1] == 0x15 && s.hook_got != 0 &&
+               s.addr + i + 6 + static_cast<uint64_t>(rel32(p + i + 2)) == s.hook_got) {
+      return true;
+    }
+  }
+  return false;
+}
+
+const std::vector<Func>& funcs_locked() USRTRACE_REQUIRES(g_mu) {
+  if (g_funcs != nullptr) return *g_funcs;
+  auto* out = new std::vector<Func>;
+  const std::vector<uint64_t> patchable = patch::patchable_functions();
+  const std::string prog = program_name();
+  const Ranges ranges = loaded_ranges();
+  for (symbols::Symbol& s : symbols::load_process_symbols()) {
+    if (s.type != 't' && s.type != 'T') continue;
+    if (!std::binary_search(patchable.begin(), patchable.end(), s.addr) &&
+        !(s.instrumented && calls_entry_hook(s, ranges)))
+      continue;
+    std::string name = symbols::kallsyms_name(s.name);
+    if (internal_name(name)) continue;
+    if (!out->empty() && out->back().addr == s.addr) continue;  // aliases: the first name
+    out->push_back({s.addr, std::move(name), std::move(s.name), s.module.empty() ? prog : std::move(s.module)});
+  }
+  g_funcs = out;
+  return *out;
+}
+
+bool module_matches(const std::string& glob, const std::string& module) {
+  if (fnmatch(glob.c_str(), module.c_str(), 0) == 0) return true;
+  const size_t so = module.find(".so");
+  return so != std::string::npos && fnmatch(glob.c_str(), module.substr(0, so).c_str(), 0) == 0;
+}
+
+bool matches(const Op& op, const Func& f) {
+  if (!op.module.empty() && !module_matches(op.module, f.module)) return false;
+  if (op.glob.empty()) return true;  // ":mod:NAME" alone: the whole object
+  if (fnmatch(op.glob.c_str(), f.name.c_str(), 0) == 0) return true;
+  // "ns::f" or "ns::f*" for "ns::f(int)": the name without its parameters.
+  if (const size_t paren = f.name.find('('); paren != std::string::npos && paren > 0 &&
+                                              fnmatch(op.glob.c_str(), f.name.substr(0, paren).c_str(), 0) == 0)
+    return true;
+  return fnmatch(op.glob.c_str(), f.mangled.c_str(), 0) == 0;
+}
+
+// The set a list names, as a flag per function.
+std::vector<bool> evaluate(const std::vector<Op>& ops, const std::vector<Func>& funcs) {
+  std::vector<bool> in(funcs.size(), false);
+  for (const Op& op : ops)
+    for (size_t i = 0; i < funcs.size(); ++i)
+      if (matches(op, funcs[i])) in[i] = !op.remove;
+  return in;
+}
+
+// Publishes the site table and patch set for the current configuration.
+void rebuild_locked() USRTRACE_REQUIRES(g_mu) {
+  const std::vector<Func>& funcs = funcs_locked();
+  struct Masks {
+    uint64_t trace = 0, start = 0, notrace = 0;
+  };
+  std::vector<Masks> masks(funcs.size());
+  uint64_t fn_slots = 0, graph_slots = 0, restricted = 0;
+  for (int slot = 0; slot < instance::kMaxInstances; ++slot) {
+    const SlotConfig& c = g_config[slot];
+    if (c.tracer == Tracer::kNop) continue;
+    const uint64_t bit = uint64_t{1} << slot;
+    (c.tracer == Tracer::kFunction ? fn_slots : graph_slots) |= bit;
+    const std::vector<bool> filter = evaluate(c.lists[int(List::kFilter)], funcs);
+    const std::vector<bool> notrace = evaluate(c.lists[int(List::kNotrace)], funcs);
+    const bool all = std::find(filter.begin(), filter.end(), true) == filter.end();
+    for (size_t i = 0; i < funcs.size(); ++i)
+      if ((all || filter[i]) && !notrace[i]) masks[i].trace |= bit;
+    if (c.tracer != Tracer::kGraph) continue;
+    const std::vector<bool> gf = evaluate(c.lists[int(List::kGraphFunction)], funcs);
+    const std::vector<bool> gn = evaluate(c.lists[int(List::kGraphNotrace)], funcs);
+    for (size_t i = 0; i < funcs.size(); ++i) {
+      if (gf[i]) masks[i].start |= bit;
+      if (gn[i]) masks[i].notrace |= bit;
+    }
+    if (std::find(gf.begin(), gf.end(), true) != gf.end()) restricted |= bit;
+  }
+
+  // The function profiler times the functions the top instance's
+  // set_ftrace_filter / set_ftrace_notrace select, whatever its tracer.
+  if (g_profiling) {
+    const SlotConfig& top = g_config[0];
+    const std::vector<bool> filter = evaluate(top.lists[int(List::kFilter)], funcs);
+    const std::vector<bool> notrace = evaluate(top.lists[int(List::kNotrace)], funcs);
+    const bool all = std::find(filter.begin(), filter.end(), true) == filter.end();
+    for (size_t i = 0; i < funcs.size(); ++i)
+      if ((all || filter[i]) && !notrace[i]) masks[i].trace |= kProfileBit;
+  }
+  size_t n = 0;
+  for (const Masks& m : masks) n += (m.trace | m.start | m.notrace) != 0;
+  auto* table = new SiteTable;
+  int bits = 4;
+  while ((size_t{1} << bits) < 2 * n + 1) ++bits;
+  table->sites.reset(new Site[size_t{1} << bits]());
+  table->mask = (uint64_t{1} << bits) - 1;
+  table->shift = 64 - bits;
+  std::vector<uint64_t> wanted;
+  for (size_t i = 0; i < funcs.size(); ++i) {
+    const Masks& m = masks[i];
+    if ((m.trace | m.start | m.notrace) == 0) continue;
+    const uint64_t fn = funcs[i].addr;
+    uint64_t j = (fn * 0x9E3779B97F4A7C15ull) >> table->shift;
+    while (table->sites[j].fn != 0) j = (j + 1) & table->mask;
+    table->sites[j] = Site{fn, m.trace, m.start, m.notrace, i};
+    wanted.push_back(fn);
+  }
+
+  // Publish: the table before the masks that make hooks use it.
+  const SiteTable* old = g_table.exchange(table, std::memory_order_acq_rel);
+  g_graph_restricted.store(restricted, std::memory_order_relaxed);
+  g_function_slots.store(fn_slots, std::memory_order_relaxed);
+  g_graph_slots.store(graph_slots, std::memory_order_relaxed);
+  g_tracing.store(fn_slots | graph_slots | (g_profiling ? kProfileBit : 0), std::memory_order_release);
+  writers::synchronize_writers();
+  delete old;
+
+  std::string why;
+  std::vector<uint64_t> patchable = patch::patchable_functions();
+  std::vector<uint64_t> patch_set;
+  std::set_intersection(wanted.begin(), wanted.end(), patchable.begin(), patchable.end(),
+                        std::back_inserter(patch_set));
+  // The kernel reports a failed patch in dmesg; a process's is stderr. The
+  // table is published anyway: -finstrument-functions sites and the sites
+  // already patched trace as asked.
+  if (int rc = patch::apply(patch_set, &why); rc < 0)
+    fprintf(stderr, "usrtrace: function: patching failed (%s): %s\n", strerror(-rc), why.c_str());
+}
+
+void publish_pids_locked(int slot) USRTRACE_REQUIRES(g_mu) {
+  const SlotConfig& c = g_config[slot];
+  instance::PidFilter* f = nullptr;
+  if (!c.pids[0].empty() || !c.pids[1].empty()) {
+    auto p = std::make_unique<instance::PidFilter>();
+    p->trace = c.pids[0];
+    p->notrace = c.pids[1];
+    std::sort(p->trace.begin(), p->trace.end());
+    std::sort(p->notrace.begin(), p->notrace.end());
+    f = p.get();
+    g_pid_filters[slot].push_back(std::move(p));
+  }
+  const instance::PidFilter* old = g_slots[slot].pids.exchange(f, std::memory_order_acq_rel);
+  writers::synchronize_writers();
+  auto& keep = g_pid_filters[slot];
+  keep.erase(std::remove_if(keep.begin(), keep.end(),
+                            [&](const std::unique_ptr<instance::PidFilter>& p) { return p.get() != f; }),
+             keep.end());
+  (void)old;
+}
+
+}  // namespace
+
+const std::vector<std::string>& tracer_names() {
+  static const std::vector<std::string> names{"function_graph", "function", "nop"};
+  return names;
+}
+
+int set_tracer(instance::Instance& inst, std::string_view name) {
+  Tracer t;
+  if (name == "nop") {
+    t = Tracer::kNop;
+  } else if (name == "function") {
+    t = Tracer::kFunction;
+  } else if (name == "function_graph") {
+    t = Tracer::kGraph;
+  } else {
+    return -EINVAL;
+  }
+  // calltime/rettime need the calibration before a graph tracer writes
+  // (up to 20 ms, once per process).
+  if (t == Tracer::kGraph && g_calibration.mult == 0) g_calibration = clock::tsc_calibration();
+  base::MutexLock l(&g_mu);
+  SlotConfig& c = g_config[inst.slot()];
+  if (c.tracer == t) return 0;
+  c.tracer = t;
+  rebuild_locked();
+  return 0;
+}
+
+Tracer tracer(const instance::Instance& inst) {
+  base::MutexLock l(&g_mu);
+  return g_config[inst.slot()].tracer;
+}
+
+std::string tracer_name(const instance::Instance& inst) {
+  switch (tracer(inst)) {
+    case Tracer::kFunction:
+      return "function";
+    case Tracer::kGraph:
+      return "function_graph";
+    case Tracer::kNop:
+      break;
+  }
+  return "nop";
+}
+
+int write_list(instance::Instance& inst, List list, std::string_view text, bool truncate, Error* err) {
+  std::vector<Op> ops;
+  base::MutexLock l(&g_mu);
+  const std::vector<Func>& funcs = funcs_locked();
+  size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n')) ++i;
+    const size_t start = i;
+    while (i < text.size() && text[i] != ' ' && text[i] != '\t' && text[i] != '\n') ++i;
+    if (start == i) break;
+    std::string tok(text.substr(start, i - start));
+    Op op;
+    if (tok[0] == '!') {
+      op.remove = true;
+      tok.erase(0, 1);
+    }
+    if (const size_t mod = tok.find(":mod:"); mod != std::string::npos) {
+      op.module = tok.substr(mod + 5);
+      tok.resize(mod);
+      if (op.module.empty()) {
+        *err = {"Missing module name after ':mod:'", start};
+        return -EINVAL;
+      }
+    } else if (tok.find(':') != std::string::npos && tok.find("::") == std::string::npos) {
+      *err = {"Function commands (FUNC:COMMAND) are not supported yet", start};
+      return -EINVAL;
+    }
+    if (tok == "*") tok.clear();
+    op.glob = tok;
+    if (!op.remove && std::none_of(funcs.begin(), funcs.end(), [&](const Func& f) { return matches(op, f); })) {
+      *err = {"No traceable function matches", start};
+      return -EINVAL;
+    }
+    ops.push_back(std::move(op));
+  }
+  std::vector<Op>& l_ops = g_config[inst.slot()].lists[int(list)];
+  if (truncate) l_ops.clear();
+  l_ops.insert(l_ops.end(), ops.begin(), ops.end());
+  if (g_config[inst.slot()].tracer != Tracer::kNop || (g_profiling && inst.slot() == 0)) rebuild_locked();
+  return 0;
+}
+
+void clear_list(instance::Instance& inst, List list) {
+  base::MutexLock l(&g_mu);
+  g_config[inst.slot()].lists[int(list)].clear();
+  if (g_config[inst.slot()].tracer != Tracer::kNop || (g_profiling && inst.slot() == 0)) rebuild_locked();
+}
+
+std::string show_list(const instance::Instance& inst, List list) {
+  base::MutexLock l(&g_mu);
+  const std::vector<Func>& funcs = funcs_locked();
+  const std::vector<bool> in = evaluate(g_config[inst.slot()].lists[int(list)], funcs);
+  std::string out;
+  for (size_t i = 0; i < funcs.size(); ++i)
+    if (in[i]) out += funcs[i].name + "\n";
+  if (out.empty())
+    return list == List::kFilter || list == List::kGraphFunction ? "#### all functions enabled ####\n"
+                                                                 : "#### no functions disabled ####\n";
+  return out;
+}
+
+int set_pids(instance::Instance& inst, bool notrace, std::vector<int> add, bool truncate) {
+  base::MutexLock l(&g_mu);
+  std::vector<int>& v = g_config[inst.slot()].pids[notrace ? 1 : 0];
+  if (truncate) v.clear();
+  v.insert(v.end(), add.begin(), add.end());
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  publish_pids_locked(inst.slot());
+  return 0;
+}
+
+std::vector<int> pids(const instance::Instance& inst, bool notrace) {
+  base::MutexLock l(&g_mu);
+  return g_config[inst.slot()].pids[notrace ? 1 : 0];
+}
+
+int set_max_graph_depth(instance::Instance& inst, uint32_t depth) {
+  base::MutexLock l(&g_mu);
+  g_config[inst.slot()].max_depth = depth;
+  g_slots[inst.slot()].max_depth.store(depth, std::memory_order_relaxed);
+  return 0;
+}
+
+uint32_t max_graph_depth(const instance::Instance& inst) {
+  base::MutexLock l(&g_mu);
+  return g_config[inst.slot()].max_depth;
+}
+
+int set_thresh_us(instance::Instance& inst, uint64_t us) {
+  if (us > UINT64_MAX / 1000) return -EINVAL;
+  base::MutexLock l(&g_mu);
+  g_config[inst.slot()].thresh_us = us;
+  g_slots[inst.slot()].thresh_ns.store(us * 1000, std::memory_order_relaxed);
+  return 0;
+}
+
+uint64_t thresh_us(const instance::Instance& inst) {
+  base::MutexLock l(&g_mu);
+  return g_config[inst.slot()].thresh_us;
+}
+
+std::string available_filter_functions() {
+  base::MutexLock l(&g_mu);
+  std::string out;
+  const std::string prog = program_name();
+  for (const Func& f : funcs_locked()) {
+    out += f.name;
+    if (f.module != prog) out += " [" + f.module + "]";
+    out += '\n';
+  }
+  return out;
+}
+
+std::string enabled_functions() {
+  base::MutexLock l(&g_mu);
+  const SiteTable* t = g_table.load(std::memory_order_acquire);
+  std::string out;
+  if (t == nullptr) return out;
+  for (const Func& f : funcs_locked()) {
+    const Site* s = t->find(f.addr);
+    if (s == nullptr || (s->trace & ~kProfileBit) == 0) continue;
+    out += f.name + " (" + std::to_string(__builtin_popcountll(s->trace & ~kProfileBit)) + ")\n";
+  }
+  return out;
+}
+
+void instance_removed(int slot) {
+  base::MutexLock l(&g_mu);
+  SlotConfig& c = g_config[slot];
+  const bool was_tracing = c.tracer != Tracer::kNop;
+  c = SlotConfig{};
+  g_slots[slot].max_depth.store(0, std::memory_order_relaxed);
+  g_slots[slot].thresh_ns.store(0, std::memory_order_relaxed);
+  if (g_slots[slot].pids.load(std::memory_order_relaxed) != nullptr) publish_pids_locked(slot);
+  if (was_tracing) rebuild_locked();
+}
+
+namespace {
+
+// A new (empty) profile for the current functions, published; the old one
+// is freed after a grace period (frames of the old generation are ignored).
+void new_profile_locked() USRTRACE_REQUIRES(g_mu) {
+  auto* p = new Profile;
+  p->gen = ++g_profile_gen;
+  p->nfuncs = static_cast<uint32_t>(funcs_locked().size());
+  p->ncpus = base::nr_possible_cpus();
+  p->stats.reset(new ProfileStats[static_cast<size_t>(p->ncpus) * p->nfuncs]);
+  Profile* old = g_profile.exchange(p, std::memory_order_acq_rel);
+  writers::synchronize_writers();
+  delete old;
+}
+
+// Kernel: trace_print_graph_duration() without the marks.
+std::string duration_us(uint64_t ns) {
+  char buf[64];
+  const std::string us = std::to_string(ns / 1000);
+  std::string out = us;
+  if (us.size() < 7) {
+    snprintf(buf, sizeof buf, "%03llu", static_cast<unsigned long long>(ns % 1000));
+    out += '.';
+    out += std::string(buf).substr(0, 7 - us.size());
+  }
+  out += " us ";
+  while (out.size() < 12) out += ' ';
+  return out;
+}
+
+}  // namespace
+
+int set_profiling(bool on) {
+  if (on && g_calibration.mult == 0) g_calibration = clock::tsc_calibration();
+  base::MutexLock l(&g_mu);
+  if (on == g_profiling) return 0;
+  if (on) new_profile_locked();  // the kernel resets the counts at each enable
+  g_profiling = on;
+  rebuild_locked();
+  return 0;
+}
+
+bool profiling() {
+  base::MutexLock l(&g_mu);
+  return g_profiling;
+}
+
+std::string function_stat(int cpu) {
+  base::MutexLock l(&g_mu);
+  std::string out =
+      "  Function                               Hit    Time            Avg             s^2\n"
+      "  --------                               ---    ----            ---             ---\n";
+  const Profile* p = g_profile.load(std::memory_order_acquire);
+  if (p == nullptr || cpu < 0 || cpu >= p->ncpus) return out;
+  const std::vector<Func>& funcs = funcs_locked();
+  struct Row {
+    size_t i;
+    uint64_t hits, time, sq;
+  };
+  std::vector<Row> rows;
+  for (size_t i = 0; i < p->nfuncs && i < funcs.size(); ++i) {
+    const ProfileStats& st = p->stats[static_cast<size_t>(cpu) * p->nfuncs + i];
+    const uint64_t hits = st.hits.load(std::memory_order_relaxed);
+    if (hits != 0)
+      rows.push_back({i, hits, st.time_ns.load(std::memory_order_relaxed), st.time_sq.load(std::memory_order_relaxed)});
+  }
+  // The kernel's order: by total time, the longest first.
+  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.time > b.time; });
+  char line[96];
+  for (const Row& r : rows) {
+    const uint64_t avg = r.time / r.hits;
+    // Sample variance, as the kernel computes it (ns^2 / 1000).
+    uint64_t s2 = 0;
+    if (r.hits > 1) {
+      const uint64_t mean_sq = r.hits * avg * avg;
+      s2 = r.sq > mean_sq ? (r.sq - mean_sq) / (r.hits * (r.hits - 1) * 1000) : 0;
+    }
+    snprintf(line, sizeof line, "  %-30.30s  %10llu", funcs[r.i].name.c_str(), static_cast<unsigned long long>(r.hits));
+    out += line;
+    out += "    " + duration_us(r.time) + "    " + duration_us(avg) + "    " + duration_us(s2) + "\n";
+  }
+  return out;
+}
+
+void objects_changed() {
+  base::MutexLock l(&g_mu);
+  delete g_funcs;
+  g_funcs = nullptr;
+  if (g_profiling) new_profile_locked();  // function indexes changed
+  bool any = g_profiling;
+  for (const SlotConfig& c : g_config) any |= c.tracer != Tracer::kNop;
+  if (any) rebuild_locked();
+}
+
+}  // namespace usrtrace::function

@@ -1,0 +1,484 @@
+// The function tracers' write side: the site table, the shadow stack, and
+// what an entry and an exit record in each interested instance.
+//
+// Lock-free invariants (the kernel's ftrace_ops hash + ret_stack, in user
+// space):
+//
+//  * The site table is immutable once published. The control plane builds a
+//    new one (control.cc), publishes it with a release store into g_table,
+//    runs synchronize_writers() and only then frees the old one. A hook reads
+//    g_table once, between writers::enter() and exit(), so it never sees a
+//    freed table. A call that read the old table records by the old filters:
+//    a filter change takes effect for calls that start after the write to
+//    set_ftrace_filter returned.
+//  * Per-slot tracer settings (g_slots) are single words read relaxed: a
+//    call that races a change uses either value. A slot whose tracer is nop
+//    is never written to because its bit is cleared from every site of the
+//    table that is published before the tracer is marked nop... and its
+//    buffer is only freed after a grace period (instance.cc).
+//  * The shadow stack belongs to its thread. A signal handler that runs
+//    between two of its updates sees a consistent stack: a push writes the
+//    frame first and then bumps `depth` (signal fence between); a pop copies
+//    the frame, then lowers `depth`; a handler's own pushes and pops above
+//    them leave the stack as they found it. So a handler that interrupts a
+//    hook is traced like any code (the count of calls matches the
+//    program's). Hooks nest at most kMaxNest deep on a thread (t_fn.nest):
+//    beyond that they return at once, which also stops any recursion into
+//    the tracer from code it calls.
+#include "function/core.h"
+
+#include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "base/compiler.h"
+#include "base/rseq.h"
+#include "clock/trace_clock.h"
+#include "events/registry.h"
+#include "events/write.h"
+#include "instance/writers.h"
+#include "symbols/resolver.h"
+
+namespace usrtrace::function {
+
+std::atomic<uint64_t> g_tracing{0};
+std::atomic<const SiteTable*> g_table{nullptr};
+SlotSettings g_slots[instance::kMaxInstances];
+std::atomic<uint64_t> g_function_slots{0};
+std::atomic<uint64_t> g_graph_slots{0};
+std::atomic<uint64_t> g_graph_restricted{0};
+std::atomic<Profile*> g_profile{nullptr};
+
+namespace {
+
+// ---- Events: ftrace's own, with the kernel's ids and layouts, so that
+// trace-cmd and libtraceevent print them (and trace-cmd's function graph
+// display pairs entries and exits).
+
+struct FunctionRecord {
+  internal::CommonHeader common;
+  uint64_t ip;
+  uint64_t parent_ip;
+};
+static_assert(sizeof(FunctionRecord) == 24);
+
+struct GraphEntryRecord {
+  internal::CommonHeader common;
+  uint64_t func;
+  uint32_t depth;
+  uint32_t pad;
+};
+static_assert(sizeof(GraphEntryRecord) == 24);
+
+struct GraphExitRecord {
+  internal::CommonHeader common;
+  uint64_t func;
+  uint32_t depth;
+  uint32_t overrun;
+  uint64_t calltime;
+  uint64_t rettime;
+};
+static_assert(sizeof(GraphExitRecord) == 40);
+
+template <class R>
+R load(const void* rec) {
+  R r;
+  std::memcpy(&r, rec, sizeof r);
+  return r;
+}
+
+int print_function(const void* rec, uint32_t len, char* out, size_t size) {
+  if (len < sizeof(FunctionRecord)) return snprintf(out, size, "<bad function record>");
+  const auto r = load<FunctionRecord>(rec);
+  const std::string ip = symbols::Resolver::name(r.ip, false);
+  const std::string parent = symbols::Resolver::name(r.parent_ip, false);
+  return snprintf(out, size, "%s <-%s", ip.c_str(), parent.c_str());
+}
+
+int print_graph_entry(const void* rec, uint32_t len, char* out, size_t size) {
+  if (len < sizeof(GraphEntryRecord)) return snprintf(out, size, "<bad funcgraph_entry record>");
+  const auto r = load<GraphEntryRecord>(rec);
+  return snprintf(out, size, "--> %s (%u)", symbols::Resolver::name(r.func, false).c_str(), r.depth);
+}
+
+int print_graph_exit(const void* rec, uint32_t len, char* out, size_t size) {
+  if (len < sizeof(GraphExitRecord)) return snprintf(out, size, "<bad funcgraph_exit record>");
+  const auto r = load<GraphExitRecord>(rec);
+  return snprintf(out, size, "<-- %s (%u) (start: %llx  end: %llx) over: %u",
+                  symbols::Resolver::name(r.func, false).c_str(), r.depth,
+                  static_cast<unsigned long long>(r.calltime), static_cast<unsigned long long>(r.rettime),
+                  r.depth);
+}
+
+using internal::FieldKind;
+const internal::FieldDesc kFunctionFields[] = {
+    {"ip", "unsigned long", 8, 8, 0, false, FieldKind::kInteger},
+    {"parent_ip", "unsigned long", 16, 8, 0, false, FieldKind::kInteger},
+};
+const internal::FieldDesc kGraphEntryFields[] = {
+    {"func", "unsigned long", 8, 8, 0, false, FieldKind::kInteger},
+    {"depth", "unsigned int", 16, 4, 0, false, FieldKind::kInteger},
+};
+const internal::FieldDesc kGraphExitFields[] = {
+    {"func", "unsigned long", 8, 8, 0, false, FieldKind::kInteger},
+    {"depth", "unsigned int", 16, 4, 0, false, FieldKind::kInteger},
+    {"overrun", "unsigned int", 20, 4, 0, false, FieldKind::kInteger},
+    {"calltime", "unsigned long long", 24, 8, 0, false, FieldKind::kInteger},
+    {"rettime", "unsigned long long", 32, 8, 0, false, FieldKind::kInteger},
+};
+
+internal::EventDesc g_function_desc{"ftrace", "function", "\" %ps <-- %ps\", (void *)REC->ip, (void *)REC->parent_ip",
+                                    kFunctionFields, 2, sizeof(FunctionRecord), &print_function};
+internal::EventDesc g_entry_desc{"ftrace", "funcgraph_entry", "\"--> %ps (%u)\", (void *)REC->func, REC->depth",
+                                 kGraphEntryFields, 2, sizeof(GraphEntryRecord), &print_graph_entry};
+internal::EventDesc g_exit_desc{
+    "ftrace", "funcgraph_exit",
+    "\"<-- %ps (%u) (start: %llx  end: %llx) over: %u\", (void *)REC->func, REC->depth, REC->calltime, "
+    "REC->rettime, REC->depth",
+    kGraphExitFields, 5, sizeof(GraphExitRecord), &print_graph_exit};
+
+struct RegisterEvents {
+  RegisterEvents() {
+    g_function_desc.id = kFunctionId;
+    events::Registry::get().add(&g_function_desc);
+    g_entry_desc.id = kGraphEntryId;
+    events::Registry::get().add(&g_entry_desc);
+    g_exit_desc.id = kGraphExitId;
+    events::Registry::get().add(&g_exit_desc);
+  }
+};
+__attribute__((init_priority(102))) RegisterEvents g_register_events;
+
+// ---- The thread's state.
+
+// Frames per thread: recursion 10000 deep and more. Mapped lazily, so only
+// the pages a thread reaches are ever touched.
+constexpr uint32_t kShadowFrames = 1u << 16;
+
+struct ShadowStack {
+  uint32_t depth = 0;
+  uint32_t overrun = 0;          // entries not traced because the stack was full
+  uint64_t graph_on = 0;         // slots: inside a set_graph_function function
+  uint64_t notrace_on = 0;       // slots: inside a set_graph_notrace function
+  uint16_t slot_depth[instance::kMaxInstances] = {};  // graph depth per instance
+  ShadowFrame frames[kShadowFrames];
+};
+
+// Hooks in progress on one thread: the program's, and signal handlers'
+// interrupting it (a handler's handler...).
+constexpr uint8_t kMaxNest = 4;
+
+struct ThreadFn {
+  ShadowStack* ss;
+  uint8_t nest;  // hooks in progress on the thread (signal handlers nest)
+  bool failed;  // the shadow stack could not be mapped: no graph on this thread
+};
+__attribute__((tls_model("initial-exec"))) thread_local ThreadFn t_fn;
+
+pthread_key_t g_key;
+pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
+
+void free_shadow(void* p) { munmap(p, sizeof(ShadowStack)); }
+
+// The thread's first traced entry maps its stack (one mmap, one
+// pthread_setspecific so that thread exit unmaps it).
+USRTRACE_NOINLINE ShadowStack* map_shadow() {
+  if (t_fn.failed) return nullptr;
+  pthread_once(&g_key_once, [] { pthread_key_create(&g_key, free_shadow); });
+  void* p = mmap(nullptr, sizeof(ShadowStack), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+  if (p == MAP_FAILED) {
+    t_fn.failed = true;
+    return nullptr;
+  }
+  auto* ss = static_cast<ShadowStack*>(p);  // zero-filled: a valid empty stack
+  pthread_setspecific(g_key, ss);
+  t_fn.ss = ss;
+  return ss;
+}
+
+USRTRACE_ALWAYS_INLINE ShadowStack* shadow() {
+  ShadowStack* ss = t_fn.ss;
+  return USRTRACE_LIKELY(ss != nullptr) ? ss : map_shadow();
+}
+
+__extension__ typedef unsigned __int128 u128;
+
+// Raw TSC to the ns of the local clock (calltime/rettime, which the kernel
+// also takes from trace_clock_local whatever the trace clock). The
+// calibration is complete before any graph tracer starts (control.cc).
+USRTRACE_ALWAYS_INLINE uint64_t tsc_ns(uint64_t tsc) {
+  const clock::TscCalibration& c = g_calibration;
+  if (USRTRACE_UNLIKELY(tsc < c.tsc0)) return c.ns0;
+  return c.ns0 + static_cast<uint64_t>((static_cast<u128>(tsc - c.tsc0) * c.mult) >> 32);
+}
+
+USRTRACE_ALWAYS_INLINE bool pid_ok(int slot, int tid) {
+  const instance::PidFilter* f = g_slots[slot].pids.load(std::memory_order_acquire);
+  return f == nullptr || f->admits(tid);
+}
+
+// Records the exits of `f` in its instances and releases what it held.
+// The function profiler's part of an exit: one hit and its time in the
+// returning thread's CPU row.
+void profile_exit(const ShadowFrame& f, uint64_t tsc) {
+  const Profile* p = g_profile.load(std::memory_order_acquire);
+  if (p == nullptr || p->gen != static_cast<uint32_t>(f.flags >> 32) || f.index >= p->nfuncs) return;
+  int cpu = base::rseq_cpu_id();
+  if (cpu < 0 || cpu >= p->ncpus) cpu = 0;
+  const uint64_t dur = tsc_ns(tsc) - tsc_ns(f.calltime);
+  ProfileStats& st = p->stats[static_cast<size_t>(cpu) * p->nfuncs + f.index];
+  st.hits.fetch_add(1, std::memory_order_relaxed);
+  st.time_ns.fetch_add(dur, std::memory_order_relaxed);
+  st.time_sq.fetch_add(dur * dur, std::memory_order_relaxed);
+}
+
+void record_exit(ShadowStack* ss, const ShadowFrame& f, uint64_t tsc, writers::ThreadState& t) {
+  ss->graph_on &= ~f.started;
+  ss->notrace_on &= ~f.notraced;
+  if (f.flags & kFrameProfiled) profile_exit(f, tsc);
+  uint64_t m = f.mask;
+  if (m == 0) return;
+  GraphExitRecord r;
+  r.common.type = kGraphExitId;
+  events::fill_common(&r, t);
+  r.func = f.fn;
+  r.overrun = ss->overrun;
+  r.calltime = tsc_ns(f.calltime);
+  r.rettime = tsc_ns(tsc);
+  const uint64_t dur = r.rettime - r.calltime;
+  while (m != 0) {
+    const int slot = __builtin_ctzll(m);
+    m &= m - 1;
+    const uint32_t d = ss->slot_depth[slot] > 0 ? --ss->slot_depth[slot] : 0;
+    const uint64_t thresh = g_slots[slot].thresh_ns.load(std::memory_order_relaxed);
+    if (thresh != 0 && dur < thresh) continue;
+    r.depth = d;
+    events::write_to_slot_at(slot, &r, sizeof r, t.tid, tsc);
+  }
+}
+
+USRTRACE_ALWAYS_INLINE void pop_record(ShadowStack* ss, uint64_t tsc, writers::ThreadState& t) {
+  const ShadowFrame f = ss->frames[ss->depth - 1];
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  ss->depth--;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  record_exit(ss, f, tsc, t);
+}
+
+// What an entry records; true when it pushed a frame. Between enter/exit.
+USRTRACE_ALWAYS_INLINE bool entry_locked(uint64_t fn, uint64_t parent, uint64_t* slot, uint64_t sp,
+                                         bool patched, writers::ThreadState& t) {
+  const SiteTable* tab = g_table.load(std::memory_order_acquire);
+  if (USRTRACE_UNLIKELY(tab == nullptr)) return false;
+  const Site* s = tab->find(fn);
+  if (s == nullptr) return false;
+
+  const uint64_t tsc = clock::rdtsc();
+  // The function tracer: one record per instance.
+  if (uint64_t m = s->trace & g_function_slots.load(std::memory_order_relaxed); m != 0) {
+    FunctionRecord r;
+    r.common.type = kFunctionId;
+    events::fill_common(&r, t);
+    r.ip = fn;
+    r.parent_ip = parent;
+    while (m != 0) {
+      const int i = __builtin_ctzll(m);
+      m &= m - 1;
+      if (pid_ok(i, t.tid)) events::write_to_slot_at(i, &r, sizeof r, t.tid, tsc);
+    }
+  }
+
+  // function_graph: which instances record this call.
+  const uint64_t graph = g_graph_slots.load(std::memory_order_relaxed);
+  const uint64_t start = s->start & graph, notrace = s->notrace & graph;
+  uint64_t g = s->trace & graph;
+  const bool prof = (s->trace & kProfileBit) != 0;
+  if (g == 0 && start == 0 && notrace == 0 && !prof) return false;
+  ShadowStack* ss = shadow();
+  if (ss == nullptr) return false;
+  const uint64_t restricted = g_graph_restricted.load(std::memory_order_relaxed);
+  g &= ~restricted | ss->graph_on | start;  // set_graph_function: only inside one
+  g &= ~(ss->notrace_on | notrace);         // set_graph_notrace: not it, not below it
+  for (uint64_t m = g; m != 0; m &= m - 1) {
+    const int i = __builtin_ctzll(m);
+    const uint32_t maxd = g_slots[i].max_depth.load(std::memory_order_relaxed);
+    if ((maxd != 0 && ss->slot_depth[i] >= maxd) || !pid_ok(i, t.tid)) g &= ~(uint64_t{1} << i);
+  }
+  const uint64_t started = start & ~ss->graph_on, notraced = notrace & ~ss->notrace_on;
+  if (g == 0 && started == 0 && notraced == 0 && !prof) return false;
+  uint64_t flags = patched ? kFrameRedirected : 0;
+  if (prof) {
+    if (const Profile* p = g_profile.load(std::memory_order_acquire); p != nullptr)
+      flags |= kFrameProfiled | uint64_t{p->gen} << 32;
+  }
+  if (USRTRACE_UNLIKELY(ss->depth >= kShadowFrames)) {
+    ss->overrun++;
+    return false;
+  }
+  ShadowFrame& f = ss->frames[ss->depth];
+  f.fn = fn;
+  f.ret = patched ? *slot : 0;
+  f.slot = patched ? slot : reinterpret_cast<uint64_t*>(sp);
+  f.calltime = tsc;
+  f.mask = g;
+  f.started = started;
+  f.notraced = notraced;
+  f.flags = flags;
+  f.index = s->index;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  ss->depth++;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  ss->graph_on |= started;
+  ss->notrace_on |= notraced;
+
+  GraphEntryRecord r;
+  r.common.type = kGraphEntryId;
+  events::fill_common(&r, t);
+  r.func = fn;
+  r.pad = 0;
+  for (uint64_t m = g; m != 0; m &= m - 1) {
+    const int i = __builtin_ctzll(m);
+    r.depth = ss->slot_depth[i]++;
+    if (g_slots[i].thresh_ns.load(std::memory_order_relaxed) == 0)
+      events::write_to_slot_at(i, &r, sizeof r, t.tid, tsc);
+  }
+  return true;
+}
+
+// Enters the hooks' critical region: false if the thread is already in a
+// hook (recursion, or a signal handler interrupting one) or cannot write.
+struct Guard {
+  writers::ThreadState* t = nullptr;
+  USRTRACE_ALWAYS_INLINE bool enter() {
+    if (t_fn.nest >= kMaxNest) return false;
+    t_fn.nest++;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    t = writers::enter();
+    if (t == nullptr) {
+      t_fn.nest--;
+      return false;
+    }
+    return true;
+  }
+  USRTRACE_ALWAYS_INLINE ~Guard() {
+    if (t == nullptr) return;
+    writers::exit(*t);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    t_fn.nest--;
+  }
+};
+
+}  // namespace
+
+clock::TscCalibration g_calibration{};
+
+const Site* SiteTable::find(uint64_t fn) const {
+  for (uint64_t i = (fn * 0x9E3779B97F4A7C15ull) >> shift;; i = (i + 1) & mask) {
+    const Site& s = sites[i];
+    if (s.fn == fn) return &s;
+    if (s.fn == 0) return nullptr;
+  }
+}
+
+void instrumented_entry(uint64_t fn, uint64_t parent, uint64_t sp) {
+  Guard g;
+  if (!g.enter()) return;
+  entry_locked(fn, parent, nullptr, sp, false, *g.t);
+}
+
+void instrumented_exit(uint64_t fn, uint64_t sp) {
+  ShadowStack* ss = t_fn.ss;
+  if (ss == nullptr || ss->depth == 0) return;
+  Guard g;
+  if (!g.enter()) return;
+  const uint64_t tsc = clock::rdtsc();
+  // Frames deeper than this one whose exits never came (an exception
+  // unwound them where the compiler calls no exit hook, or a longjmp).
+  while (ss->depth > 0) {
+    const ShadowFrame& top = ss->frames[ss->depth - 1];
+    if (top.fn == fn) {
+      pop_record(ss, tsc, *g.t);
+      return;
+    }
+    if (reinterpret_cast<uint64_t>(top.slot) >= sp) return;  // not ours: fn's entry was not traced
+    pop_record(ss, tsc, *g.t);
+  }
+}
+
+bool patched_entry(uint64_t fn, uint64_t parent, uint64_t* slot) {
+  Guard g;
+  if (!g.enter()) return false;
+  return entry_locked(fn, parent, slot, 0, true, *g.t);
+}
+
+uint64_t patched_return(uint64_t* slot) {
+  ShadowStack* ss = t_fn.ss;
+  // Reached only through a redirected slot, so there is a frame for it:
+  // pop the frames above it (left by longjmp), then it. No nesting check: the
+  // return must be taken even inside a hook.
+  writers::ThreadState* t = writers::enter();
+  const uint64_t tsc = clock::rdtsc();
+  while (ss != nullptr && ss->depth > 0) {
+    const ShadowFrame f = ss->frames[ss->depth - 1];
+    if ((f.flags & kFrameRedirected) != 0 && f.slot == slot) {
+      if (t) {
+        pop_record(ss, tsc, *t);
+      } else {
+        ss->depth--;
+      }
+      if (t) writers::exit(*t);
+      return f.ret;
+    }
+    if (reinterpret_cast<uint64_t>(f.slot) > reinterpret_cast<uint64_t>(slot)) break;
+    if (t) {
+      pop_record(ss, tsc, *t);
+    } else {
+      ss->depth--;
+    }
+  }
+  if (t) writers::exit(*t);
+  static const char kMsg[] = "usrtrace: function_graph return hook found no frame for its return address\n";
+  (void)!write(2, kMsg, sizeof kMsg - 1);
+  abort();
+}
+
+void shadow_unhook_all() {
+  ShadowStack* ss = t_fn.ss;
+  if (ss == nullptr) return;
+  for (uint32_t i = 0; i < ss->depth; ++i) {
+    ShadowFrame& f = ss->frames[i];
+    if ((f.flags & kFrameRedirected) == 0) continue;
+    *f.slot = f.ret;
+    f.flags = (f.flags & ~uint64_t{kFrameRedirected}) | kFrameUnhooked;
+  }
+}
+
+void shadow_rehook(uint64_t sp) {
+  ShadowStack* ss = t_fn.ss;
+  if (ss == nullptr) return;
+  Guard g;
+  const bool can_record = g.enter();
+  const uint64_t tsc = clock::rdtsc();
+  while (ss->depth > 0) {
+    const ShadowFrame& top = ss->frames[ss->depth - 1];
+    if ((top.flags & kFrameUnhooked) == 0 || reinterpret_cast<uint64_t>(top.slot) >= sp) break;
+    if (can_record) {
+      pop_record(ss, tsc, *g.t);
+    } else {
+      ss->depth--;
+    }
+  }
+  for (uint32_t i = 0; i < ss->depth; ++i) {
+    ShadowFrame& f = ss->frames[i];
+    if ((f.flags & kFrameUnhooked) == 0) continue;
+    *f.slot = patch::return_hook_address();
+    f.flags = (f.flags & ~uint64_t{kFrameUnhooked}) | kFrameRedirected;
+  }
+}
+
+}  // namespace usrtrace::function

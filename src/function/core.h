@@ -1,0 +1,83 @@
+// Private to src/function: the state the hooks read and the control plane
+// writes (see core.cc for the invariants).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "clock/trace_clock.h"
+#include "function/function.h"
+#include "instance/instance.h"
+
+namespace usrtrace::function {
+
+// ftrace's event ids for its function events, as on the kernel.
+inline constexpr uint16_t kFunctionId = 1;
+inline constexpr uint16_t kGraphExitId = 10;
+inline constexpr uint16_t kGraphEntryId = 11;
+
+// One traceable function: the instances (bit = slot) whose tracer traces it
+// (set_ftrace_filter / set_ftrace_notrace), for which it begins a graph
+// (set_graph_function) and for which it and its callees are not graphed
+// (set_graph_notrace).
+struct Site {
+  uint64_t fn;
+  uint64_t trace;  // bit kProfileBit: the function profiler times it
+  uint64_t start;
+  uint64_t notrace;
+  uint64_t index;  // the function's index (the profiler's tables)
+};
+
+// Instances use bits 0..62 of the masks; bit 63 is the function profiler.
+inline constexpr uint64_t kProfileBit = uint64_t{1} << 63;
+
+// function_profile_enabled's tables: per CPU, per function, updated with
+// relaxed atomic adds by the thread that returns (threads migrate: a CPU's
+// row is shared). Published with a release store; replaced (reset) when
+// profiling is enabled again, the old one freed after a grace period.
+struct ProfileStats {
+  std::atomic<uint64_t> hits{0};
+  std::atomic<uint64_t> time_ns{0};
+  std::atomic<uint64_t> time_sq{0};
+};
+struct Profile {
+  uint32_t gen = 0;
+  uint32_t nfuncs = 0;
+  int ncpus = 0;
+  std::unique_ptr<ProfileStats[]> stats;  // [cpu * nfuncs + index]
+};
+extern std::atomic<Profile*> g_profile;
+
+// Open addressing over the functions with a nonzero mask; empty slots have
+// fn == 0. Immutable once published.
+struct SiteTable {
+  std::unique_ptr<Site[]> sites;
+  uint64_t mask = 0;  // capacity - 1
+  int shift = 64;     // 64 - log2(capacity)
+  const Site* find(uint64_t fn) const;
+};
+
+// Per instance slot, read by the hooks.
+struct SlotSettings {
+  std::atomic<uint32_t> max_depth{0};  // max_graph_depth; 0: no limit
+  std::atomic<uint64_t> thresh_ns{0};  // tracing_thresh (function_graph)
+  std::atomic<const instance::PidFilter*> pids{nullptr};  // set_ftrace_pid / notrace_pid
+};
+
+// Nonzero when some instance runs a function tracer: the hooks' first test.
+extern std::atomic<uint64_t> g_tracing;
+extern std::atomic<const SiteTable*> g_table;
+extern SlotSettings g_slots[instance::kMaxInstances];
+extern std::atomic<uint64_t> g_function_slots;   // current_tracer = function
+extern std::atomic<uint64_t> g_graph_slots;      // current_tracer = function_graph
+extern std::atomic<uint64_t> g_graph_restricted; // set_graph_function not empty
+// The TSC calibration calltime/rettime use; set before g_graph_slots.
+extern clock::TscCalibration g_calibration;
+
+// -finstrument-functions (hooks.cc). `sp`: the hook's stack pointer, which
+// orders frames (a deeper frame has a lower one).
+void instrumented_entry(uint64_t fn, uint64_t parent, uint64_t sp);
+void instrumented_exit(uint64_t fn, uint64_t sp);
+
+}  // namespace usrtrace::function

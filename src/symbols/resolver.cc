@@ -1,0 +1,90 @@
+#include "symbols/resolver.h"
+
+#include <link.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "symbols/symbols.h"
+
+namespace usrtrace::symbols {
+namespace {
+
+struct Entry {
+  uint64_t addr, size;
+  std::string name;
+};
+
+struct Table {
+  std::vector<Entry> funcs;  // by address
+  unsigned long long adds = 0;
+};
+
+std::mutex g_mu;
+std::shared_ptr<const Table> g_table;
+
+unsigned long long loaded_objects() {
+  unsigned long long adds = 0;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* arg) {
+        *static_cast<unsigned long long*>(arg) = info->dlpi_adds;
+        return 1;
+      },
+      &adds);
+  return adds;
+}
+
+std::shared_ptr<const Table> load() {
+  auto t = std::make_shared<Table>();
+  t->adds = loaded_objects();
+  for (Symbol& s : load_process_symbols())
+    if (s.type == 't' || s.type == 'T') t->funcs.push_back({s.addr, s.size, kallsyms_name(s.name)});
+  return t;
+}
+
+const Entry* find(const Table& t, uint64_t addr) {
+  auto it = std::upper_bound(t.funcs.begin(), t.funcs.end(), addr,
+                             [](uint64_t a, const Entry& e) { return a < e.addr; });
+  if (it == t.funcs.begin()) return nullptr;
+  --it;
+  // A size-0 symbol covers up to the next one.
+  if (it->size != 0 && addr >= it->addr + it->size) return nullptr;
+  return &*it;
+}
+
+}  // namespace
+
+std::string Resolver::name(uint64_t addr, bool offset) {
+  std::shared_ptr<const Table> t;
+  {
+    std::lock_guard<std::mutex> l(g_mu);
+    if (!g_table) g_table = load();
+    t = g_table;
+  }
+  const Entry* e = find(*t, addr);
+  if (e == nullptr && loaded_objects() != t->adds) {
+    std::lock_guard<std::mutex> l(g_mu);
+    g_table = load();
+    t = g_table;
+    e = find(*t, addr);
+  }
+  char buf[64];
+  if (e == nullptr) {
+    snprintf(buf, sizeof buf, "0x%" PRIx64, addr);
+    return buf;
+  }
+  if (!offset) return e->name;
+  snprintf(buf, sizeof buf, "+0x%" PRIx64 "/0x%" PRIx64, addr - e->addr, e->size);
+  return e->name + buf;
+}
+
+void Resolver::invalidate() {
+  std::lock_guard<std::mutex> l(g_mu);
+  g_table.reset();
+}
+
+}  // namespace usrtrace::symbols

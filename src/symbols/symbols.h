@@ -1,0 +1,45 @@
+// The program's own symbols: every function and object of the main
+// executable and of each loaded shared object, at its run-time address,
+// read from the ELF symbol tables with elfutils' libelf. They are
+// usrtrace's kallsyms: trace.dat files carry them so that pointer and
+// function fields (%ps, .sym) print as names.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace usrtrace::symbols {
+
+struct Symbol {
+  uint64_t addr = 0;      // run-time address
+  uint64_t size = 0;
+  char type = 't';        // nm's letter: T/t function, D/d object (upper case: global)
+  std::string name;       // as in the symbol table (mangled for C++)
+  std::string module;     // shared object's file name; "" for the main executable
+  // The object refers to __cyg_profile_func_enter: some of its code may be
+  // built with -finstrument-functions (which functions: their prologue calls
+  // it, see function/control.cc).
+  bool instrumented = false;
+  // Where the object's GOT holds that hook's address (0: none), the target
+  // of its PLT stub or of a -fno-plt call.
+  uint64_t hook_got = 0;
+};
+
+// Reads the symbols of every object loaded now (dl_iterate_phdr), .symtab
+// where present, else .dynsym. Sorted by address, duplicates dropped.
+// Context: control plane; allocates, opens files.
+std::vector<Symbol> load_process_symbols();
+
+// C++ names demangled ("ns::f(int, char)"); other names as they are.
+std::string demangle(const std::string& name);
+
+// A name usable in kallsyms, whose readers cut a line at the first blank:
+// the demangled name with the blanks after commas dropped and the others
+// turned into '_' ("f(int,unsigned_long)").
+std::string kallsyms_name(const std::string& name);
+
+// /proc/kallsyms text: "ADDR TYPE NAME[\t[MODULE]]\n" per symbol.
+std::string kallsyms_text(const std::vector<Symbol>& syms);
+
+}  // namespace usrtrace::symbols

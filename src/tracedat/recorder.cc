@@ -1,0 +1,501 @@
+// The recorder behind usrtrace::TraceRecorder and extract_trace().
+//
+// Data path: RingBuffer::read_page() (what trace_pipe_raw hands out) into
+// a page-sized buffer, appended to one temporary file per (instance, CPU).
+// No event is looked at. A thread per instance sleeps in RingBuffer::wait()
+// until some CPU reaches the watermark (buffer_percent), then takes every
+// full page; stop() takes the partly filled ones too. The metadata (event
+// formats, symbols, thread names, stats) is read at stop(), through the
+// control files, so that events registered and threads named during the
+// run are in the file.
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "base/sys.h"
+#include "clock/trace_clock.h"
+#include "function/function.h"
+#include "instance/instance.h"
+#include "ring_buffer/page_format.h"
+#include "symbols/symbols.h"
+#include "tracedat/recorder.h"
+#include "tracedat/remote_recorder.h"
+#include "tracedat/writer.h"
+#include "tracefs/tracefs.h"
+#include "usrtrace/tracedat.h"
+
+namespace usrtrace {
+namespace tracedat {
+namespace {
+
+__extension__ typedef unsigned __int128 u128;
+
+using instance::Instance;
+
+// Stop requests are seen within this time by a recorder thread waiting for
+// data that does not come.
+constexpr int kWaitSliceMs = 50;
+// Pages are batched in memory before a write() to the temporary file.
+constexpr size_t kBatchBytes = 1024 * 1024;
+
+std::string prefix_of(const std::string& inst) { return inst.empty() ? "" : "instances/" + inst + "/"; }
+
+std::string read_text(const std::string& path) {
+  std::string s;
+  if (tracefs::read_file(path, &s) < 0) s.clear();
+  return s;
+}
+
+}  // namespace
+
+int temp_file(const std::string& dir, std::string* err) {
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd >= 0) return fd;
+  std::string tmpl = dir + "/.usrtrace-rec-XXXXXX";
+  fd = ::mkostemp(tmpl.data(), O_CLOEXEC);
+  if (fd < 0) {
+    const int e = errno;
+    *err = "cannot create a temporary file in " + dir + ": " + std::strerror(e);
+    return -e;
+  }
+  ::unlink(tmpl.c_str());
+  return fd;
+}
+
+Metadata collect_metadata(const std::vector<std::string>& instances) {
+  Metadata m;
+  Instance* top = Instance::top();
+  m.nr_cpus = top ? top->buffer().nr_cpus() : 1;
+  m.page_size = top ? top->buffer().page_size(0) : 4096;
+  m.header_page = read_text("events/header_page");
+  m.header_event = read_text("events/header_event");
+  std::vector<std::string> systems;
+  tracefs::list("events", &systems);
+  for (const std::string& sys : systems) {
+    tracefs::Stat st;
+    if (tracefs::stat("events/" + sys, &st) < 0 || !st.is_dir) continue;
+    std::vector<std::string> names, formats;
+    tracefs::list("events/" + sys, &names);
+    for (const std::string& ev : names) {
+      std::string f;
+      if (tracefs::read_file("events/" + sys + "/" + ev + "/format", &f) > 0) formats.push_back(std::move(f));
+    }
+    if (sys == "ftrace")
+      m.ftrace_formats = std::move(formats);
+    else if (!formats.empty())
+      m.systems.emplace_back(sys, std::move(formats));
+  }
+  m.kallsyms = symbols::kallsyms_text(symbols::load_process_symbols());
+  m.cmdlines = read_text("saved_cmdlines");
+  m.trace_clock = read_text(prefix_of(instances.empty() ? "" : instances[0]) + "trace_clock");
+  struct utsname u;
+  if (uname(&u) == 0)
+    m.uname = std::string(u.sysname) + " " + u.nodename + " " + u.release + " " + u.machine;
+  m.version = "usrtrace " USRTRACE_VERSION_STRING;
+  // The TSC clocks' pages hold raw TSC counts: the file carries the
+  // calibration that turns them into the ns the trace file prints.
+  Instance* first = Instance::find(instances.empty() ? "" : instances[0]);
+  if (first) m.tsc2nsec = tsc2nsec_for(first->buffer().clock());
+  return m;
+}
+
+Metadata::Tsc2Nsec tsc2nsec_for(clock::ClockId id) {
+  Metadata::Tsc2Nsec t;
+  const clock::ClockDesc& d = clock::describe(id);
+  if (!d.tsc || !d.in_ns) return t;
+  const clock::TscCalibration& c = clock::tsc_calibration();
+  uint64_t mult = c.mult;
+  uint32_t shift = 32;
+  while (mult > UINT32_MAX && shift > 0) {
+    mult >>= 1;
+    --shift;
+  }
+  if (mult == 0 || mult > UINT32_MAX) return t;
+  t.mult = static_cast<uint32_t>(mult);
+  t.shift = shift;
+  // ns = ns0 + (tsc - tsc0) * mult >> shift = (tsc * mult >> shift) + offset
+  const uint64_t at_tsc0 = static_cast<uint64_t>((static_cast<u128>(c.tsc0) * mult) >> shift);
+  t.offset = static_cast<int64_t>(c.ns0) - static_cast<int64_t>(at_tsc0);
+  return t;
+}
+
+std::string clock_name(const std::string& trace_clock_text) {
+  const size_t a = trace_clock_text.find('['), b = trace_clock_text.find(']');
+  if (a == std::string::npos || b == std::string::npos || b < a) return "local";
+  return trace_clock_text.substr(a + 1, b - a - 1);
+}
+
+bool take_page(rb::RingBuffer& rb, int cpu, uint8_t* page, uint32_t page_size, bool full_only,
+               uint64_t* missed) {
+  *missed = 0;
+  const uint32_t len = rb.read_page(cpu, page, page_size, full_only);
+  if (len == 0) return false;
+  uint64_t commit;
+  std::memcpy(&commit, page + 8, 8);
+  // What read_page did not write is stale bytes of the caller's buffer:
+  // zero it (readers ignore it, but a file should not carry stale data).
+  const uint32_t end = rb::kPageHeaderSize + len + ((commit & rb::kMissedStored) ? 8 : 0);
+  if (end < page_size) std::memset(page + end, 0, page_size - end);
+  if ((commit & rb::kMissedStored) && end <= page_size)
+    std::memcpy(missed, page + rb::kPageHeaderSize + len, 8);
+  return true;
+}
+
+namespace {
+
+// "name: NAME" of a format file's text.
+std::string_view format_name(std::string_view fmt) {
+  const size_t at = fmt.find("name: ");
+  if (at == std::string_view::npos) return {};
+  const size_t end = fmt.find('\n', at);
+  return fmt.substr(at + 6, end == std::string_view::npos ? std::string_view::npos : end - at - 6);
+}
+
+}  // namespace
+
+void keep_departed(const Metadata& before, Metadata* now) {
+  for (const auto& system : before.systems) {
+    auto it = std::find_if(now->systems.begin(), now->systems.end(),
+                           [&](const auto& s) { return s.first == system.first; });
+    if (it == now->systems.end()) {
+      now->systems.push_back(system);
+      continue;
+    }
+    for (const std::string& f : system.second) {
+      const std::string_view name = format_name(f);
+      const bool still = std::any_of(it->second.begin(), it->second.end(),
+                                     [&](const std::string& g) { return format_name(g) == name; });
+      if (!still) it->second.push_back(f);
+    }
+  }
+  // saved_cmdlines: "PID COMM" lines; a pid missing now keeps its old name.
+  std::string extra;
+  size_t at = 0;
+  while (at < before.cmdlines.size()) {
+    size_t nl = before.cmdlines.find('\n', at);
+    if (nl == std::string::npos) nl = before.cmdlines.size();
+    const std::string line = before.cmdlines.substr(at, nl - at);
+    at = nl + 1;
+    const size_t sp = line.find(' ');
+    if (sp == std::string::npos) continue;
+    const std::string pid = line.substr(0, sp + 1);
+    if (now->cmdlines.rfind(pid, 0) != 0 && now->cmdlines.find("\n" + pid) == std::string::npos)
+      extra += line + "\n";
+  }
+  if (!extra.empty()) {
+    if (!now->cmdlines.empty() && now->cmdlines.back() != '\n') now->cmdlines += '\n';
+    now->cmdlines += extra;
+  }
+}
+
+int check_options(const RecordOptions& o, std::string* dir, std::string* err) {
+  if (o.file_version != 6 && o.file_version != 7) {
+    *err = "file version must be 6 or 7";
+    return -EINVAL;
+  }
+  if (o.compress && o.file_version != 7) {
+    *err = "compression needs file version 7";
+    return -EINVAL;
+  }
+  if (o.buffer_percent > 100) {
+    *err = "buffer percent must be 0..100";
+    return -EINVAL;
+  }
+  if (o.pid < 0) {
+    *err = "bad pid " + std::to_string(o.pid);
+    return -EINVAL;
+  }
+  const size_t slash = o.output.rfind('/');
+  *dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : o.output.substr(0, slash));
+  const std::vector<std::string>& in = o.instances;
+  for (size_t i = 0; i < in.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (in[i] == in[j]) {
+        *err = "instance '" + in[i] + "' given twice";
+        return -EINVAL;
+      }
+  return 0;
+}
+
+int write_output(const RecordOptions& opts, Metadata meta, std::vector<BufferData> buffers,
+                 std::string* err) {
+  std::vector<BufferData> ordered;
+  for (auto& b : buffers)
+    if (b.name.empty()) ordered.push_back(std::move(b));
+  if (ordered.empty()) {  // trace-cmd's layout: the top buffer is always there, here empty
+    BufferData b;
+    b.clock = clock_name(meta.trace_clock);
+    b.page_size = meta.page_size;
+    ordered.push_back(b);
+    if (!buffers.empty()) meta.page_size = buffers[0].page_size;
+  }
+  for (auto& b : buffers)
+    if (!b.name.empty()) ordered.push_back(std::move(b));
+  WriteOptions wo;
+  wo.version = opts.file_version;
+  wo.compression = opts.compress ? Compression::kZstd : Compression::kNone;
+  const int fd = ::open(opts.output.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int e = errno;
+    *err = opts.output + ": " + std::strerror(e);
+    return -e;
+  }
+  int r = write_file(fd, meta, ordered, wo, err);
+  if (::close(fd) != 0 && r == 0) r = -errno;
+  if (r < 0 && err->empty()) *err = opts.output + ": " + std::strerror(-r);
+  return r;
+}
+
+// One instance being recorded.
+struct Source {
+  std::string name;
+  Instance* inst = nullptr;  // holds a reader reference (get_reader)
+  rb::RingBuffer* rb = nullptr;
+  uint32_t page_size = 0;
+  int percent = 50;
+  std::vector<int> fds;         // per CPU
+  std::vector<uint64_t> sizes;  // bytes written per CPU
+  std::vector<std::string> batch;
+  std::thread thread;
+  // Read by stats() while the thread runs.
+  std::atomic<uint64_t> pages{0}, bytes{0}, lost{0};
+  int error = 0;
+  std::string error_text;
+
+  ~Source() {
+    for (int fd : fds)
+      if (fd >= 0) ::close(fd);
+    if (inst) inst->put_reader();
+  }
+
+  void flush(size_t cpu) {
+    std::string& b = batch[cpu];
+    size_t off = 0;
+    while (off < b.size() && error == 0) {
+      ssize_t w = ::pwrite(fds[cpu], b.data() + off, b.size() - off, static_cast<off_t>(sizes[cpu]));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        error = w < 0 ? errno : EIO;
+        error_text = std::string("writing the recorded pages: ") + std::strerror(error);
+        break;
+      }
+      off += static_cast<size_t>(w);
+      sizes[cpu] += static_cast<uint64_t>(w);
+      bytes.fetch_add(static_cast<uint64_t>(w), std::memory_order_relaxed);
+    }
+    b.clear();
+  }
+
+  // Moves pages out of the buffer; returns how many.
+  uint64_t drain(bool full_only) {
+    uint64_t n = 0;
+    for (size_t cpu = 0; cpu < fds.size(); ++cpu) {
+      std::string& b = batch[cpu];
+      for (;;) {
+        const size_t at = b.size();
+        b.resize(at + page_size);
+        uint8_t* page = reinterpret_cast<uint8_t*>(b.data() + at);
+        uint64_t missed = 0;
+        if (!take_page(*rb, static_cast<int>(cpu), page, page_size, full_only, &missed)) {
+          b.resize(at);
+          break;
+        }
+        lost.fetch_add(missed, std::memory_order_relaxed);
+        ++n;
+        if (b.size() >= kBatchBytes) flush(cpu);
+      }
+      flush(cpu);
+    }
+    pages.fetch_add(n, std::memory_order_relaxed);
+    return n;
+  }
+
+  void run(const std::atomic<bool>* stop) {
+    while (!stop->load(std::memory_order_acquire) && error == 0) {
+      if (!rb->wait(-1, percent, kWaitSliceMs)) continue;
+      // Woken: take the full pages; if the watermark was met by a page the
+      // writer is still filling (a small buffer), take that too, so that a
+      // wake-up always makes progress.
+      if (drain(true) == 0) drain(false);
+    }
+  }
+};
+
+class Recording {
+ public:
+  int open(const RecordOptions& o, std::string* err) {
+    opts_ = o;
+    if (opts_.instances.empty()) opts_.instances.push_back("");
+    std::string dir;
+    if (int rc = check_options(opts_, &dir, err); rc < 0) return rc;
+    for (const std::string& name : opts_.instances) {
+      auto s = std::make_unique<Source>();
+      s->name = name;
+      int e = 0;
+      s->inst = Instance::get(name, Instance::GetMode::kExisting, &e);
+      if (!s->inst) {
+        *err = name.empty() ? std::string("no top instance (does the kernel have rseq?)")
+                            : "no instance '" + name + "'";
+        return -(e ? e : ENOENT);
+      }
+      s->rb = &s->inst->buffer();
+      s->page_size = s->rb->page_size(0);
+      s->percent = o.buffer_percent >= 0 ? o.buffer_percent : s->inst->buffer_percent();
+      const int ncpu = s->rb->nr_cpus();
+      for (int c = 0; c < ncpu; ++c) {
+        const int fd = temp_file(dir, err);
+        if (fd < 0) return fd;
+        s->fds.push_back(fd);
+      }
+      s->sizes.assign(static_cast<size_t>(ncpu), 0);
+      s->batch.resize(static_cast<size_t>(ncpu));
+      sources_.push_back(std::move(s));
+    }
+    return 0;
+  }
+
+  // The threads block every signal (the program's handlers run in its own
+  // threads, not in ours) and are named usrtrace-rec.
+  void start_threads() {
+    sigset_t all, old;
+    sigfillset(&all);
+  sigdelset(&all, function::patch::sweep_signal());  // the patcher's sweep (function/function.h)
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    for (auto& s : sources_)
+      s->thread = std::thread([this, src = s.get()] {
+        base::name_own_thread("usrtrace-rec");
+        src->run(&stop_);
+      });
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  }
+
+  int finish(std::string* err) {
+    stop_.store(true, std::memory_order_release);
+    for (auto& s : sources_)
+      if (s->thread.joinable()) s->thread.join();
+    for (auto& s : sources_) {
+      s->drain(false);
+      if (s->error) {
+        *err = s->error_text;
+        return -s->error;
+      }
+    }
+    return write(err);
+  }
+
+  RecordStats stats() const {
+    RecordStats st;
+    for (const auto& s : sources_) {
+      st.pages += s->pages.load(std::memory_order_relaxed);
+      st.bytes += s->bytes.load(std::memory_order_relaxed);
+      st.lost_events += s->lost.load(std::memory_order_relaxed);
+    }
+    return st;
+  }
+
+ private:
+  int write(std::string* err) {
+    Metadata meta = collect_metadata(opts_.instances);
+    std::vector<BufferData> buffers;
+    for (const auto& src : sources_) {
+      BufferData b;
+      b.name = src->name;
+      b.clock = clock_name(read_text(prefix_of(src->name) + "trace_clock"));
+      b.page_size = src->page_size;
+      for (size_t c = 0; c < src->fds.size(); ++c) {
+        b.cpus.push_back({src->fds[c], 0, src->sizes[c]});
+        b.stats.push_back(read_text(prefix_of(src->name) + "per_cpu/cpu" + std::to_string(c) + "/stats"));
+      }
+      buffers.push_back(std::move(b));
+    }
+    return write_output(opts_, std::move(meta), std::move(buffers), err);
+  }
+
+  RecordOptions opts_;
+  std::vector<std::unique_ptr<Source>> sources_;
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace tracedat
+
+struct TraceRecorder::Impl {
+  std::unique_ptr<tracedat::Recording> local;
+  std::unique_ptr<tracedat::ProcessTreeRecording> remote;
+  bool stopped = false;
+};
+
+namespace {
+bool is_remote(const RecordOptions& o) { return o.pid != 0 && o.pid != getpid(); }
+}  // namespace
+
+TraceRecorder::TraceRecorder(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+std::unique_ptr<TraceRecorder> TraceRecorder::start(const RecordOptions& opts, std::string* err) {
+  auto impl = std::make_unique<Impl>();
+  if (is_remote(opts)) {
+    impl->remote = std::make_unique<tracedat::ProcessTreeRecording>();
+    if (impl->remote->open(opts, err) < 0) return nullptr;
+    impl->remote->start_thread();
+  } else {
+    impl->local = std::make_unique<tracedat::Recording>();
+    if (impl->local->open(opts, err) < 0) return nullptr;
+    impl->local->start_threads();
+  }
+  return std::unique_ptr<TraceRecorder>(new TraceRecorder(std::move(impl)));
+}
+
+int TraceRecorder::stop(std::string* err) {
+  if (impl_->stopped) return 0;
+  impl_->stopped = true;
+  return impl_->remote ? impl_->remote->finish(err) : impl_->local->finish(err);
+}
+
+RecordStats TraceRecorder::stats() const {
+  return impl_->remote ? impl_->remote->stats() : impl_->local->stats();
+}
+
+bool TraceRecorder::process_exited() const { return impl_->remote && impl_->remote->process_gone(); }
+
+int TraceRecorder::add_process(int pid, std::string* err) {
+  if (!impl_->remote) {
+    *err = "add_process needs a recording of another process (RecordOptions::pid)";
+    return -EINVAL;
+  }
+  if (impl_->stopped) {
+    *err = "the recording has stopped";
+    return -EINVAL;
+  }
+  return impl_->remote->add_process(pid, err);
+}
+
+std::string TraceRecorder::warnings() const { return impl_->remote ? impl_->remote->warnings() : std::string(); }
+
+TraceRecorder::~TraceRecorder() {
+  std::string err;
+  if (impl_ && !impl_->stopped) stop(&err);
+}
+
+int extract_trace(const RecordOptions& opts, std::string* err, RecordStats* stats) {
+  if (is_remote(opts)) {
+    tracedat::RemoteRecording rec;
+    if (int e = rec.open(opts, err)) return e;
+    const int r = rec.finish(err);
+    if (stats) *stats = rec.stats();
+    return r;
+  }
+  tracedat::Recording rec;
+  if (int e = rec.open(opts, err)) return e;
+  const int r = rec.finish(err);
+  if (stats) *stats = rec.stats();
+  return r;
+}
+
+}  // namespace usrtrace

@@ -1,0 +1,54 @@
+// Internals of the recorder (usrtrace/tracedat.h) that other parts reuse.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "clock/trace_clock.h"
+#include "ring_buffer/ring_buffer.h"
+#include "tracedat/writer.h"
+#include "usrtrace/tracedat.h"
+
+namespace usrtrace::tracedat {
+
+// What a trace.dat needs besides the buffers, read from the control files
+// and the program's symbol tables; the trace clock is that of
+// instances[0]. Context: control plane.
+Metadata collect_metadata(const std::vector<std::string>& instances);
+
+// The TSC2NSEC/OFFSET conversion for a buffer on clock `id` (mult 0 when
+// its stamps are not TSC counts).
+Metadata::Tsc2Nsec tsc2nsec_for(clock::ClockId id);
+
+// One page of `cpu` as trace_pipe_raw hands it out, into `page`
+// (page_size bytes) with its unwritten tail zeroed; *missed gets the events
+// lost before it (0 if none). False when there is none (with full_only,
+// no closed page). Context: control plane, one reader per buffer.
+bool take_page(rb::RingBuffer& rb, int cpu, uint8_t* page, uint32_t page_size, bool full_only,
+               uint64_t* missed);
+
+// Checks what every recording checks; *dir gets the output's directory
+// (for the temporary files). 0, or -EINVAL with *err set.
+int check_options(const RecordOptions& o, std::string* dir, std::string* err);
+
+// A temporary file in `dir` (O_TMPFILE, or a name unlinked at once).
+// A descriptor, or -errno with *err set.
+int temp_file(const std::string& dir, std::string* err);
+
+// Writes opts.output from the metadata and the buffers' data, the top
+// instance first (an empty one when it was not recorded, as trace-cmd
+// does). 0, or -errno with *err set.
+int write_output(const RecordOptions& opts, Metadata meta, std::vector<BufferData> buffers,
+                 std::string* err);
+
+// Keeps in *now what went away since *before was taken: the formats of
+// events unregistered meanwhile (a shared object unloaded, or a program's
+// static destructors run at exit while it is recorded: its records are
+// in the pages and must not print as UNKNOWN), and the names of threads
+// that left saved_cmdlines. Context: control plane.
+void keep_departed(const Metadata& before, Metadata* now);
+
+// "local" from the trace_clock file's "[local] global ...".
+std::string clock_name(const std::string& trace_clock_text);
+
+}  // namespace usrtrace::tracedat

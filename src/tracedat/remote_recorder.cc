@@ -1,0 +1,345 @@
+// Recording another process (RecordOptions::pid): the same trace.dat as the
+// in-process recorder, with the pages and the metadata taken through the
+// process's control socket (src/control).
+//
+// One thread and one connection. The connection declares itself a
+// recorder (kRecord), so when the process exits it waits (bounded) for us:
+// the answer that says kExiting makes the thread take every page left
+// (flush), the metadata, and release the process. The metadata is also
+// taken at the start, so a process that is killed still leaves a readable
+// file of what was taken before.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "control/connection.h"
+#include "ring_buffer/page_format.h"
+#include "tracedat/recorder.h"
+#include "tracedat/remote_recorder.h"
+
+namespace usrtrace::tracedat {
+namespace {
+
+constexpr uint32_t kChunk = 1024 * 1024;   // pages per answer, at most
+constexpr uint32_t kWaitMs = 100;          // a quiet process is asked again this often
+
+// The process's name, from /proc.
+std::string comm_of(int pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/comm", pid);
+  FILE* f = fopen(path, "re");
+  if (!f) return "process";
+  char buf[32] = {};
+  const bool ok = fgets(buf, sizeof buf, f) != nullptr;
+  fclose(f);
+  std::string s = ok ? buf : "process";
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  for (char& ch : s)
+    if (ch == ' ' || ch == ':') ch = '_';  // a buffer name, and trace-cmd splits on blanks
+  return s.empty() ? "process" : s;
+}
+
+// Why a request to process `pid` failed, in one line.
+std::string failure(int pid, int rc, const std::string& doing) {
+  const std::string who = "process " + std::to_string(pid);
+  if (rc == -EPIPE) return who + " exited before its recording began";
+  return who + ": " + doing + std::strerror(-rc);
+}
+
+}  // namespace
+
+struct RemoteRecording::Instance {
+  std::string name;
+  uint32_t page_size = 0;
+  // Bytes the final flush may still take (see finish_remote).
+  uint64_t flush_budget = UINT64_MAX;
+  std::vector<int> fds;
+  std::vector<uint64_t> sizes;
+};
+
+RemoteRecording::RemoteRecording() = default;
+
+RemoteRecording::~RemoteRecording() {
+  stop_.store(true, std::memory_order_release);
+  if (thread_.joinable()) thread_.join();
+  for (auto& i : instances_)
+    for (int fd : i->fds)
+      if (fd >= 0) ::close(fd);
+}
+
+int RemoteRecording::open(const RecordOptions& o, std::string* err) {
+  opts_ = o;
+  if (opts_.instances.empty()) opts_.instances.push_back("");
+  std::string dir;
+  if (int rc = check_options(opts_, &dir, err); rc < 0) return rc;
+  conn_ = control::Connection::open(o.pid, err);
+  if (!conn_) return -ESRCH;
+  for (const std::string& name : opts_.instances) {
+    auto inst = std::make_unique<Instance>();
+    inst->name = name;
+    control::Connection::Pages p;
+    // The first answer says whether the instance exists and its shape.
+    const int rc = conn_->pages(name, kChunk, 0, false, &p);
+    if (rc < 0) {
+      *err = rc == -ENOENT ? "process " + std::to_string(o.pid) + " has no instance '" + name + "'"
+                           : failure(o.pid, rc, "");
+      return rc;
+    }
+    inst->page_size = p.page_size;
+    for (int c = 0; c < p.nr_cpus; ++c) {
+      const int fd = temp_file(dir, err);
+      if (fd < 0) return fd;
+      inst->fds.push_back(fd);
+    }
+    inst->sizes.assign(static_cast<size_t>(p.nr_cpus), 0);
+    instances_.push_back(std::move(inst));
+    if (int wr = store(*instances_.back(), p, err); wr < 0) return wr;
+  }
+  control::Request rec;
+  rec.op = control::Op::kRecord;
+  rec.on = true;
+  std::string payload;
+  if (int rc = conn_->call(rec, &payload); rc < 0) {
+    *err = failure(o.pid, rc, "");
+    return rc;
+  }
+  if (int rc = conn_->meta(opts_.instances, &meta_); rc < 0) {
+    *err = failure(o.pid, rc, "reading its metadata: ");
+    return rc;
+  }
+  have_meta_ = true;
+  return 0;
+}
+
+int RemoteRecording::store(Instance& inst, const control::Connection::Pages& p, std::string* err) {
+  if (p.page_size != inst.page_size || p.nr_cpus != static_cast<int>(inst.fds.size())) {
+    *err = "the instance '" + inst.name + "' changed shape while recorded";
+    return -EPROTO;
+  }
+  for (size_t i = 0; i < p.cpus.size(); ++i) {
+    const size_t cpu = static_cast<size_t>(p.cpus[i]);
+    const char* page = p.data.data() + i * p.page_size;
+    uint64_t commit;
+    std::memcpy(&commit, page + 8, 8);
+    const uint64_t len = commit & rb::kCommitLengthMask;
+    if ((commit & rb::kMissedStored) && rb::kPageHeaderSize + len + 8 <= p.page_size) {
+      uint64_t missed;
+      std::memcpy(&missed, page + rb::kPageHeaderSize + len, 8);
+      lost_.fetch_add(missed, std::memory_order_relaxed);
+    }
+    size_t off = 0;
+    while (off < p.page_size) {
+      const ssize_t w = ::pwrite(inst.fds[cpu], page + off, p.page_size - off,
+                                 static_cast<off_t>(inst.sizes[cpu]));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        const int e = w < 0 ? errno : EIO;
+        *err = std::string("writing the recorded pages: ") + std::strerror(e);
+        return -e;
+      }
+      off += static_cast<size_t>(w);
+      inst.sizes[cpu] += static_cast<uint64_t>(w);
+    }
+    bytes_.fetch_add(p.page_size, std::memory_order_relaxed);
+    pages_.fetch_add(1, std::memory_order_relaxed);
+  }
+  return 0;
+}
+
+int RemoteRecording::take(bool flush, uint32_t wait_ms, bool* any, std::string* err) {
+  *any = false;
+  control::Connection::Pages p;
+  for (auto& inst : instances_) {
+    while (!flush || inst->flush_budget > 0) {
+      const int rc = conn_->pages(inst->name, kChunk, wait_ms, flush, &p);
+      if (rc < 0) {
+        *err = "process " + std::to_string(opts_.pid) + ": " + std::strerror(-rc);
+        return rc;
+      }
+      if (int wr = store(*inst, p, err); wr < 0) return wr;
+      if (rc > 0) *any = true;
+      if (flush) inst->flush_budget -= std::min<uint64_t>(inst->flush_budget, p.data.size());
+      // A full answer: there is more now; otherwise on to the next one.
+      if (p.data.size() + p.page_size + 8 + 4 <= kChunk) break;
+      wait_ms = 0;
+    }
+    wait_ms = 0;  // only the first asks the server to wait
+  }
+  return 0;
+}
+
+// Everything left, the metadata as it is now, and the process released.
+// What the buffers held when the process began to exit is at most their
+// capacity: once that much is taken, the rest was written after (threads
+// still running while a deferred Ctrl-C waits for us), and a writer faster
+// than the socket would otherwise keep the flush, and the process, going.
+int RemoteRecording::finish_remote(std::string* err) {
+  for (auto& inst : instances_) {
+    inst->flush_budget = 0;
+    for (const control::InstanceMeta& im : meta_.instances)
+      if (im.name == inst->name) inst->flush_budget = im.capacity + kChunk;
+  }
+  bool any = true;
+  while (any)
+    if (int rc = take(true, 0, &any, err); rc < 0) return rc;
+  control::RemoteMeta m;
+  if (conn_->meta(opts_.instances, &m) == 0) {
+    keep_departed(meta_.meta, &m.meta);
+    meta_ = std::move(m);
+  }
+  control::Request rec;
+  rec.op = control::Op::kRecord;
+  rec.on = false;
+  std::string payload;
+  conn_->call(rec, &payload);
+  return 0;
+}
+
+void RemoteRecording::start_thread() {
+  thread_ = std::thread([this] {
+    std::string err;
+    bool any = false;
+    while (!stop_.load(std::memory_order_acquire)) {
+      if (int rc = take(false, kWaitMs, &any, &err); rc < 0) {
+        if (rc != -EPIPE) set_error(rc, err);
+        gone_.store(true, std::memory_order_release);  // a process killed: keep what came
+        return;
+      }
+      if (conn_->flags() & control::kExiting) {
+        if (int rc = finish_remote(&err); rc < 0 && rc != -EPIPE) set_error(rc, err);
+        gone_.store(true, std::memory_order_release);
+        return;
+      }
+    }
+  });
+}
+
+void RemoteRecording::set_error(int rc, const std::string& err) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (error_ == 0) {
+    error_ = rc;
+    error_text_ = err;
+  }
+}
+
+int RemoteRecording::collect(std::vector<BufferData>* buffers, control::RemoteMeta* meta,
+                             std::string* err) {
+  stop_.store(true, std::memory_order_release);
+  if (thread_.joinable()) thread_.join();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (error_) {
+      *err = error_text_;
+      return error_;
+    }
+  }
+  if (!gone_.load(std::memory_order_acquire)) {
+    const int rc = finish_remote(err);
+    if (rc < 0 && rc != -EPIPE) return rc;
+  }
+  if (!have_meta_) {
+    *err = "no metadata from process " + std::to_string(opts_.pid);
+    return -EPROTO;
+  }
+  for (const auto& inst : instances_) {
+    BufferData b;
+    b.name = inst->name;
+    b.page_size = inst->page_size;
+    b.clock = clock_name(meta_.meta.trace_clock);
+    for (const control::InstanceMeta& im : meta_.instances)
+      if (im.name == inst->name) {
+        b.clock = im.clock;
+        b.stats = im.stats;
+      }
+    for (size_t c = 0; c < inst->fds.size(); ++c) b.cpus.push_back({inst->fds[c], 0, inst->sizes[c]});
+    b.stats.resize(inst->fds.size());
+    buffers->push_back(std::move(b));
+  }
+  *meta = meta_;
+  return 0;
+}
+
+int RemoteRecording::finish(std::string* err) {
+  std::vector<BufferData> buffers;
+  control::RemoteMeta meta;
+  if (int rc = collect(&buffers, &meta, err); rc < 0) return rc;
+  return write_output(opts_, std::move(meta.meta), std::move(buffers), err);
+}
+
+int ProcessTreeRecording::open(const RecordOptions& o, std::string* err) {
+  opts_ = o;
+  return root_.open(o, err);
+}
+
+void ProcessTreeRecording::start_thread() { root_.start_thread(); }
+
+int ProcessTreeRecording::add_process(int pid, std::string* err) {
+  RecordOptions o = opts_;
+  o.pid = pid;
+  auto rec = std::make_unique<RemoteRecording>();
+  if (int rc = rec->open(o, err); rc < 0) return rc;
+  rec->start_thread();
+  std::lock_guard<std::mutex> l(mu_);
+  followed_.push_back({pid, comm_of(pid), std::move(rec)});
+  return 0;
+}
+
+int ProcessTreeRecording::finish(std::string* err) {
+  std::vector<BufferData> buffers;
+  control::RemoteMeta meta;
+  if (int rc = root_.collect(&buffers, &meta, err); rc < 0) return rc;
+  std::lock_guard<std::mutex> l(mu_);
+  for (Followed& f : followed_) {
+    std::vector<BufferData> theirs;
+    control::RemoteMeta their_meta;
+    std::string e;
+    // One process's failure costs its own buffers, not the file.
+    if (f.rec->collect(&theirs, &their_meta, &e) < 0) {
+      warnings_ += "process " + std::to_string(f.pid) + ": " + e + "\n";
+      continue;
+    }
+    // Their events and thread names join the file's; their time stamps
+    // are on the same clock (the TSC, or the kernel's for the other
+    // clocks), converted with the first process's calibration.
+    keep_departed(their_meta.meta, &meta.meta);
+    const std::string prefix = f.comm + "-" + std::to_string(f.pid);
+    for (BufferData& b : theirs) {
+      b.name = b.name.empty() ? prefix : prefix + ":" + b.name;
+      buffers.push_back(std::move(b));
+    }
+  }
+  return write_output(opts_, std::move(meta.meta), std::move(buffers), err);
+}
+
+RecordStats ProcessTreeRecording::stats() const {
+  RecordStats st = root_.stats();
+  std::lock_guard<std::mutex> l(mu_);
+  for (const Followed& f : followed_) {
+    const RecordStats s = f.rec->stats();
+    st.pages += s.pages;
+    st.bytes += s.bytes;
+    st.lost_events += s.lost_events;
+  }
+  return st;
+}
+
+std::string ProcessTreeRecording::warnings() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return warnings_;
+}
+
+RecordStats RemoteRecording::stats() const {
+  RecordStats st;
+  st.pages = pages_.load(std::memory_order_relaxed);
+  st.bytes = bytes_.load(std::memory_order_relaxed);
+  st.lost_events = lost_.load(std::memory_order_relaxed);
+  return st;
+}
+
+}  // namespace usrtrace::tracedat

@@ -1,0 +1,86 @@
+// Recording another process through its control socket
+// (RecordOptions::pid); see remote_recorder.cc.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "control/connection.h"
+#include "control/meta.h"
+#include "tracedat/writer.h"
+#include "usrtrace/tracedat.h"
+
+namespace usrtrace::tracedat {
+
+class RemoteRecording {
+ public:
+  RemoteRecording();
+  ~RemoteRecording();
+  // Connects, checks the instances, takes the metadata. 0 or -errno, *err set.
+  int open(const RecordOptions& o, std::string* err);
+  // Drains while the process runs, until finish() or the process exits.
+  void start_thread();
+  // Takes what is left (if the process is still there) and writes the file.
+  int finish(std::string* err);
+  // Takes what is left and gives the buffers (their data in temporary
+  // files that live as long as this object) and the metadata, for a file
+  // written by the caller. 0 or -errno with *err.
+  int collect(std::vector<BufferData>* buffers, control::RemoteMeta* meta, std::string* err);
+  RecordStats stats() const;
+  // The process exited (or was killed): what it had is taken.
+  bool process_gone() const { return gone_.load(std::memory_order_acquire); }
+
+ private:
+  struct Instance;
+  int store(Instance& inst, const control::Connection::Pages& p, std::string* err);
+  int take(bool flush, uint32_t wait_ms, bool* any, std::string* err);
+  int finish_remote(std::string* err);
+  void set_error(int rc, const std::string& err);
+
+  RecordOptions opts_;
+  std::unique_ptr<control::Connection> conn_;
+  std::vector<std::unique_ptr<Instance>> instances_;
+  control::RemoteMeta meta_;
+  bool have_meta_ = false;
+  std::thread thread_;
+  std::atomic<bool> stop_{false}, gone_{false};
+  std::atomic<uint64_t> pages_{0}, bytes_{0}, lost_{0};
+  std::mutex mu_;
+  int error_ = 0;
+  std::string error_text_;
+};
+
+// A process and the processes it starts (`usrtrace record -c`), into one
+// file: the first process's buffers as they are named, each other one's
+// as "COMM-PID" (its top instance) and "COMM-PID:NAME".
+class ProcessTreeRecording {
+ public:
+  int open(const RecordOptions& o, std::string* err);
+  void start_thread();
+  // Records process `pid` too, the same instances. 0 or -errno with *err.
+  // Context: any thread but finish()'s.
+  int add_process(int pid, std::string* err);
+  int finish(std::string* err);
+  RecordStats stats() const;
+  bool process_gone() const { return root_.process_gone(); }
+  // One line per followed process whose recording failed.
+  std::string warnings() const;
+
+ private:
+  struct Followed {
+    int pid;
+    std::string comm;
+    std::unique_ptr<RemoteRecording> rec;
+  };
+  RecordOptions opts_;
+  RemoteRecording root_;
+  mutable std::mutex mu_;
+  std::vector<Followed> followed_;  // under mu_
+  std::string warnings_;            // under mu_
+};
+
+}  // namespace usrtrace::tracedat

@@ -1,0 +1,72 @@
+// Writes trace.dat files (trace-cmd's format, version 6 or 7, v7 optionally
+// zstd-compressed), so trace-cmd report, libtracecmd and KernelShark read
+// what usrtrace records. The writer does no per-event work: CPU data is
+// whole ring-buffer pages (as trace_pipe_raw hands them out) copied from
+// file descriptors, in chunks when compressing.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace usrtrace::tracedat {
+
+// Everything about the traced program that is not buffer data.
+struct Metadata {
+  uint32_t page_size = 4096;  // of the top buffer (the file header's)
+  int nr_cpus = 0;
+  std::string header_page;   // events/header_page text
+  std::string header_event;  // events/header_event text
+  std::vector<std::string> ftrace_formats;  // events/ftrace/*/format
+  // events/SYS/*/format, by system (ftrace excluded)
+  std::vector<std::pair<std::string, std::vector<std::string>>> systems;
+  std::string kallsyms;   // "ADDR TYPE NAME[\t[MOD]]\n" lines
+  std::string printk;     // printk_formats
+  std::string cmdlines;   // saved_cmdlines ("PID COMM\n")
+  std::string trace_clock;  // the trace_clock file ("[local] global ...")
+  std::string uname;
+  std::string version;    // of the recording tool
+  // Raw TSC timestamps (the local, global and perf clocks store them):
+  // readers compute ns = ((ts * mult) >> shift) + offset, from the TSC2NSEC
+  // option (mult, shift; trace-cmd ignores its offset) and the OFFSET option.
+  struct Tsc2Nsec {
+    uint32_t mult = 0;  // 0: timestamps are written in the clock's unit
+    uint32_t shift = 0;
+    int64_t offset = 0;
+  } tsc2nsec;
+};
+
+// One CPU's pages: `size` bytes at `offset` of `fd` (a whole number of pages).
+struct CpuData {
+  int fd = -1;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+};
+
+// One instance's data. cpus[i] is CPU i; stats[i], if there, is the text
+// of per_cpu/cpuI/stats (for `trace-cmd report --stat`).
+struct BufferData {
+  std::string name;   // "" for the top instance
+  std::string clock;  // its trace clock ("local")
+  uint32_t page_size = 4096;
+  std::vector<CpuData> cpus;
+  std::vector<std::string> stats;
+};
+
+enum class Compression { kNone, kZstd };
+
+struct WriteOptions {
+  int version = 7;  // 6 or 7
+  Compression compression = Compression::kNone;  // kZstd needs version 7
+  int zstd_level = 3;
+};
+
+// Writes the file to `fd` (positioned at 0, seekable). buffers[0] must be
+// the top instance (name ""; it may have no data), the others are written
+// as trace-cmd's BUFFER instances. Returns 0, or -errno with *err set.
+// Context: control plane; allocates; blocks on I/O.
+int write_file(int fd, const Metadata& meta, const std::vector<BufferData>& buffers,
+               const WriteOptions& opts, std::string* err);
+
+}  // namespace usrtrace::tracedat

@@ -1,0 +1,367 @@
+// The function and function_graph tracers through their control files,
+// driving the -finstrument-functions fixture (instrumented.cc), whose
+// functions count their own calls.
+#include <pthread.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "function/core.h"
+#include "function/instrumented.h"
+#include "instance/instance.h"
+#include "tracefs/tracefs.h"
+#include "tracefs/tracefs_test_util.h"
+
+namespace usrtrace {
+namespace {
+
+using tracefs_test::rd;
+using tracefs_test::records;
+using tracefs_test::Rec;
+using tracefs_test::wr;
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);)
+    if (!l.empty() && l[0] != '#') out.push_back(l);
+  return out;
+}
+
+// An instance for one test, removed at the end.
+class FunctionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int err = 0;
+    name_ = std::string("fn_") + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    name_ = name_.substr(0, 60);
+    inst_ = instance::Instance::create(name_, &err);
+    ASSERT_NE(inst_, nullptr) << err;
+    dir_ = "instances/" + name_ + "/";
+  }
+  void TearDown() override {
+    wr(dir_ + "current_tracer", "nop");
+    EXPECT_EQ(instance::Instance::destroy(name_), 0);
+  }
+  std::string p(const std::string& f) const { return dir_ + f; }
+  // Entries (funcgraph_entry) and exits (funcgraph_exit) of `fn` recorded.
+  std::pair<int, int> graph_counts(uint64_t fn) {
+    int in = 0, out = 0;
+    for (const Rec& r : records(inst_)) {
+      uint64_t f = 0;
+      if (r.payload.size() >= 8) std::memcpy(&f, r.payload.data(), 8);
+      if (f != fn) continue;
+      in += r.type == function::kGraphEntryId;
+      out += r.type == function::kGraphExitId;
+    }
+    return {in, out};
+  }
+  int function_records(uint64_t fn) {
+    int n = 0;
+    for (const Rec& r : records(inst_)) {
+      uint64_t f = 0;
+      if (r.payload.size() >= 8) std::memcpy(&f, r.payload.data(), 8);
+      n += r.type == function::kFunctionId && f == fn;
+    }
+    return n;
+  }
+  std::string name_, dir_;
+  instance::Instance* inst_ = nullptr;
+};
+
+uint64_t addr(int (*f)(int)) { return reinterpret_cast<uint64_t>(f); }
+
+TEST_F(FunctionTest, TracersAndFilesAreListed) {
+  EXPECT_EQ(rd(p("available_tracers")), "function_graph function nop\n");
+  EXPECT_EQ(rd(p("current_tracer")), "nop\n");
+  const std::string avail = rd("available_filter_functions");
+  for (const char* f : {"fxt_leaf\n", "fxt_outer\n", "fxt_recurse\n", "fxt_catcher\n"})
+    EXPECT_EQ(count(avail, f), 1) << f;
+  // The library's own functions and gtest's (not instrumented) are not there.
+  EXPECT_EQ(count(avail, "usrtrace::"), 0);
+  EXPECT_EQ(count(avail, "testing::"), 0);
+  EXPECT_EQ(rd(p("set_ftrace_filter")), "#### all functions enabled ####\n");
+  EXPECT_EQ(rd(p("set_graph_function")), "#### all functions enabled ####\n");
+  EXPECT_EQ(rd(p("set_ftrace_notrace")), "#### no functions disabled ####\n");
+  EXPECT_EQ(rd(p("set_graph_notrace")), "#### no functions disabled ####\n");
+  EXPECT_EQ(wr(p("current_tracer"), "function"), 8);
+  EXPECT_EQ(rd(p("current_tracer")), "function\n");
+  EXPECT_EQ(wr(p("current_tracer"), "blk"), -EINVAL);
+  EXPECT_NE(rd(p("error_log")).find("Unknown tracer"), std::string::npos);
+}
+
+TEST_F(FunctionTest, FunctionTracerRecordsEachCallWithItsParent) {
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_leaf"), 8);
+  EXPECT_EQ(rd(p("set_ftrace_filter")), "fxt_leaf\n");
+  ASSERT_EQ(wr(p("current_tracer"), "function"), 8);
+  fxt_calls_leaf = 0;
+  fxt_outer(3);
+  fxt_other(5);
+  const std::string t = rd(p("trace"));
+  ASSERT_EQ(wr(p("current_tracer"), "nop"), 3);
+  fxt_outer(3);  // not traced any more
+  EXPECT_EQ(function_records(addr(fxt_leaf)), 4);
+  EXPECT_EQ(function_records(addr(fxt_outer)), 0);
+  EXPECT_EQ(t.rfind("# tracer: function\n", 0), 0u) << t;
+  EXPECT_EQ(count(t, ": fxt_leaf <-fxt_outer\n"), 3) << t;
+  EXPECT_EQ(count(t, " fxt_leaf <-fxt_other\n"), 1) << t;
+}
+
+TEST_F(FunctionTest, GraphNestsCallsAndFoldsLeaves) {
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_outer fxt_leaf"), 18);
+  ASSERT_EQ(wr(p("current_tracer"), "function_graph"), 14);
+  fxt_outer(2);
+  ASSERT_EQ(wr(p("current_tracer"), "nop"), 3);
+  EXPECT_EQ(graph_counts(addr(fxt_outer)), std::make_pair(1, 1));
+  EXPECT_EQ(graph_counts(addr(fxt_leaf)), std::make_pair(2, 2));
+  // The graph layout needs the tracer: set it again to read.
+  ASSERT_EQ(wr(p("current_tracer"), "function_graph"), 14);
+  const std::string t = rd(p("trace"));
+  ASSERT_EQ(wr(p("current_tracer"), "nop"), 3);
+  const std::vector<std::string> l = lines(t);
+  ASSERT_EQ(l.size(), 4u) << t;
+  EXPECT_NE(t.find("# tracer: function_graph\n"), std::string::npos);
+  EXPECT_NE(t.find("# CPU  DURATION                  FUNCTION CALLS\n"), std::string::npos) << t;
+  // " 0)               |  fxt_outer() {"
+  EXPECT_EQ(l[0].substr(l[0].find(')')), ")               |  fxt_outer() {") << t;
+  EXPECT_NE(l[1].find(" us    |    fxt_leaf();"), std::string::npos) << t;
+  EXPECT_NE(l[2].find(" us    |    fxt_leaf();"), std::string::npos) << t;
+  EXPECT_NE(l[3].find(" us "), std::string::npos) << t;
+  EXPECT_EQ(l[3].substr(l[3].size() - 4), "|  }") << t;
+  EXPECT_EQ(l[3].find("/*"), std::string::npos) << t;
+}
+
+TEST_F(FunctionTest, SeveralInstancesEachWithItsTracerAndFilter) {
+  int err = 0;
+  instance::Instance* b = instance::Instance::create("fn_mux_b", &err);
+  ASSERT_NE(b, nullptr);
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_leaf"), 8);
+  ASSERT_EQ(wr(p("current_tracer"), "function"), 8);
+  ASSERT_EQ(wr("instances/fn_mux_b/set_ftrace_filter", "fxt_outer"), 9);
+  ASSERT_EQ(wr("instances/fn_mux_b/current_tracer", "function_graph"), 14);
+  fxt_outer(4);
+  EXPECT_EQ(function_records(addr(fxt_leaf)), 4);
+  EXPECT_EQ(function_records(addr(fxt_outer)), 0);
+  int outer_in = 0, leaf_any = 0;
+  for (const Rec& r : records(b)) {
+    uint64_t f = 0;
+    std::memcpy(&f, r.payload.data(), 8);
+    outer_in += r.type == function::kGraphEntryId && f == addr(fxt_outer);
+    leaf_any += f == addr(fxt_leaf);
+  }
+  EXPECT_EQ(outer_in, 1);
+  EXPECT_EQ(leaf_any, 0);
+  EXPECT_EQ(rd("enabled_functions"), "fxt_leaf (1)\nfxt_outer (1)\n");
+  ASSERT_EQ(wr("instances/fn_mux_b/current_tracer", "nop"), 3);
+  EXPECT_EQ(instance::Instance::destroy("fn_mux_b"), 0);
+}
+
+TEST_F(FunctionTest, FilterGlobsRemovalNotraceAndErrors) {
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_*"), 5);
+  EXPECT_NE(rd(p("set_ftrace_filter")).find("fxt_outer\n"), std::string::npos);
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "!fxt_o*", true), 7);
+  std::string f = rd(p("set_ftrace_filter"));
+  EXPECT_EQ(count(f, "fxt_outer\n") + count(f, "fxt_other\n"), 0) << f;
+  EXPECT_EQ(count(f, "fxt_leaf\n"), 1) << f;
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "*recurse", true), 8);
+  EXPECT_EQ(count(rd(p("set_ftrace_filter")), "fxt_recurse\n"), 1);
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "*cur*"), 5);  // '>' replaces
+  EXPECT_EQ(rd(p("set_ftrace_filter")), "fxt_recurse\n");
+  // :mod: the test program's own file name.
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  ASSERT_GT(n, 0);
+  const std::string prog = std::string(exe, static_cast<size_t>(n)).substr(std::string(exe, static_cast<size_t>(n)).rfind('/') + 1);
+  ASSERT_GT(wr(p("set_ftrace_filter"), "fxt_leaf:mod:" + prog), 0);
+  EXPECT_EQ(rd(p("set_ftrace_filter")), "fxt_leaf\n");
+  EXPECT_EQ(wr(p("set_ftrace_filter"), "fxt_leaf:mod:libnothere"), -EINVAL);
+  // Nothing matches: EINVAL and an error_log line; the list is unchanged.
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_leaf"), 8);
+  EXPECT_EQ(wr(p("set_ftrace_filter"), "no_such_function_anywhere", true), -EINVAL);
+  EXPECT_EQ(rd(p("set_ftrace_filter")), "fxt_leaf\n");
+  EXPECT_NE(rd(p("error_log")).find("No traceable function matches"), std::string::npos);
+  EXPECT_EQ(wr(p("set_ftrace_filter"), "fxt_leaf:traceon", true), -EINVAL);
+  // set_ftrace_notrace wins over the filter.
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_leaf fxt_outer"), 18);
+  ASSERT_EQ(wr(p("set_ftrace_notrace"), "fxt_leaf"), 8);
+  ASSERT_EQ(wr(p("current_tracer"), "function"), 8);
+  fxt_outer(2);
+  EXPECT_EQ(function_records(addr(fxt_outer)), 1);
+  EXPECT_EQ(function_records(addr(fxt_leaf)), 0);
+  // Emptying the filter traces everything (but the notrace list).
+  ASSERT_EQ(wr(p("set_ftrace_filter"), ""), 0);
+  fxt_other(1);
+  EXPECT_EQ(function_records(addr(fxt_other)), 1);
+  EXPECT_EQ(function_records(addr(fxt_leaf)), 0);
+}
+
+TEST_F(FunctionTest, GraphFunctionNotraceAndMaxDepth) {
+  // set_graph_function: only calls inside fxt_outer are graphed.
+  ASSERT_EQ(wr(p("set_graph_function"), "fxt_outer"), 9);
+  ASSERT_EQ(wr(p("current_tracer"), "function_graph"), 14);
+  fxt_other(1);  // calls fxt_leaf, outside fxt_outer
+  fxt_outer(3);
+  EXPECT_EQ(graph_counts(addr(fxt_other)), std::make_pair(0, 0));
+  EXPECT_EQ(graph_counts(addr(fxt_outer)), std::make_pair(1, 1));
+  EXPECT_EQ(graph_counts(addr(fxt_leaf)), std::make_pair(3, 3));
+  ASSERT_EQ(wr(p("trace"), ""), 0);
+  // set_graph_notrace: fxt_outer and what it calls are left out.
+  ASSERT_EQ(wr(p("set_graph_function"), ""), 0);
+  ASSERT_EQ(wr(p("set_graph_notrace"), "fxt_outer"), 9);
+  fxt_outer(3);
+  fxt_other(1);
+  EXPECT_EQ(graph_counts(addr(fxt_outer)), std::make_pair(0, 0));
+  EXPECT_EQ(graph_counts(addr(fxt_leaf)), std::make_pair(1, 1));
+  EXPECT_EQ(graph_counts(addr(fxt_other)), std::make_pair(1, 1));
+  ASSERT_EQ(wr(p("trace"), ""), 0);
+  // max_graph_depth 1: only the outermost traced call.
+  ASSERT_EQ(wr(p("set_graph_notrace"), ""), 0);
+  ASSERT_EQ(wr(p("max_graph_depth"), "1"), 1);
+  EXPECT_EQ(rd(p("max_graph_depth")), "1\n");
+  fxt_outer(3);
+  EXPECT_EQ(graph_counts(addr(fxt_outer)), std::make_pair(1, 1));
+  EXPECT_EQ(graph_counts(addr(fxt_leaf)), std::make_pair(0, 0));
+  EXPECT_EQ(wr(p("max_graph_depth"), "x"), -EINVAL);
+}
+
+TEST_F(FunctionTest, TracingThreshRecordsOnlyLongCalls) {
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_outer fxt_leaf"), 18);
+  ASSERT_EQ(wr(p("tracing_thresh"), "1000000"), 7);  // 1 s: nothing here is that long
+  ASSERT_EQ(wr(p("current_tracer"), "function_graph"), 14);
+  fxt_outer(3);
+  EXPECT_TRUE(records(inst_).empty());
+  // 0 us records everything; with a threshold the entries are never written.
+  ASSERT_EQ(wr(p("tracing_thresh"), "0"), 1);
+  fxt_outer(1);
+  EXPECT_EQ(graph_counts(addr(fxt_outer)), std::make_pair(1, 1));
+}
+
+TEST_F(FunctionTest, RecursionTenThousandDeepPairsUp) {
+  ASSERT_EQ(wr(p("buffer_size_kb"), "4096"), 4);
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_recurse"), 11);
+  ASSERT_EQ(wr(p("current_tracer"), "function_graph"), 14);
+  fxt_calls_recurse = 0;
+  fxt_recurse(10000);
+  EXPECT_EQ(fxt_calls_recurse, 10000);
+  EXPECT_EQ(graph_counts(addr(fxt_recurse)), std::make_pair(10000, 10000));
+  // Depths: entries 0..9999, each exit at its entry's.
+  std::map<uint32_t, int> open;
+  for (const Rec& r : records(inst_)) {
+    uint32_t d = 0;
+    std::memcpy(&d, r.payload.data() + 8, 4);
+    open[d] += r.type == function::kGraphEntryId ? 1 : -1;
+  }
+  EXPECT_EQ(open.size(), 10000u);
+  for (const auto& [d, n] : open) EXPECT_EQ(n, 0) << d;
+}
+
+TEST_F(FunctionTest, ExceptionsThroughTracedFramesKeepTheGraph) {
+  ASSERT_EQ(wr(p("current_tracer"), "function_graph"), 14);
+  EXPECT_EQ(fxt_catcher(5), 4);
+  fxt_outer(1);  // after the catch, calls still pair
+  ASSERT_EQ(wr(p("current_tracer"), "nop"), 3);
+  int depth = 0, min_depth = 0;
+  for (const Rec& r : records(inst_)) {
+    if (r.type == function::kGraphEntryId) ++depth;
+    if (r.type == function::kGraphExitId) --depth;
+    min_depth = std::min(min_depth, depth);
+  }
+  EXPECT_EQ(depth, 0);
+  EXPECT_EQ(min_depth, 0);
+  EXPECT_EQ(graph_counts(addr(fxt_outer)), std::make_pair(1, 1));
+  EXPECT_EQ(graph_counts(addr(fxt_catcher)), std::make_pair(1, 1));
+}
+
+TEST_F(FunctionTest, ThreadsAndPidFilter) {
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_outer"), 9);
+  ASSERT_EQ(wr(p("current_tracer"), "function_graph"), 14);
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 4; ++i)
+    ts.emplace_back([] {
+      for (int k = 0; k < 100; ++k) fxt_outer(1);
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(graph_counts(addr(fxt_outer)), std::make_pair(400, 400));
+  ASSERT_EQ(wr(p("trace"), ""), 0);
+  // set_ftrace_pid: only this thread.
+  const std::string me = std::to_string(gettid());
+  ASSERT_EQ(wr(p("set_ftrace_pid"), me), static_cast<long>(me.size()));
+  EXPECT_EQ(rd(p("set_ftrace_pid")), me + "\n");
+  std::thread([] { fxt_outer(1); }).join();
+  fxt_outer(1);
+  EXPECT_EQ(graph_counts(addr(fxt_outer)), std::make_pair(1, 1));
+  for (const Rec& r : records(inst_)) EXPECT_EQ(r.pid, gettid());
+  EXPECT_EQ(wr(p("set_ftrace_pid"), "x"), -EINVAL);
+}
+
+TEST_F(FunctionTest, NoTracerNoRecordAndNoShadowStack) {
+  fxt_outer(3);
+  EXPECT_TRUE(records(inst_).empty());
+  EXPECT_EQ(function::g_tracing.load(), 0u);
+}
+
+// The function profiler: hits and time per function per CPU, for the
+// functions the top instance's filter selects.
+TEST(FunctionProfile, CountsEachFunctionsHitsAndTime) {
+  ASSERT_EQ(wr("set_ftrace_filter", "fxt_outer fxt_leaf"), 18);
+  EXPECT_EQ(rd("function_profile_enabled"), "0\n");
+  ASSERT_EQ(wr("function_profile_enabled", "1"), 1);
+  EXPECT_EQ(function::g_tracing.load() != 0, true);
+  fxt_outer(3);  // fxt_outer once, fxt_leaf three times
+  fxt_leaf(1);
+  fxt_other(1);  // not in the filter; its fxt_leaf is
+  ASSERT_EQ(wr("function_profile_enabled", "0"), 1);
+  fxt_outer(3);  // not counted
+  std::vector<std::string> files;
+  ASSERT_EQ(tracefs::list("trace_stat", &files), 0);
+  ASSERT_EQ(files.size(), static_cast<size_t>(instance::Instance::top()->buffer().nr_cpus()));
+  std::map<std::string, uint64_t> hits, time_ns;
+  for (const std::string& f : files) {
+    const std::string t = rd("trace_stat/" + f);
+    EXPECT_EQ(t.rfind("  Function                               Hit    Time            Avg             s^2\n", 0), 0u) << t;
+    std::istringstream in(t);
+    std::string line;
+    std::getline(in, line);
+    std::getline(in, line);
+    while (std::getline(in, line)) {
+      std::istringstream ls(line);
+      std::string name, us;
+      uint64_t n = 0;
+      double time_us = 0;
+      ls >> name >> n >> time_us >> us;
+      EXPECT_EQ(us, "us") << line;
+      hits[name] += n;
+      time_ns[name] += static_cast<uint64_t>(time_us * 1000);
+    }
+  }
+  EXPECT_EQ(hits["fxt_outer"], 1u);
+  EXPECT_EQ(hits["fxt_leaf"], 5u);
+  EXPECT_EQ(hits.count("fxt_other"), 0u);
+  EXPECT_EQ(hits.size(), 2u);
+  // fxt_outer's time includes its three calls of fxt_leaf (graph-time).
+  EXPECT_GT(time_ns["fxt_outer"], 0u);
+  // Enabling again starts from zero.
+  ASSERT_EQ(wr("function_profile_enabled", "1"), 1);
+  ASSERT_EQ(wr("function_profile_enabled", "0"), 1);
+  for (const std::string& f : files) EXPECT_EQ(lines(rd("trace_stat/" + f)).size(), 2u);
+  EXPECT_EQ(wr("function_profile_enabled", "2"), -EINVAL);
+  EXPECT_EQ(wr("set_ftrace_filter", ""), 0);
+  std::string out;
+  EXPECT_EQ(tracefs::read_file("instances/none/trace_stat/function0", &out), -ENOENT);
+}
+
+}  // namespace
+}  // namespace usrtrace

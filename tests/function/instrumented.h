@@ -1,0 +1,11 @@
+// The -finstrument-functions fixture of the function tracer tests.
+#pragma once
+
+extern "C" {
+extern int fxt_calls_leaf, fxt_calls_outer, fxt_calls_recurse, fxt_calls_other;
+int fxt_leaf(int x);
+int fxt_outer(int n);         // calls fxt_leaf n times
+int fxt_recurse(int depth);   // depth nested calls of itself
+int fxt_other(int x);         // calls fxt_leaf once
+int fxt_catcher(int depth);   // throws through `depth`+1 fxt_thrower frames, catches, calls fxt_leaf
+}

@@ -1,0 +1,125 @@
+// cli_target: a traced program for the usrtrace command's tests, driven
+// line by line on stdin so that every test knows exactly what it wrote:
+//
+//   tick N        N clitest:tick events (seq 0..N-1) from this thread
+//   rare N        N clitest:rare events
+//   marker TEXT   TEXT into the top instance's trace_marker (printk)
+//   spin          a thread writing clitest:tick without pause until "stop"
+//   stop          ends the spinning thread
+//   name NAME     pthread_setname_np on this thread (usrtrace:thread_rename)
+//   spawn N       runs another cli_target (exec'ed) that writes N ticks and
+//                 exits; answered once it has
+//   ignoreint     ignores SIGINT from now on (a program that survives Ctrl-C)
+//   exit CODE     exits with CODE (the atexit path: recorders take the rest)
+//   abort         dies by SIGABRT
+//
+// Each command is answered with "ok\n" once done; "ready PID\n" comes first.
+// End of input: exit 0.
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <thread>
+
+#include "usrtrace/event.h"
+#include "usrtrace/usrtrace.h"
+
+USRTRACE_EVENT(clitest, tick, (uint32_t, seq)(uint32_t, tid)(char[16], label),
+               "seq=%u tid=%u label=%s", REC->seq, REC->tid, REC->label)
+USRTRACE_EVENT(clitest, rare, (uint64_t, n)(const char*, why), "n=%llu why=%s", REC->n, __get_str(why))
+
+namespace {
+
+std::atomic<bool> g_spin{false};
+
+void ok() {
+  fputs("ok\n", stdout);
+  fflush(stdout);
+}
+
+}  // namespace
+
+int main() {
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  printf("ready %d\n", getpid());
+  fflush(stdout);
+  std::thread spinner;
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    const size_t sp = line.find(' ');
+    const std::string cmd = line.substr(0, sp);
+    const std::string arg = sp == std::string::npos ? "" : line.substr(sp + 1);
+    if (cmd == "tick") {
+      const unsigned n = static_cast<unsigned>(std::strtoul(arg.c_str(), nullptr, 10));
+      for (unsigned i = 0; i < n; ++i) trace_clitest_tick(i, static_cast<uint32_t>(gettid()), "main");
+    } else if (cmd == "rare") {
+      const unsigned n = static_cast<unsigned>(std::strtoul(arg.c_str(), nullptr, 10));
+      for (unsigned i = 0; i < n; ++i) trace_clitest_rare(i, "because");
+    } else if (cmd == "marker") {
+      usrtrace_array* top = usrtrace_array_lookup(nullptr);
+      usrtrace_array_printk(top, "%s\n", arg.c_str());
+      usrtrace_array_put(top);
+    } else if (cmd == "spin") {
+      if (!spinner.joinable()) {
+        g_spin.store(true);
+        spinner = std::thread([] {
+          pthread_setname_np(pthread_self(), "spinner");
+          for (uint32_t seq = 0; g_spin.load(std::memory_order_relaxed); ++seq)
+            trace_clitest_tick(seq, static_cast<uint32_t>(gettid()), "spin");
+        });
+      }
+    } else if (cmd == "stop") {
+      g_spin.store(false);
+      if (spinner.joinable()) spinner.join();
+    } else if (cmd == "spawn") {
+      const std::string script = "tick " + arg + "\nexit 0\n";
+      int in[2];
+      if (pipe(in) != 0) return 3;
+      const pid_t child = fork();
+      if (child == 0) {
+        dup2(in[0], 0);
+        ::close(in[0]);
+        ::close(in[1]);
+        const int null = ::open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        char self[4096] = {};  // the real path: its name is the process's comm
+        if (readlink("/proc/self/exe", self, sizeof self - 1) <= 0) _exit(126);
+        execl(self, "cli_target", static_cast<char*>(nullptr));
+        _exit(127);
+      }
+      ::close(in[0]);
+      if (::write(in[1], script.data(), script.size()) != static_cast<ssize_t>(script.size())) return 3;
+      ::close(in[1]);
+      int status = 0;
+      waitpid(child, &status, 0);
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return 4;
+    } else if (cmd == "ignoreint") {
+      signal(SIGINT, SIG_IGN);
+    } else if (cmd == "name") {
+      pthread_setname_np(pthread_self(), arg.substr(0, 15).c_str());
+    } else if (cmd == "exit") {
+      g_spin.store(false);
+      if (spinner.joinable()) spinner.join();
+      ok();
+      std::exit(std::atoi(arg.c_str()));
+    } else if (cmd == "abort") {
+      ok();
+      std::abort();
+    } else {
+      fprintf(stderr, "cli_target: unknown command '%s'\n", line.c_str());
+      return 2;
+    }
+    ok();
+  }
+  g_spin.store(false);
+  if (spinner.joinable()) spinner.join();
+  return 0;
+}

@@ -1,0 +1,241 @@
+// TraceFile on files that are wrong: cut short anywhere, a corrupt page, a
+// compressed block that claims a huge size, an options chain that loops,
+// a bad header. Each gives a clear error, or the records that are valid
+// plus a warning; never a crash (this suite also runs under ASan and
+// UBSan, and fuzz/tracedat_fuzzer goes further).
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "instance/instance.h"
+#include "ring_buffer/page_format.h"
+#include "tracefs/tracefs.h"
+#include "usrtrace/event.h"
+#include "usrtrace/tracedat.h"
+
+USRTRACE_EVENT(tdbad, rec, (uint32_t, seq)(const char*, text), "seq=%u text=%s", REC->seq, __get_str(text))
+
+namespace usrtrace {
+namespace {
+
+std::vector<uint8_t> slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// A real file: 2000 records in the top instance, another 500 in tdbad_i.
+std::vector<uint8_t> make_file(int version, bool compress) {
+  tracefs::rmdir("instances/tdbad_i");
+  EXPECT_EQ(tracefs::mkdir("instances/tdbad_i"), 0);
+  tracefs::write_file("set_event", "tdbad:rec");
+  tracefs::write_file("instances/tdbad_i/set_event", "tdbad:rec");
+  tracefs::write_file("trace", "");
+  for (uint32_t i = 0; i < 2000; ++i) trace_tdbad_rec(i, "some text " + std::to_string(i));
+  tracefs::write_file("instances/tdbad_i/set_event", "");
+  tracefs::write_file("set_event", "");
+  char dir[] = "/tmp/usrtrace-bad-XXXXXX";
+  EXPECT_NE(mkdtemp(dir), nullptr);
+  RecordOptions o;
+  o.output = std::string(dir) + "/f.dat";
+  o.instances = {"", "tdbad_i"};
+  o.file_version = version;
+  o.compress = compress;
+  std::string err;
+  EXPECT_EQ(extract_trace(o, &err), 0) << err;
+  std::vector<uint8_t> bytes = slurp(o.output);
+  unlink(o.output.c_str());
+  rmdir(dir);
+  tracefs::rmdir("instances/tdbad_i");
+  return bytes;
+}
+
+size_t count(const TraceFile& f) {
+  TraceFile::Cursor c(f);
+  TraceFile::Record r;
+  size_t n = 0;
+  while (c.next(&r)) {
+    EXPECT_GE(r.len, 8u);
+    ++n;
+  }
+  return n;
+}
+
+struct Files {
+  std::vector<uint8_t> v6 = make_file(6, false);
+  std::vector<uint8_t> v7 = make_file(7, false);
+  std::vector<uint8_t> v7z = make_file(7, true);
+};
+const Files& files() {
+  static const Files f;
+  return f;
+}
+
+std::unique_ptr<TraceFile> parse(std::vector<uint8_t> b, std::string* err) {
+  err->clear();
+  return TraceFile::parse(std::move(b), err);
+}
+
+TEST(TraceDatMalformed, TheGoodFilesRead) {
+  for (const auto* b : {&files().v6, &files().v7, &files().v7z}) {
+    std::string err;
+    auto f = parse(*b, &err);
+    ASSERT_TRUE(f) << err;
+    EXPECT_EQ(count(*f), 4000u);
+    EXPECT_TRUE(f->warnings().empty());
+  }
+}
+
+TEST(TraceDatMalformed, BadHeadersSayWhat) {
+  std::string err;
+  EXPECT_FALSE(parse({}, &err));
+  EXPECT_NE(err.find("not a trace.dat file (0 bytes)"), std::string::npos) << err;
+  std::vector<uint8_t> b = files().v6;
+  b[0] = 0;
+  EXPECT_FALSE(parse(b, &err));
+  EXPECT_NE(err.find("not a trace.dat file"), std::string::npos) << err;
+  b = files().v6;
+  b[10] = '8';
+  EXPECT_FALSE(parse(b, &err));
+  EXPECT_NE(err.find("version '8'"), std::string::npos) << err;
+  b = files().v6;
+  b[12] = 1;  // big endian
+  EXPECT_FALSE(parse(b, &err));
+  EXPECT_NE(err.find("big-endian"), std::string::npos) << err;
+  b = files().v6;
+  b[14] = 0x11;  // page size 0x..11: not a power of two
+  EXPECT_FALSE(parse(b, &err));
+  EXPECT_NE(err.find("page size"), std::string::npos) << err;
+}
+
+// Cut at every offset of the metadata and at many offsets in the data: an
+// error before the CPU data is complete enough, otherwise every record that
+// is whole, and a warning for what was cut.
+TEST(TraceDatMalformed, TruncatedAnywhere) {
+  for (const auto* full : {&files().v6, &files().v7, &files().v7z}) {
+    size_t last_ok = 0;
+    // Every offset of the first 20000 bytes (the header and the start of
+    // the metadata), then about 300 cuts spread over the rest: each parse
+    // of a longer cut reads the program's whole kallsyms, and a fixed
+    // stride through a file of a few MB took 10 minutes in the ASan build.
+    const size_t stride = std::max<size_t>(509, (full->size() - std::min<size_t>(full->size(), 20000)) / 300);
+    for (size_t len = 0; len < full->size(); len += (len < 20000 ? 1 : stride)) {
+      std::vector<uint8_t> b(full->begin(), full->begin() + static_cast<long>(len));
+      std::string err;
+      auto f = parse(b, &err);
+      if (!f) {
+        EXPECT_FALSE(err.empty()) << len;
+        continue;
+      }
+      const size_t n = count(*f);
+      EXPECT_LE(n, 4000u) << len;
+      last_ok = len;
+    }
+    // A v6 file keeps its metadata first: cut in the data, what is whole
+    // is still read. A v7 file's options (where its data is) come last, as
+    // in the files trace-cmd writes: cut anywhere, it is refused.
+    if (full == &files().v6) EXPECT_GT(last_ok, full->size() / 2);
+    else EXPECT_EQ(last_ok, 0u);
+  }
+}
+
+TEST(TraceDatMalformed, ACorruptPageIsSkippedAndTheRestKept) {
+  std::string err;
+  auto good = parse(files().v6, &err);
+  ASSERT_TRUE(good) << err;
+  const auto& ext = good->buffers()[0].cpus;
+  size_t cpu = 0;
+  while (cpu < ext.size() && ext[cpu].size == 0) ++cpu;
+  ASSERT_LT(cpu, ext.size());
+  std::vector<uint8_t> b = files().v6;
+  // How many records the first page of that CPU holds.
+  const uint8_t* page = b.data() + ext[cpu].offset;
+  uint64_t commit;
+  std::memcpy(&commit, page + 8, 8);
+  rb::PageWalker w(page + 16, static_cast<uint32_t>(commit & rb::kCommitLengthMask), 0);
+  rb::Entry e;
+  size_t in_page = 0;
+  while (w.next_data(&e)) ++in_page;
+  ASSERT_GT(in_page, 0u);
+  // A commit longer than the page.
+  const uint64_t bad = 0xfff0;
+  std::memcpy(b.data() + ext[cpu].offset + 8, &bad, 8);
+  auto f = parse(b, &err);
+  ASSERT_TRUE(f) << err;
+  EXPECT_EQ(count(*f), 4000u - in_page);
+  ASSERT_EQ(f->warnings().size(), 1u);
+  EXPECT_NE(f->warnings()[0].find("page 0 claims"), std::string::npos) << f->warnings()[0];
+  // An entry whose length runs off the page: the page's records before it
+  // are kept.
+  b = files().v6;
+  std::memcpy(b.data() + ext[cpu].offset + 16, "\x00\x00\x00\x00\xff\xff\x00\x00", 8);  // type 0, len 0xffff
+  f = parse(b, &err);
+  ASSERT_TRUE(f) << err;
+  EXPECT_EQ(count(*f), 4000u - in_page);
+  ASSERT_EQ(f->warnings().size(), 1u);
+  EXPECT_NE(f->warnings()[0].find("corrupt entry at offset 0"), std::string::npos) << f->warnings()[0];
+}
+
+// v7 layout helpers: the options section's offset is right after the
+// compression strings.
+uint64_t options_offset(const std::vector<uint8_t>& b) {
+  size_t p = 10 + 2 + 1 + 1 + 4;
+  while (b[p]) ++p;  // compression name
+  ++p;
+  while (b[p]) ++p;  // version
+  ++p;
+  uint64_t off;
+  std::memcpy(&off, b.data() + p, 8);
+  return off;
+}
+
+TEST(TraceDatMalformed, OptionsThatLoopAreRefused) {
+  std::vector<uint8_t> b = files().v7;
+  const uint64_t off = options_offset(b);
+  uint64_t size;
+  std::memcpy(&size, b.data() + off + 8, 8);
+  // The last option is DONE with the next section's offset: point it back.
+  std::memcpy(b.data() + off + 16 + size - 8, &off, 8);
+  std::string err;
+  EXPECT_FALSE(parse(b, &err));
+  EXPECT_NE(err.find("loop"), std::string::npos) << err;
+}
+
+TEST(TraceDatMalformed, ACompressedBlockClaimingTooMuchIsNotAllocated) {
+  std::vector<uint8_t> b = files().v7z;
+  std::string err;
+  auto good = parse(b, &err);
+  ASSERT_TRUE(good) << err;
+  const auto& ext = good->buffers()[0].cpus;
+  size_t cpu = 0;
+  while (cpu < ext.size() && ext[cpu].size == 0) ++cpu;
+  ASSERT_LT(cpu, ext.size());
+  // CPU data: u32 chunk count, then u32 compressed and u32 full size.
+  const uint32_t huge = 0xF0000000u;
+  std::memcpy(b.data() + ext[cpu].offset + 8, &huge, 4);
+  auto f = parse(b, &err);
+  ASSERT_TRUE(f) << err;
+  EXPECT_LT(count(*f), 4000u);
+  ASSERT_FALSE(f->warnings().empty());
+  EXPECT_NE(f->warnings()[0].find("too large"), std::string::npos) << f->warnings()[0];
+  // A metadata section: refused with the section's name.
+  b = files().v7z;
+  const uint64_t off = options_offset(b);
+  uint64_t size;
+  std::memcpy(&size, b.data() + off + 8, 8);
+  // The first option is HEADER_INFO's offset; its section's block sizes follow the 16-byte header.
+  uint64_t hdr;
+  std::memcpy(&hdr, b.data() + off + 16 + 6, 8);
+  std::memcpy(b.data() + hdr + 16 + 4, &huge, 4);
+  EXPECT_FALSE(parse(b, &err));
+  EXPECT_NE(err.find("header info"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace usrtrace

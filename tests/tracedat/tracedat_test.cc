@@ -1,0 +1,543 @@
+// trace.dat end to end: the program writes events (every field type,
+// several threads and instances, a time extend, absolute time stamps, lost
+// events), the recorder writes the file, and the real tools read it:
+// trace-cmd report must print what `usrtrace report` prints, libtracecmd
+// must give the recorded timestamps and field values, trace-cmd convert to
+// v7 and back must change nothing, and TraceFile must give back exactly the
+// records the buffers held.
+#include "usrtrace/tracedat.h"
+
+#include <gtest/gtest.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "clock/trace_clock.h"
+#include "instance/instance.h"
+#include "tracedat/recorder.h"
+#include "tracefs/tracefs.h"
+#include "usrtrace/event.h"
+#include "usrtrace/usrtrace.h"
+
+enum class Color : uint8_t { kRed = 1, kBlue = 7 };
+
+USRTRACE_EVENT(tdtest, every,
+               (int32_t, thread)(uint32_t, seq)(uint8_t, u8)(int8_t, s8)(uint16_t, u16)(int16_t, s16)
+               (int32_t, s32)(uint64_t, u64)(int64_t, s64)(bool, ok)(Color, color)(void*, ptr)
+               (char[12], name)(const char*, text),
+               "thread=%d seq=%u u8=%u s8=%d u16=%u s16=%d s32=%d u64=%llu s64=%lld ok=%d color=%u "
+               "ptr=%p name=%s text=%s",
+               REC->thread, REC->seq, REC->u8, REC->s8, REC->u16, REC->s16, REC->s32, REC->u64, REC->s64,
+               REC->ok, REC->color, REC->ptr, REC->name, __get_str(text))
+USRTRACE_EVENT(tdtest, tick, (int32_t, thread)(uint32_t, seq), "thread=%d seq=%u", REC->thread, REC->seq)
+
+namespace usrtrace {
+namespace {
+
+using instance::Instance;
+
+struct Proc {
+  int rc = -1;
+  std::string out;
+};
+
+Proc run(const std::string& cmd) {
+  Proc r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[65536];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+bool have_trace_cmd() { return run("trace-cmd --help >/dev/null").rc != 127 && access("/usr/bin/trace-cmd", X_OK) == 0; }
+
+long wr(const std::string& path, const std::string& text) { return tracefs::write_file(path, text); }
+
+std::string tmpdir() {
+  char t[] = "/tmp/usrtrace-tracedat-XXXXXX";
+  const char* d = mkdtemp(t);
+  return d ? d : "/tmp";
+}
+
+int lines_with(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+void marker_function_for_kallsyms() {}
+
+// The char[12] field: "t<thread>-<seq>" cut to 11 characters, as the event stores it.
+std::array<char, 12> name_of(int t, uint32_t i) {
+  const std::string full = "t" + std::to_string(t) + "-" + std::to_string(i);
+  std::array<char, 12> name{};
+  full.copy(name.data(), name.size() - 1);
+  return name;
+}
+
+// Writes seq [from, to) of tdtest:every and tdtest:tick from thread `t`.
+void write_events(int t, uint32_t from, uint32_t to) {
+  for (uint32_t i = from; i < to; ++i) {
+    const auto name = name_of(t, i);
+    const std::string text = "text " + std::string(i % 7, 'x') + " of " + std::to_string(t);
+    trace_tdtest_every(t, i, static_cast<uint8_t>(i), static_cast<int8_t>(-static_cast<int>(i % 100)),
+                       static_cast<uint16_t>(1000 + i), static_cast<int16_t>(-1000 - static_cast<int>(i)),
+                       -static_cast<int32_t>(i), (1ull << 40) + i, -(1ll << 40) - i, i % 2 == 1,
+                       i % 2 ? Color::kRed : Color::kBlue,
+                       reinterpret_cast<void*>(&marker_function_for_kallsyms), name.data(), text);
+    trace_tdtest_tick(t, i);
+  }
+}
+
+// The expected field text of tdtest:every as tracecmd_dump prints it.
+std::string every_fields(int t, uint32_t i) {
+  const auto name = name_of(t, i);
+  std::ostringstream o;
+  o << " thread=" << t << " seq=" << i << " u8=" << (i & 0xff) << " s8=" << -static_cast<int>(i % 100)
+    << " u16=" << 1000 + i << " s16=" << -1000 - static_cast<int>(i) << " s32=" << -static_cast<int64_t>(i)
+    << " u64=" << (1ull << 40) + i << " s64=" << -(1ll << 40) - static_cast<int64_t>(i) << " ok=" << (i % 2)
+    << " color=" << (i % 2 ? 1 : 7)
+    << " ptr=" << reinterpret_cast<uintptr_t>(&marker_function_for_kallsyms) << " name=" << name.data()
+    << " text=text " << std::string(i % 7, 'x') << " of " << t;
+  return o.str();
+}
+
+struct Expected {
+  int cpu;
+  uint64_t raw_ts;
+  std::vector<uint8_t> bytes;
+};
+
+// What an instance's buffer holds now, oldest first (not consumed).
+std::vector<Expected> snapshot_of(Instance* inst) {
+  std::vector<Expected> out;
+  rb::RingBuffer::Iterator it(inst->buffer());
+  rb::Event ev;
+  while (it.next(&ev)) out.push_back({ev.cpu, ev.ts, std::vector<uint8_t>(ev.data, ev.data + ev.len)});
+  return out;
+}
+
+class TraceDatTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_NE(Instance::top(), nullptr);
+    dir_ = tmpdir();
+    for (const char* n : {"tdt_b", "tdt_ow"}) tracefs::rmdir(std::string("instances/") + n);
+    wr("events/enable", "0");
+    wr("trace", "");
+    ASSERT_EQ(tracefs::mkdir("instances/tdt_b"), 0);
+    ASSERT_EQ(tracefs::mkdir("instances/tdt_ow"), 0);
+  }
+  void TearDown() override {
+    wr("events/enable", "0");
+    for (const char* n : {"tdt_b", "tdt_ow"}) tracefs::rmdir(std::string("instances/") + n);
+    if (!HasFailure()) run("rm -rf " + dir_);
+  }
+  std::string dir_;
+};
+
+// Scenario: three named threads write both events into the top instance,
+// tdt_b (absolute time stamps) gets the ticks, tdt_ow (a small buffer in
+// overwrite mode) gets far more ticks than it holds; a pause longer than
+// 2^27 ns forces time extends; a trace_marker write and a printk with a
+// function address. Returns the ticks written to tdt_ow.
+int write_scenario() {
+  EXPECT_GT(wr("set_event", "tdtest:*"), 0);
+  EXPECT_GT(wr("instances/tdt_b/set_event", "tdtest:tick"), 0);
+  EXPECT_GT(wr("instances/tdt_ow/set_event", "tdtest:tick"), 0);
+  EXPECT_GT(wr("instances/tdt_ow/buffer_size_kb", "8"), 0);
+  Instance::find("tdt_b")->buffer().set_time_stamp_abs(true);
+  auto batch = [](uint32_t from, uint32_t to) {
+    std::vector<std::thread> ts;
+    for (int t = 0; t < 3; ++t)
+      ts.emplace_back([t, from, to] {
+        char n[16];
+        snprintf(n, sizeof n, "tdt-worker-%d", t);
+        pthread_setname_np(pthread_self(), n);
+        cpu_set_t one;  // spread over the CPUs, so that every CPU has data
+        CPU_ZERO(&one);
+        CPU_SET(static_cast<unsigned>(t) % std::thread::hardware_concurrency(), &one);
+        pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+        write_events(t, from, to);
+      });
+    for (auto& th : ts) th.join();
+  };
+  batch(0, 300);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // > 2^27 ns: a time extend follows
+  batch(300, 400);
+  EXPECT_GT(wr("trace_marker", "hello from the marker"), 0);
+  usrtrace_array* top = usrtrace_array_get_by_name("");
+  EXPECT_GT(usrtrace_array_printk(top, "printk %d", 42), 0);
+  usrtrace_array_put(top);
+  return 3 * 400;
+}
+
+TEST_F(TraceDatTest, ExtractGivesBackExactlyWhatTheBuffersHeld) {
+  const int ow_written = write_scenario();
+  const std::vector<std::string> names = {"", "tdt_b", "tdt_ow"};
+  std::vector<std::vector<Expected>> want;
+  for (const std::string& n : names) want.push_back(snapshot_of(Instance::find(n)));
+  ASSERT_EQ(want[0].size(), 2u * 1200 + 2);
+  std::set<int> cpus;
+  for (const Expected& e : want[0]) cpus.insert(e.cpu);
+  EXPECT_EQ(cpus.size(), std::min(3u, std::thread::hardware_concurrency()));
+  ASSERT_EQ(want[1].size(), 1200u);
+  ASSERT_LT(want[2].size(), 1200u);  // overwritten
+  const uint64_t ow_overrun = Instance::find("tdt_ow")->buffer().stats(0).overrun +
+                              (Instance::find("tdt_ow")->buffer().nr_cpus() > 1 ? Instance::find("tdt_ow")->buffer().stats(1).overrun : 0);
+
+  RecordOptions o;
+  o.output = dir_ + "/x.dat";
+  o.instances = names;
+  o.file_version = 6;
+  std::string err;
+  RecordStats st;
+  ASSERT_EQ(extract_trace(o, &err, &st), 0) << err;
+  EXPECT_GT(st.pages, 0u);
+
+  auto f = TraceFile::open(o.output, &err);
+  ASSERT_TRUE(f) << err;
+  EXPECT_EQ(f->version(), 6);
+  ASSERT_EQ(f->buffers().size(), 3u);
+  EXPECT_EQ(f->buffers()[1].name, "tdt_b");
+  const auto tsc = tracedat::tsc2nsec_for(Instance::top()->buffer().clock());
+  for (size_t b = 0; b < names.size(); ++b) {
+    TraceFile::Cursor c(*f, {static_cast<int>(b)});
+    TraceFile::Record r;
+    std::vector<Expected> got;
+    int64_t missed = 0;
+    while (c.next(&r)) {
+      got.push_back({r.cpu, r.ts, std::vector<uint8_t>(r.data, r.data + r.len)});
+      missed += r.missed;
+    }
+    ASSERT_EQ(got.size(), want[b].size()) << "buffer " << names[b];
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(got[i].cpu, want[b][i].cpu) << i;
+      ASSERT_EQ(got[i].bytes, want[b][i].bytes) << i;
+      // ns = raw * mult >> shift + offset: the file's conversion, and
+      // within a ns of the trace file's own.
+      const uint64_t raw = want[b][i].raw_ts;
+      const uint64_t conv = ((raw & 0xffffffffu) * tsc.mult >> tsc.shift) +
+                            ((raw >> 32) * tsc.mult << (32 - tsc.shift)) + static_cast<uint64_t>(tsc.offset);
+      ASSERT_EQ(got[i].raw_ts, conv) << i;
+      const uint64_t ns = clock::raw_to_ns(Instance::top()->buffer().clock(), raw);
+      ASSERT_LE(conv > ns ? conv - ns : ns - conv, 1u) << i;
+    }
+    if (b == 2) {
+      EXPECT_EQ(static_cast<uint64_t>(missed), ow_overrun) << "lost events counted in the pages";
+      EXPECT_EQ(got.size() + static_cast<uint64_t>(missed), static_cast<uint64_t>(ow_written));
+    }
+  }
+  EXPECT_TRUE(f->warnings().empty());
+  // The buffers were consumed.
+  EXPECT_TRUE(snapshot_of(Instance::top()).empty());
+}
+
+// Streaming: the recorder drains the buffer while the program writes, as
+// the buffer_percent watermark is reached, so a run writing many times the
+// buffer's size loses nothing in discard mode as long as the recorder keeps
+// up; whatever it could not take is counted, never silently lost.
+TEST_F(TraceDatTest, StreamingDrainsAtTheWatermarkAndAccountsForEverything) {
+  ASSERT_GT(wr("instances/tdt_b/set_event", "tdtest:tick"), 0);
+  ASSERT_GT(wr("instances/tdt_b/buffer_size_kb", "16"), 0);
+  ASSERT_GT(wr("instances/tdt_b/options/overwrite", "0"), 0);  // discard mode
+  ASSERT_GT(wr("instances/tdt_b/buffer_percent", "25"), 0);
+  RecordOptions o;
+  o.output = dir_ + "/stream.dat";
+  o.instances = {"tdt_b"};
+  o.compress = true;
+  std::string err;
+  auto rec = TraceRecorder::start(o, &err);
+  ASSERT_TRUE(rec) << err;
+  // Fill past the watermark, then wait (bounded) until the recorder took
+  // pages while we are still running.
+  uint32_t seq = 0;
+  for (; seq < 2000; ++seq) trace_tdtest_tick(7, seq);
+  for (int i = 0; i < 2000 && rec->stats().pages == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_GT(rec->stats().pages, 0u) << "nothing was drained while the program ran";
+  // Many buffers' worth, in bursts of about a page (the watermark), each
+  // followed by a (bounded) wait until the recorder took a page more.
+  for (int burst = 0; burst < 50; ++burst) {
+    const uint64_t before = rec->stats().pages;
+    for (int k = 0; k < 210; ++k, ++seq) trace_tdtest_tick(7, seq);
+    for (int i = 0; i < 2000 && rec->stats().pages == before; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  Instance* b = Instance::find("tdt_b");
+  uint64_t dropped = 0;
+  for (int c = 0; c < b->buffer().nr_cpus(); ++c) dropped += b->buffer().stats(c).dropped_events;
+  ASSERT_EQ(rec->stop(&err), 0) << err;
+  auto f = TraceFile::open(o.output, &err);
+  ASSERT_TRUE(f) << err;
+  EXPECT_EQ(f->version(), 7);
+  EXPECT_EQ(f->compression(), "zstd");
+  ASSERT_EQ(f->buffers().size(), 2u);  // the empty top, and tdt_b
+  TraceFile::Cursor c(*f, {1});
+  TraceFile::Record r;
+  uint64_t n = 0, last = 0;
+  bool ordered = true;
+  while (c.next(&r)) {
+    uint32_t s;
+    std::memcpy(&s, r.data + 12, 4);
+    if (n > 0 && s <= last) ordered = false;
+    last = s;
+    ++n;
+  }
+  EXPECT_TRUE(ordered);
+  EXPECT_EQ(n + dropped, seq) << n << " recorded, " << dropped << " dropped";
+  EXPECT_GT(n, 50u * 210) << "many buffers' worth was recorded";
+  EXPECT_TRUE(f->warnings().empty());
+}
+
+TEST_F(TraceDatTest, RecorderErrorsSayWhat) {
+  std::string err;
+  RecordOptions o;
+  o.output = dir_ + "/x.dat";
+  auto expect = [&](const RecordOptions& opts, int want, const char* msg) {
+    err.clear();
+    EXPECT_EQ(TraceRecorder::start(opts, &err), nullptr);
+    EXPECT_NE(err.find(msg), std::string::npos) << err;
+    err.clear();
+    EXPECT_EQ(extract_trace(opts, &err), -want);
+    EXPECT_NE(err.find(msg), std::string::npos) << err;
+  };
+  RecordOptions bad = o;
+  bad.instances = {"nosuch"};
+  expect(bad, ENOENT, "no instance 'nosuch'");
+  bad = o;
+  bad.file_version = 5;
+  expect(bad, EINVAL, "file version must be 6 or 7");
+  bad = o;
+  bad.file_version = 6;
+  bad.compress = true;
+  expect(bad, EINVAL, "compression needs file version 7");
+  bad = o;
+  bad.instances = {"tdt_b", "tdt_b"};
+  expect(bad, EINVAL, "given twice");
+  bad = o;
+  bad.output = dir_ + "/no/such/dir/x.dat";
+  expect(bad, ENOENT, "cannot create a temporary file in");
+  // A recorded instance cannot be removed while it is recorded.
+  auto rec = TraceRecorder::start([&] { RecordOptions r = o; r.instances = {"tdt_b"}; return r; }(), &err);
+  ASSERT_TRUE(rec) << err;
+  EXPECT_EQ(tracefs::rmdir("instances/tdt_b"), -EBUSY);
+  EXPECT_EQ(rec->stop(&err), 0) << err;
+  EXPECT_EQ(access(o.output.c_str(), R_OK), 0);
+}
+
+#ifdef USRTRACE_CLI
+TEST_F(TraceDatTest, TraceCmdPrintsWhatUsrtraceReportPrints) {
+  if (!have_trace_cmd()) GTEST_SKIP() << "trace-cmd is not installed (apt-get install trace-cmd)";
+  const std::string u = USRTRACE_CLI;
+  auto same = [&](const std::string& opts, const std::string& file) {
+    SCOPED_TRACE(opts + " " + file);
+    const Proc t = run("trace-cmd report " + opts + " " + file);
+    const Proc m = run(u + " report " + opts + " " + file);
+    ASSERT_EQ(t.rc, 0) << t.out.substr(0, 2000);
+    ASSERT_EQ(m.rc, 0) << m.out.substr(0, 2000);
+    EXPECT_TRUE(t.out == m.out) << "trace-cmd and usrtrace report differ (" << t.out.size() << " and "
+                                << m.out.size() << " bytes); run them on " << file;
+    EXPECT_EQ(t.out.find("UNKNOWN"), std::string::npos);
+    EXPECT_EQ(t.out.find("FAILED TO PARSE"), std::string::npos);
+  };
+  // One buffer: every report option. (trace-cmd 3.1.6 applies --cpu to the
+  // top buffer only and crashes on -F when a file has instances.)
+  write_scenario();
+  RecordOptions o;
+  o.output = dir_ + "/one.dat";
+  o.file_version = 6;
+  std::string err;
+  ASSERT_EQ(extract_trace(o, &err), 0) << err;
+  for (const char* opts : {"", "-l", "-t", "-R", "--cpu 0", "--cpu 1", "-F tdtest/tick",
+                           "-F 'tdtest/every: seq > 390 && thread != 1'", "-F 'every: u16 >= 1390 || thread == 2'"})
+    same(opts, o.output);
+  {
+    const Proc t = run("trace-cmd report --stat " + o.output), m = run(u + " report --stat " + o.output);
+    EXPECT_EQ(t.out, m.out);
+    EXPECT_NE(t.out.find("entries:"), std::string::npos) << t.out;
+  }
+  const Proc filtered = run(u + " report -F 'tdtest/every: seq > 390 && name ~ \"t1*\"' " + o.output);
+  EXPECT_EQ(lines_with(filtered.out, " every: "), 9);
+  // Where the languages differ, ours is the kernel's: '~' is a glob, and
+  // narrow signed fields compare signed (libtraceevent's filter reads s8
+  // as unsigned).
+  EXPECT_EQ(lines_with(run(u + " report -F 'every: s8 < -50' " + o.output).out, " every: "), 3 * 4 * 49);
+
+  // --format=json: the Chrome/Perfetto trace-event format, read back by
+  // Python's json module: every event with its fields as args, thread names.
+  {
+    const std::string json = dir_ + "/one.json";
+    ASSERT_EQ(run(u + " report --format=json " + o.output + " > " + json).rc, 0);
+    const Proc py = run("python3 -c 'import json,sys\n"
+                        "d = json.load(open(sys.argv[1]))\n"
+                        "ev = d[\"traceEvents\"]\n"
+                        "every = [e for e in ev if e[\"name\"] == \"every\"]\n"
+                        "e = [e for e in every if e[\"args\"][\"thread\"] == 1 and e[\"args\"][\"seq\"] == 57][0]\n"
+                        "a = e[\"args\"]\n"
+                        "print(len(every), e[\"ph\"], e[\"cat\"], a[\"s8\"], a[\"s64\"], a[\"name\"], repr(a[\"text\"]), a[\"ok\"])\n"
+                        "names = sorted(set(m[\"args\"][\"name\"] for m in ev if m[\"name\"] == \"thread_name\"))\n"
+                        "print(\" \".join(n for n in names if n.startswith(\"tdt\")))\n"
+                        "ts = [e[\"ts\"] for e in ev if e[\"ph\"] == \"i\"]\n"
+                        "print(ts == sorted(ts))' " + json);
+    ASSERT_EQ(py.rc, 0) << py.out;
+    EXPECT_EQ(py.out, "1200 i tdtest -57 -1099511627833 t1-57 'text x of 1' 1\n"
+                      "tdt-worker-0 tdt-worker-1 tdt-worker-2\nTrue\n");
+  }
+  // Bad arguments: one clear line and a non-zero exit.
+  for (const auto& [args, msg] : std::vector<std::pair<std::string, std::string>>{
+           {"/nonexistent.dat", "No such file"},
+           {"/etc/hostname", "not a trace.dat file"},
+           {"-F 'tdtest/every: seq >' " + o.output, "parse_error"},
+           {"-F 'nosuch/event' " + o.output, "no event matches"},
+           {"-B nosuch " + o.output, "no buffer 'nosuch'"},
+           {"--cpu 9 " + o.output, "the file has CPUs"},
+           {"--format xml " + o.output, "--format must be"}}) {
+    const Proc p = run(u + " report " + args);
+    EXPECT_NE(p.rc, 0) << args;
+    EXPECT_NE(p.out.find(msg), std::string::npos) << args << ": " << p.out;
+  }
+
+  // Three instances, in one file as trace-cmd's BUFFER sections.
+  for (const char* f : {"trace", "instances/tdt_b/trace", "instances/tdt_ow/trace"}) wr(f, "");
+  write_scenario();
+  o.output = dir_ + "/v6.dat";
+  o.instances = {"", "tdt_b", "tdt_ow"};
+  ASSERT_EQ(extract_trace(o, &err), 0) << err;
+  const std::string v6 = o.output, v7 = dir_ + "/v7.dat", back = dir_ + "/back6.dat";
+  for (const char* opts : {"", "-l", "-t", "-R"}) same(opts, v6);
+  const Proc all = run("trace-cmd report " + v6);
+  EXPECT_EQ(lines_with(all.out, " every: "), 1200);
+  EXPECT_EQ(lines_with(all.out, " tdt_b: "), 1200);
+  EXPECT_GT(lines_with(all.out, "EVENTS DROPPED]"), 0);
+  EXPECT_NE(all.out.find("tdt-worker-1"), std::string::npos);        // saved cmdlines
+  EXPECT_NE(all.out.find("hello from the marker"), std::string::npos);
+  EXPECT_NE(all.out.find("write_scenario(): printk 42"), std::string::npos);  // printk's ip, by our kallsyms
+
+  // trace-cmd convert to v7 and back changes nothing.
+  ASSERT_EQ(run("trace-cmd convert -i " + v6 + " -o " + v7 + " --file-version 7 --compression none").rc, 0);
+  ASSERT_EQ(run("trace-cmd convert -i " + v7 + " -o " + back + " --file-version 6").rc, 0);
+  EXPECT_TRUE(run("trace-cmd report " + v7).out == all.out);
+  EXPECT_TRUE(run("trace-cmd report " + back).out == all.out);
+  EXPECT_TRUE(run(u + " report " + v7).out == all.out);
+}
+#endif
+
+#ifdef USRTRACE_CLI
+// The kernel's own trace.dat files, as trace-cmd writes them on this
+// machine (v7 with zstd by default, and v6): usrtrace report prints what
+// trace-cmd report prints. Recorded into a private kernel instance, with
+// the flags this kernel needs (../shared/ftrace-formats.md, gotcha 2).
+TEST(KernelTraceDat, UsrtraceReportPrintsWhatTraceCmdPrints) {
+  if (!have_trace_cmd()) GTEST_SKIP() << "trace-cmd is not installed (apt-get install trace-cmd)";
+  if (geteuid() != 0) GTEST_SKIP() << "recording the kernel needs root";
+  if (access("/sys/kernel/tracing/instances", F_OK) != 0)
+    run("mount -t tracefs nodev /sys/kernel/tracing");
+  if (access("/sys/kernel/tracing/instances", F_OK) != 0) GTEST_SKIP() << "no tracefs at /sys/kernel/tracing";
+  const std::string dir = tmpdir();
+  const std::string inst = "usrtrace_kt_" + std::to_string(getpid());
+  for (const char* version : {"7", "6"}) {
+    SCOPED_TRACE(version);
+    const std::string file = dir + "/k" + version + ".dat";
+    const Proc rec = run("timeout 60 trace-cmd record -d -k -B " + inst + " --file-version " + version +
+                         " -e sched:sched_switch -e sched:sched_process_exec -e sched:sched_process_exit -o " + file +
+                         " /bin/sh -c 'for i in 1 2 3; do /bin/true; done'");
+    run("rmdir /sys/kernel/tracing/instances/" + inst);
+    ASSERT_EQ(rec.rc, 0) << rec.out;
+    for (const char* opts : {"", "-l", "-t", "-R"}) {
+      SCOPED_TRACE(opts);
+      const Proc t = run("trace-cmd report " + std::string(opts) + " " + file);
+      const Proc m = run(std::string(USRTRACE_CLI) + " report " + opts + " " + file);
+      ASSERT_EQ(t.rc, 0) << t.out.substr(0, 2000);
+      EXPECT_EQ(m.rc, 0);
+      EXPECT_TRUE(t.out == m.out) << "differ on " << file << ":\n" << t.out.substr(0, 1500) << "\n---\n"
+                                  << m.out.substr(0, 1500);
+      EXPECT_GE(lines_with(t.out, "sched_process_exec:"), 3) << t.out.substr(0, 2000);
+    }
+  }
+  run("rm -rf " + dir);
+}
+#endif
+
+#ifdef TRACECMD_DUMP
+TEST_F(TraceDatTest, LibtracecmdGivesTheRecordedTimestampsAndValues) {
+  write_scenario();
+  for (int version : {6, 7}) {
+    SCOPED_TRACE(version);
+    if (version == 7) write_scenario();
+    RecordOptions o;
+    o.output = dir_ + "/lib" + std::to_string(version) + ".dat";
+    o.instances = {"", "tdt_b", "tdt_ow"};
+    o.file_version = version;
+    o.compress = version == 7;
+    std::string err;
+    ASSERT_EQ(extract_trace(o, &err), 0) << err;
+    auto f = TraceFile::open(o.output, &err);
+    ASSERT_TRUE(f) << err;
+    // What our reader gives (proven equal to the buffers above), per buffer.
+    std::map<std::string, std::vector<std::string>> want;
+    for (size_t b = 0; b < f->buffers().size(); ++b) {
+      TraceFile::Cursor c(*f, {static_cast<int>(b)});
+      TraceFile::Record r;
+      while (c.next(&r)) {
+        const std::string name = b == 0 ? "top" : f->buffers()[b].name;
+        want[name].push_back(name + " " + std::to_string(r.cpu) + " " + std::to_string(r.ts));
+      }
+    }
+    const Proc d = run(std::string(TRACECMD_DUMP) + " " + o.output);
+    ASSERT_EQ(d.rc, 0) << d.out;
+    std::map<std::string, std::vector<std::string>> got;
+    std::istringstream in(d.out);
+    std::string line;
+    int every = 0, ticks = 0;
+    while (std::getline(in, line)) {
+      std::istringstream l(line);
+      std::string buf, cpu, ts, ev;
+      l >> buf >> cpu >> ts >> ev;
+      got[buf].push_back(buf + " " + cpu + " " + ts);
+      ASSERT_NE(ev, "UNKNOWN") << line;
+      std::string rest;
+      std::getline(l, rest);
+      int t = -1;
+      unsigned seq = 0;
+      if (ev == "tdtest:every") {
+        ASSERT_EQ(sscanf(rest.c_str(), " thread=%d seq=%u", &t, &seq), 2) << line;
+        EXPECT_EQ(rest, every_fields(t, seq)) << line;
+        ++every;
+      } else if (ev == "tdtest:tick") {
+        ASSERT_EQ(sscanf(rest.c_str(), " thread=%d seq=%u", &t, &seq), 2) << line;
+        EXPECT_EQ(rest, " thread=" + std::to_string(t) + " seq=" + std::to_string(seq)) << line;
+        ++ticks;
+      }
+    }
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(every, 1200);
+#ifdef USRTRACE_CLI
+    // Our v7 (zstd) file too prints the same in both tools.
+    const Proc t = run("trace-cmd report " + o.output), m = run(std::string(USRTRACE_CLI) + " report " + o.output);
+    EXPECT_EQ(t.rc, 0);
+    EXPECT_TRUE(t.out == m.out) << "trace-cmd and usrtrace report differ on " << o.output;
+    EXPECT_EQ(t.out.find("UNKNOWN"), std::string::npos);
+#endif
+    EXPECT_GT(ticks, 2 * 1200);  // top and tdt_b whole, tdt_ow's survivors
+  }
+}
+#endif
+
+}  // namespace
+}  // namespace usrtrace

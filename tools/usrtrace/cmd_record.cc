@@ -1,0 +1,368 @@
+// usrtrace record|extract: a running process's buffers to trace.dat.
+//
+//   usrtrace record [-e ...] [-B INSTANCE] ... -o FILE -P PID
+//       sets tracing up as `start` does, drains the buffers into FILE until
+//       Ctrl-C or the process exits, then takes back what it set up (-k
+//       keeps it).
+//   usrtrace record [...] -o FILE -- COMMAND ARGS
+//       starts COMMAND with the runtime preloaded (LD_PRELOAD), holds it
+//       before main() until tracing is set up, and records it to its end.
+//   usrtrace extract -P PID -o FILE
+//       what the buffers hold now, in one go (the flight-recorder case).
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "commands.h"
+#include "remote.h"
+#include "usrtrace/tracedat.h"
+
+namespace usrtrace::tool {
+namespace {
+
+struct FileOptions {
+  std::string output = "trace.dat";
+  int file_version = 7;
+  bool compress = false;
+};
+
+void add_file_options(CLI::App* sub, FileOptions* f) {
+  sub->add_option("-o,--output", f->output, "Output file (default trace.dat)");
+  sub->add_option("--file-version", f->file_version, "trace.dat version: 6 or 7 (default 7)")
+      ->check(CLI::IsMember({6, 7}));
+  sub->add_flag("--compress", f->compress, "zstd-compress the CPU data (version 7)");
+}
+
+void report(const std::string& verb, const RecordStats& st, const std::string& file) {
+  fprintf(stderr, "usrtrace %s: %llu pages (%llu bytes) written to %s; %llu events lost\n", verb.c_str(),
+          static_cast<unsigned long long>(st.pages), static_cast<unsigned long long>(st.bytes),
+          file.c_str(), static_cast<unsigned long long>(st.lost_events));
+}
+
+// The preloaded runtime: USRTRACE_PRELOAD, the build tree's, or the one
+// installed beside this program (../lib*/).
+std::string preload_library() {
+  if (const char* e = getenv("USRTRACE_PRELOAD"); e && *e) return e;
+  struct stat st;
+#ifdef USRTRACE_PRELOAD_BUILD
+  if (::stat(USRTRACE_PRELOAD_BUILD, &st) == 0) return USRTRACE_PRELOAD_BUILD;
+#endif
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    self[n] = '\0';
+    std::string dir(self);
+    dir = dir.substr(0, dir.rfind('/'));
+    for (const char* rel : {"/../lib/libusrtrace-preload.so", "/../lib/x86_64-linux-gnu/libusrtrace-preload.so",
+                            "/../lib64/libusrtrace-preload.so"}) {
+      const std::string p = dir + rel;
+      if (::stat(p.c_str(), &st) == 0) return p;
+    }
+  }
+  return "";
+}
+
+struct Child {
+  pid_t pid = -1;
+  int gate = -1;  // our end: "R" comes when the program reaches main(); "G" lets it go on
+};
+
+// Starts the command with the runtime preloaded, held before main().
+// `follow`: the socket its descendants announce themselves on (-c).
+int spawn(const std::vector<std::string>& cmd, const std::string& follow, Child* out) {
+  const std::string lib = preload_library();
+  if (lib.empty())
+    return fail("record", "cannot find libusrtrace-preload.so (set USRTRACE_PRELOAD to its path)");
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+    return fail("record", std::string("socketpair: ") + std::strerror(errno));
+  const pid_t pid = fork();
+  if (pid < 0) return fail("record", std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    ::close(sv[0]);
+    const int fd = dup(sv[1]);  // without CLOEXEC: the program's runtime takes it
+    std::string preload = lib;
+    if (const char* old = getenv("LD_PRELOAD"); old && *old) preload += std::string(":") + old;
+    setenv("LD_PRELOAD", preload.c_str(), 1);
+    setenv("USRTRACE_GATE_FD", std::to_string(fd).c_str(), 1);
+    setenv("USRTRACE_DEFER_SIGNALS", "1", 1);
+    if (!follow.empty()) setenv("USRTRACE_FOLLOW", follow.c_str(), 1);
+    std::vector<char*> argv;
+    for (const auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    fprintf(stderr, "usrtrace record: %s: %s\n", cmd[0].c_str(), std::strerror(errno));
+    _exit(127);
+  }
+  ::close(sv[1]);
+  out->pid = pid;
+  out->gate = sv[0];
+  // Until the program is at main() (its events registered), or gone.
+  pollfd p{out->gate, POLLIN, 0};
+  char c = 0;
+  if (poll(&p, 1, 60000) <= 0 || ::read(out->gate, &c, 1) != 1 || c != 'R') {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 127)
+      return 1;  // the child said why
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    return fail("record", cmd[0] + " did not start with usrtrace's runtime (a static program, or one "
+                          "that replaces LD_PRELOAD?)");
+  }
+  return 0;
+}
+
+// -c: the processes the command starts (and theirs) announce themselves
+// on a socket as their runtime starts (src/preload/preload.cc); each is
+// set up as the command was and recorded into the same file before it is
+// let go.
+class Follower {
+ public:
+  ~Follower() { stop(); }
+
+  int listen(std::string* err) {
+    char tmpl[] = "/tmp/usrtrace-follow-XXXXXX";
+    if (!mkdtemp(tmpl)) {
+      *err = std::string("mkdtemp: ") + std::strerror(errno);
+      return -1;
+    }
+    dir_ = tmpl;
+    path_ = dir_ + "/follow";
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path_.c_str(), path_.size() + 1);
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd_, 64) != 0) {
+      *err = path_ + ": " + std::strerror(errno);
+      return -1;
+    }
+    return 0;
+  }
+  const std::string& path() const { return path_; }
+
+  void start(TraceRecorder* rec, const Setup* setup) {
+    thread_ = std::thread([this, rec, setup] { run(rec, setup); });
+  }
+
+  // Stops taking new processes (those that come later run unrecorded).
+  void stop() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    if (!path_.empty()) ::unlink(path_.c_str());
+    if (!dir_.empty()) ::rmdir(dir_.c_str());
+    path_.clear();
+    dir_.clear();
+  }
+
+  int followed() const { return followed_; }
+
+ private:
+  void run(TraceRecorder* rec, const Setup* setup) {
+    while (!stop_.load()) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) continue;
+      pollfd q{c, POLLIN, 0};
+      int32_t pid = 0;
+      if (::poll(&q, 1, 2000) == 1 && ::read(c, &pid, sizeof pid) == static_cast<ssize_t>(sizeof pid) && pid > 0)
+        take(rec, setup, pid);
+      [[maybe_unused]] ssize_t w = ::write(c, "G", 1);  // recorded or not, it goes on
+      ::close(c);
+    }
+  }
+
+  void take(TraceRecorder* rec, const Setup* setup, int pid) {
+    auto c = connect_to("record", pid);
+    if (!c) return;
+    Setup::Undo undo;
+    if (setup->apply("record", *c, &undo) != 0) return;
+    for (const std::string& inst : setup->instances()) c->write_file(instance_dir(inst) + "tracing_on", "1");
+    std::string err;
+    if (rec->add_process(pid, &err) < 0) {
+      fail("record", "following process " + std::to_string(pid) + ": " + err);
+      return;
+    }
+    ++followed_;
+  }
+
+  std::string dir_, path_;
+  int fd_ = -1;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> followed_{0};
+};
+
+}  // namespace
+
+Runner add_record(CLI::App& app) {
+  struct Options {
+    int pid = 0;
+    Setup setup;
+    FileOptions file;
+    bool keep = false;
+    bool children = false;
+    std::vector<std::string> command;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* sub = app.add_subcommand("record", "Record a process's buffers to trace.dat");
+  sub->add_option("-P", o->pid, "Process to record")->check(CLI::PositiveNumber);
+  o->setup.add_options(sub);
+  add_file_options(sub, &o->file);
+  sub->add_flag("-k", o->keep, "Keep the tracing set up after recording (default: take it back)");
+  sub->add_flag("-c", o->children,
+                "With -- COMMAND: also record the programs it starts, and theirs (into the same file)");
+  sub->add_option("command", o->command, "-- COMMAND ARGS: start and record this program");
+  sub->positionals_at_end();
+  return [o] {
+    if ((o->pid != 0) == !o->command.empty())
+      return fail("record", "give either -P PID or -- COMMAND ARGS");
+    if (o->children && o->command.empty())
+      return fail("record", "-c follows the programs a COMMAND starts: give -- COMMAND ARGS");
+    o->setup.missing_events_ok = o->children;
+    Child child;
+    Follower follower;
+    int pid = o->pid;
+    if (!o->command.empty()) {
+      std::string err;
+      if (o->children && follower.listen(&err) < 0) return fail("record", err);
+      if (int rc = spawn(o->command, o->children ? follower.path() : std::string(), &child)) return rc;
+      pid = child.pid;
+    }
+    bool asked = false;  // Ctrl-C came, at interrupted_at
+    auto interrupted_at = std::chrono::steady_clock::time_point{};
+    auto finish_child = [&](int rc) {
+      if (child.pid > 0) {
+        ::close(child.gate);  // lets it run (or die, if we failed)
+        int status = 0;
+        // After a Ctrl-C the program had its chance to end (its runtime
+        // held the signal only until the last pages were taken); one that
+        // still runs 10 s later (it caught the signal and went on) is killed.
+        const auto give_up = interrupted_at + std::chrono::seconds(10);
+        while (asked && waitpid(child.pid, &status, WNOHANG) == 0) {
+          if (std::chrono::steady_clock::now() > give_up) {
+            fprintf(stderr, "usrtrace record: %s still runs 10 s after Ctrl-C: killing it\n",
+                    o->command[0].c_str());
+            kill(child.pid, SIGKILL);
+            waitpid(child.pid, &status, 0);
+            break;
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        if (!asked) waitpid(child.pid, &status, 0);
+        if (rc == 0 && WIFEXITED(status) && WEXITSTATUS(status) != 0)
+          fprintf(stderr, "usrtrace record: %s exited with status %d\n", o->command[0].c_str(),
+                  WEXITSTATUS(status));
+        if (rc == 0 && WIFSIGNALED(status))
+          fprintf(stderr, "usrtrace record: %s was killed by signal %d\n", o->command[0].c_str(),
+                  WTERMSIG(status));
+      }
+      return rc;
+    };
+    auto c = connect_to("record", pid);
+    if (!c) return finish_child(1);
+    Setup::Undo undo;
+    if (o->setup.apply("record", *c, &undo) != 0) {
+      Setup::revert(*c, undo);
+      return finish_child(1);
+    }
+    RecordOptions ro;
+    ro.output = o->file.output;
+    ro.file_version = o->file.file_version;
+    ro.compress = o->file.compress;
+    ro.pid = pid;
+    ro.instances = o->setup.instances();
+    for (const std::string& inst : ro.instances) c->write_file(instance_dir(inst) + "tracing_on", "1");
+    std::string err;
+    catch_interrupts();
+    auto rec = TraceRecorder::start(ro, &err);
+    if (!rec) {
+      Setup::revert(*c, undo);
+      return finish_child(fail("record", err));
+    }
+    if (o->children) follower.start(rec.get(), &o->setup);
+    if (child.pid > 0 && ::write(child.gate, "G", 1) != 1)
+      return finish_child(fail("record", "the command went away before it started"));
+    // As trace-cmd record says it: from here on, everything is recorded.
+    fprintf(stderr, "usrtrace record: recording process %d to %s; hit Ctrl-C to stop\n", pid,
+            ro.output.c_str());
+    // Until Ctrl-C or the process's end. Ctrl-C reaches a started command
+    // too (same terminal); its runtime holds its death until we have taken
+    // the last pages.
+    while (!rec->process_exited()) {
+      if (interrupted() && !asked) {
+        asked = true;
+        interrupted_at = std::chrono::steady_clock::now();
+        if (child.pid <= 0) break;                  // -P: stop recording, the process goes on
+        kill(child.pid, SIGINT);                    // in case it is not in our terminal's group
+      }
+      if (asked && std::chrono::steady_clock::now() - interrupted_at > std::chrono::seconds(10)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    follower.stop();  // add_process must not run into stop()
+    const int rc = rec->stop(&err);
+    const RecordStats st = rec->stats();
+    if (const std::string w = rec->warnings(); !w.empty()) fprintf(stderr, "usrtrace record: %s", w.c_str());
+    if (o->children)
+      fprintf(stderr, "usrtrace record: followed %d process%s\n", follower.followed(),
+              follower.followed() == 1 ? "" : "es");
+    if (!o->keep && !rec->process_exited()) Setup::revert(*c, undo);
+    if (rc < 0) return finish_child(fail("record", err));
+    report("record", st, ro.output);
+    return finish_child(0);
+  };
+}
+
+Runner add_extract(CLI::App& app) {
+  struct Options {
+    int pid = 0;
+    std::vector<std::string> instances;
+    bool all = false;
+    FileOptions file;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* sub = app.add_subcommand("extract", "Write what a process's buffers hold now to trace.dat");
+  sub->add_option("-P", o->pid, "Process")->required()->check(CLI::PositiveNumber);
+  sub->add_option("-B", o->instances, "Instance (repeatable; default: the top)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  sub->add_flag("-a", o->all, "The top instance and every other");
+  add_file_options(sub, &o->file);
+  return [o] {
+    RecordOptions ro;
+    ro.output = o->file.output;
+    ro.file_version = o->file.file_version;
+    ro.compress = o->file.compress;
+    ro.pid = o->pid;
+    ro.instances = o->instances;
+    if (o->all) {
+      auto c = connect_to("extract", o->pid);
+      if (!c) return 1;
+      std::vector<std::string> names;
+      c->list("instances", &names);
+      ro.instances = {""};
+      ro.instances.insert(ro.instances.end(), names.begin(), names.end());
+    }
+    std::string err;
+    RecordStats st;
+    if (extract_trace(ro, &err, &st) < 0) return fail("extract", err);
+    report("extract", st, ro.output);
+    return 0;
+  };
+}
+
+}  // namespace usrtrace::tool

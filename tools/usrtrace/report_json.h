@@ -1,0 +1,21 @@
+// usrtrace report --format=json: the Chrome trace-event JSON format
+// (https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU),
+// which ui.perfetto.dev and chrome://tracing open. Each record is an
+// instant event ("ph":"i", thread scope) named after its event, with the
+// event's fields as args; threads are named with "M" metadata events.
+#pragma once
+
+#include <cstdio>
+#include <functional>
+
+#include "tep_session.h"
+#include "usrtrace/tracedat.h"
+
+namespace usrtrace::tool {
+
+// Writes every record `cursor` gives that `keep` accepts. Timestamps in
+// microseconds (ns clocks) or raw counts. Returns the exit status.
+int write_json(const TraceFile& f, const TepSession& session, TraceFile::Cursor& cursor, bool in_ns,
+               const std::function<bool(const TraceFile::Record&, const char*)>& keep, FILE* out);
+
+}  // namespace usrtrace::tool
