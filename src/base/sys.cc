@@ -66,6 +66,15 @@ void name_own_thread(const char* name) {
   prctl(PR_SET_NAME, name, 0, 0, 0);
 }
 
+namespace {
+std::atomic<uint32_t> g_metadata_generation{0};
+}
+
+// order: relaxed; the count only tells a recorder to ask again, and what it
+// then reads is taken under the registry's and the function tracer's locks.
+uint32_t metadata_generation() { return g_metadata_generation.load(std::memory_order_relaxed); }
+void metadata_changed() { g_metadata_generation.fetch_add(1, std::memory_order_relaxed); }
+
 int gettid_cached() {
   static thread_local int tid = 0;
   // A signal handler may race with the first call on this thread; both store

@@ -20,6 +20,13 @@ int gettid_cached();
 // its own threads must not put thread_rename events into the program's trace.
 void name_own_thread(const char* name);
 
+// Counts the changes to what a trace's metadata describes (events registered
+// or removed, objects loaded or unloaded): a recorder that took the metadata
+// at another count takes it again (control server, kMetaChanged).
+// Context: any.
+uint32_t metadata_generation();
+void metadata_changed();
+
 // Futex wait on `word` while it equals `expected`; returns on wake, signal or
 // spurious wake-up (callers loop). Context: may sleep.
 void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, int timeout_ms = -1);

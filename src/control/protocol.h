@@ -68,7 +68,10 @@ inline constexpr size_t kMaxResponse = 256u << 20;       // kMeta of a big progr
 inline constexpr uint32_t kMaxWaitMs = 10000;
 inline constexpr uint32_t kMaxInstancesPerMeta = 256;
 
-inline constexpr uint32_t kExiting = 1u << 0;  // response flag
+inline constexpr uint32_t kExiting = 1u << 0;      // response flag
+// Response flag: the process's metadata (events, loaded objects) changed
+// since this connection last took it with kMeta (or it never did).
+inline constexpr uint32_t kMetaChanged = 1u << 1;
 
 struct Request {
   Op op = Op::kHello;

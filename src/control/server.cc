@@ -113,6 +113,8 @@ struct Conn {
   std::map<std::string, Instance*> readers;  // kPages sources, each holding a reference
   uint32_t next_cpu = 0;
   bool recording = false;
+  uint32_t meta_generation = 0;  // base::metadata_generation() at the last kMeta
+  bool has_meta = false;
 
   ~Conn() {
     files.clear();
@@ -144,7 +146,10 @@ class Server {
  private:
   std::vector<std::unique_ptr<Conn>> conns_;
 
-  uint32_t flags() const { return exiting.load(std::memory_order_acquire) ? kExiting : 0; }
+  uint32_t flags(const Conn& c) const {
+    const bool stale = !c.has_meta || c.meta_generation != base::metadata_generation();
+    return (exiting.load(std::memory_order_acquire) ? kExiting : 0) | (stale ? kMetaChanged : 0);
+  }
   void respond(Conn& c, int32_t status, std::string_view payload = {});
   void accept_all();
   void receive(Conn& c);
@@ -164,7 +169,7 @@ void Server::respond(Conn& c, int32_t status, std::string_view payload) {
   c.out.append(4, '\0');
   Encoder e(&c.out);
   e.i32(status);
-  e.u32(flags());
+  e.u32(flags(c));
   e.raw(payload);
   finish_message(&c.out, at);
 }
@@ -333,6 +338,9 @@ bool Server::pages(Conn& c, Request& r, bool may_park) {
 }
 
 void Server::meta(Conn& c, const Request& r) {
+  // Read before collecting: a change while it runs makes the next answer
+  // say kMetaChanged again.
+  const uint32_t generation = base::metadata_generation();
   RemoteMeta m;
   std::vector<std::string> names = r.names;
   if (names.empty()) names.push_back("");
@@ -357,6 +365,8 @@ void Server::meta(Conn& c, const Request& r) {
   m.meta = tracedat::collect_metadata(names);
   std::string payload;
   encode_meta(m, &payload);
+  c.meta_generation = generation;
+  c.has_meta = true;
   respond(c, 0, payload);
 }
 

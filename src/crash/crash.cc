@@ -1,6 +1,7 @@
 // Dump on crash: control (mode, file, environment) and the signal handler.
 // The design is at the top of crash.h.
 #include "crash/crash.h"
+#include "function/core.h"
 
 #include <execinfo.h>
 #include <fcntl.h>
@@ -357,9 +358,21 @@ int configure(std::string_view value, size_t* bad) {
   return set_mode(m);
 }
 
+namespace {
+// The function tracers' dump and cpudump commands (function/core.h).
+struct RegisterDump {
+  RegisterDump() {
+    function::register_dump({&prepare, [](bool orig_cpu) {
+                               return dump(-1, orig_cpu ? DumpMode::kOrigCpu : DumpMode::kTop);
+                             }});
+  }
+} g_register_dump;
+}  // namespace
+
 int dump(int fd, DumpMode mode) {
   Storage* st = g_storage.load(std::memory_order_acquire);
   if (!st) return -ENOMEM;
+  if (fd < 0) fd = g_fd.load(std::memory_order_relaxed) >= 0 ? g_fd.load(std::memory_order_relaxed) : 2;
   int expected = 0;
   if (!g_owner.compare_exchange_strong(expected, raw_gettid(), std::memory_order_acquire))
     return -EAGAIN;

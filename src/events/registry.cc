@@ -1,6 +1,9 @@
 #include "events/registry.h"
 
+#include "base/sys.h"
+
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 
 namespace usrtrace::events {
@@ -27,6 +30,7 @@ Registry& Registry::get() {
 }
 
 void Registry::changed() {
+  base::metadata_changed();
   if (auto* hook = change_hook_.load(std::memory_order_acquire)) hook();
 }
 
@@ -62,8 +66,17 @@ void Registry::remove(EventDesc* ev) {
     if (!ev->registered) return;
     remove_locked(ev);
   }
-  if (auto* hook = remove_hook_.load(std::memory_order_acquire)) hook(ev);
+  for (auto& h : remove_hooks_)
+    if (auto* hook = h.load(std::memory_order_acquire)) hook(ev);
   changed();
+}
+
+void Registry::add_remove_hook(void (*hook)(EventDesc*)) {
+  for (auto& h : remove_hooks_) {
+    void (*expected)(EventDesc*) = nullptr;
+    if (h.compare_exchange_strong(expected, hook, std::memory_order_acq_rel)) return;
+  }
+  abort();  // more hooks than kRemoveHooks: a build error in spirit
 }
 
 void Registry::remove_locked(EventDesc* ev) {

@@ -62,8 +62,11 @@ class Registry {
   void set_change_hook(void (*hook)()) { change_hook_.store(hook, std::memory_order_release); }
   // Called by remove() with the removed event, outside the registry lock,
   // before the change hook (the filters and triggers of the event, and
-  // those that name it, go: src/trigger). One hook. Context: control plane.
-  void set_remove_hook(void (*hook)(EventDesc*)) { remove_hook_.store(hook, std::memory_order_release); }
+  // those that name it, go: src/trigger; the function commands that name it:
+  // src/function). Up to kRemoveHooks hooks, called in the order added.
+  // Context: control plane (static initialisation).
+  static constexpr int kRemoveHooks = 4;
+  void add_remove_hook(void (*hook)(EventDesc*));
 
  private:
   Registry() = default;
@@ -71,7 +74,7 @@ class Registry {
   EventDesc* head_ USRTRACE_GUARDED_BY(mu_) = nullptr;
   std::atomic<const EventDesc*> by_id_[65536] = {};
   std::atomic<void (*)()> change_hook_{nullptr};
-  std::atomic<void (*)(EventDesc*)> remove_hook_{nullptr};
+  std::atomic<void (*)(EventDesc*)> remove_hooks_[kRemoveHooks] = {};
   void changed();
   void add_locked(EventDesc* ev) USRTRACE_REQUIRES(mu_);
   void remove_locked(EventDesc* ev) USRTRACE_REQUIRES(mu_);

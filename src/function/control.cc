@@ -6,17 +6,21 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <cstdio>
 #include <map>
 #include <memory>
 
 #include "base/mutex.h"
+#include "events/registry.h"
 #include "base/sys.h"
 #include "function/core.h"
 #include "instance/instance.h"
 #include "instance/writers.h"
 #include "symbols/symbols.h"
+#include "trigger/control.h"
 
 extern "C" void __cyg_profile_func_enter(void* fn, void* site);
 
@@ -46,8 +50,21 @@ struct SlotConfig {
   uint64_t thresh_us = 0;
 };
 
+// A function command on one function of one instance.
+struct ProbeEntry {
+  std::unique_ptr<Probe> probe;  // what the hooks read (count included)
+  uint64_t fn;
+  std::string name;            // the function's kallsyms name, for listing
+  std::string system, event;   // enable_/disable_event
+  bool counted;                // listed with its count, else "unlimited"
+};
+
 base::Mutex g_mu;
 std::vector<Func>* g_funcs USRTRACE_GUARDED_BY(g_mu) = nullptr;  // by address
+std::vector<ProbeEntry> g_probes USRTRACE_GUARDED_BY(g_mu);      // in the order added
+// Removed probes that a hook may still read: freed after the next table's
+// grace period (rebuild_locked).
+std::vector<std::unique_ptr<Probe>> g_retired USRTRACE_GUARDED_BY(g_mu);
 bool g_profiling USRTRACE_GUARDED_BY(g_mu) = false;              // function_profile_enabled
 uint32_t g_profile_gen USRTRACE_GUARDED_BY(g_mu) = 0;
 SlotConfig g_config[instance::kMaxInstances] USRTRACE_GUARDED_BY(g_mu);
@@ -211,9 +228,18 @@ void rebuild_locked() USRTRACE_REQUIRES(g_mu) {
     for (size_t i = 0; i < funcs.size(); ++i)
       if ((all || filter[i]) && !notrace[i]) masks[i].trace |= kProfileBit;
   }
-  size_t n = 0;
-  for (const Masks& m : masks) n += (m.trace | m.start | m.notrace) != 0;
+  // Function commands: per function, its probes (any instance, any tracer).
+  std::map<uint64_t, std::vector<const Probe*>> probes;
+  for (const ProbeEntry& e : g_probes) probes[e.fn].push_back(e.probe.get());
+  size_t n = 0, nprobes = 0;
+  for (size_t i = 0; i < funcs.size(); ++i) {
+    const auto it = probes.find(funcs[i].addr);
+    if (it != probes.end()) nprobes += it->second.size();
+    n += (masks[i].trace | masks[i].start | masks[i].notrace) != 0 || it != probes.end();
+  }
   auto* table = new SiteTable;
+  table->probes.reset(new const Probe*[nprobes + 1]);
+  size_t next_probe = 0;
   int bits = 4;
   while ((size_t{1} << bits) < 2 * n + 1) ++bits;
   table->sites.reset(new Site[size_t{1} << bits]());
@@ -222,11 +248,18 @@ void rebuild_locked() USRTRACE_REQUIRES(g_mu) {
   std::vector<uint64_t> wanted;
   for (size_t i = 0; i < funcs.size(); ++i) {
     const Masks& m = masks[i];
-    if ((m.trace | m.start | m.notrace) == 0) continue;
     const uint64_t fn = funcs[i].addr;
+    const auto it = probes.find(fn);
+    if ((m.trace | m.start | m.notrace) == 0 && it == probes.end()) continue;
     uint64_t j = (fn * 0x9E3779B97F4A7C15ull) >> table->shift;
     while (table->sites[j].fn != 0) j = (j + 1) & table->mask;
-    table->sites[j] = Site{fn, m.trace, m.start, m.notrace, i};
+    Site site{fn, m.trace, m.start, m.notrace, static_cast<uint32_t>(i), 0, nullptr};
+    if (it != probes.end()) {
+      site.probes = &table->probes[next_probe];
+      site.nprobes = static_cast<uint32_t>(it->second.size());
+      for (const Probe* p : it->second) table->probes[next_probe++] = p;
+    }
+    table->sites[j] = site;
     wanted.push_back(fn);
   }
 
@@ -235,9 +268,12 @@ void rebuild_locked() USRTRACE_REQUIRES(g_mu) {
   g_graph_restricted.store(restricted, std::memory_order_relaxed);
   g_function_slots.store(fn_slots, std::memory_order_relaxed);
   g_graph_slots.store(graph_slots, std::memory_order_relaxed);
-  g_tracing.store(fn_slots | graph_slots | (g_profiling ? kProfileBit : 0), std::memory_order_release);
+  // Only compared with zero: any bit makes the hooks look at the table.
+  g_tracing.store(fn_slots | graph_slots | (g_profiling ? kProfileBit : 0) | (g_probes.empty() ? 0 : 1),
+                  std::memory_order_release);
   writers::synchronize_writers();
   delete old;
+  g_retired.clear();
 
   std::string why;
   std::vector<uint64_t> patchable = patch::patchable_functions();
@@ -318,8 +354,202 @@ std::string tracer_name(const instance::Instance& inst) {
   return "nop";
 }
 
+namespace {
+
+// The ':' that ends a token's function glob, skipping C++'s "::".
+size_t command_colon(const std::string& tok) {
+  for (size_t i = 0; i < tok.size(); ++i) {
+    if (tok[i] != ':') continue;
+    if (i + 1 < tok.size() && tok[i + 1] == ':') {
+      ++i;
+      continue;
+    }
+    return i;
+  }
+  return std::string::npos;
+}
+
+std::vector<std::string> split_colons(const std::string& s) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  for (size_t c; (c = s.find(':', b)) != std::string::npos; b = c + 1) out.push_back(s.substr(b, c - b));
+  out.push_back(s.substr(b));
+  return out;
+}
+
+const char* probe_name(ProbeKind k) {
+  switch (k) {
+    case ProbeKind::kTraceOn:
+      return "traceon";
+    case ProbeKind::kTraceOff:
+      return "traceoff";
+    case ProbeKind::kSnapshot:
+      return "snapshot";
+    case ProbeKind::kStacktrace:
+      return "stacktrace";
+    case ProbeKind::kEnableEvent:
+      return "enable_event";
+    case ProbeKind::kDisableEvent:
+      return "disable_event";
+    case ProbeKind::kDump:
+      return "dump";
+    case ProbeKind::kCpuDump:
+      return "cpudump";
+  }
+  return "?";
+}
+
+// A parsed "GLOB:COMMAND[:ARGS]".
+struct Command {
+  Op op;  // the functions (op.remove: "!GLOB:COMMAND")
+  ProbeKind kind;
+  long count = -1;
+  internal::EventDesc* target = nullptr;
+  std::string system, event;
+};
+
+// Parses COMMAND[:ARGS] (`rest`, at byte `pos` of the write).
+int parse_command(const std::string& rest, size_t pos, Command* c, Error* err) {
+  std::vector<std::string> parts = split_colons(rest);
+  static const ProbeKind kKinds[] = {ProbeKind::kTraceOn,     ProbeKind::kTraceOff,     ProbeKind::kSnapshot,
+                                     ProbeKind::kStacktrace,  ProbeKind::kEnableEvent,  ProbeKind::kDisableEvent,
+                                     ProbeKind::kDump,        ProbeKind::kCpuDump};
+  const auto kind = std::find_if(std::begin(kKinds), std::end(kKinds),
+                                 [&](ProbeKind k) { return parts[0] == probe_name(k); });
+  if (kind == std::end(kKinds)) {
+    *err = {Error::kUnknownCommand, "Unknown function command '" + parts[0] + "'", pos};
+    return -EINVAL;
+  }
+  c->kind = *kind;
+  size_t count_at = 1;
+  if (c->kind == ProbeKind::kEnableEvent || c->kind == ProbeKind::kDisableEvent) {
+    if (parts.size() < 3 || parts[1].empty() || parts[2].empty()) {
+      *err = {Error::kNoEvent, "enable_event/disable_event need SYS:EVENT", pos};
+      return -EINVAL;
+    }
+    c->system = parts[1];
+    c->event = parts[2];
+    if (!c->op.remove) {
+      c->target = events::Registry::get().find(c->system, c->event);
+      if (c->target == nullptr) {
+        *err = {Error::kNoEvent, "No event " + c->system + ":" + c->event, pos + parts[0].size() + 1};
+        return -EINVAL;
+      }
+    }
+    count_at = 3;
+  }
+  if (c->kind == ProbeKind::kDump || c->kind == ProbeKind::kCpuDump) {
+    c->count = 1;  // the kernel's: only dump once
+    // The dump writes from a hook: its storage is allocated now.
+    if (c->op.remove) return 0;
+    const DumpHooks* h = g_dump_hooks.load(std::memory_order_acquire);
+    if (h == nullptr) {
+      *err = {Error::kUnknownCommand, "dump needs the crash dump, not linked in", pos};
+      return -EINVAL;
+    }
+    if (h->prepare() < 0) {
+      *err = {Error::kNoMemory, "Cannot allocate the dump's storage", pos};
+      return -ENOMEM;
+    }
+    return 0;
+  }
+  if (parts.size() > count_at + 1) {
+    *err = {Error::kBadCount, "Too many arguments", pos};
+    return -EINVAL;
+  }
+  if (parts.size() == count_at + 1 && !parts[count_at].empty() && !c->op.remove) {
+    const std::string& n = parts[count_at];
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long v = strtoull(n.c_str(), &end, 0);
+    size_t at = pos;
+    for (size_t i = 0; i < count_at; ++i) at += parts[i].size() + 1;
+    if (n[0] == '-' || n[0] == '+' || *end != '\0' || errno != 0 || v > static_cast<unsigned long long>(LONG_MAX)) {
+      *err = {Error::kBadCount, "Invalid count '" + n + "'", at};
+      return -EINVAL;
+    }
+    c->count = static_cast<long>(v);
+  }
+  return 0;
+}
+
+bool same_probe(const ProbeEntry& e, int slot, const Command& c) {
+  if (e.probe->slot != slot || e.probe->kind != c.kind) return false;
+  if (c.kind != ProbeKind::kEnableEvent && c.kind != ProbeKind::kDisableEvent) return true;
+  return e.system == c.system && e.event == c.event;
+}
+
+// Adds (or, with op.remove, removes) the command's probes on the matching
+// functions. A probe added again gets the new count.
+void apply_command_locked(int slot, const Command& c, const std::vector<Func>& funcs) USRTRACE_REQUIRES(g_mu) {
+  if (c.op.remove) {
+    for (auto it = g_probes.begin(); it != g_probes.end();) {
+      const auto f = std::lower_bound(funcs.begin(), funcs.end(), it->fn,
+                                      [](const Func& a, uint64_t fn) { return a.addr < fn; });
+      if (same_probe(*it, slot, c) && f != funcs.end() && f->addr == it->fn && matches(c.op, *f)) {
+        if (it->probe->target != nullptr) trigger::hold_soft_mode(slot, *it->probe->target, -1);
+        g_retired.push_back(std::move(it->probe));
+        it = g_probes.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return;
+  }
+  for (const Func& f : funcs) {
+    if (!matches(c.op, f)) continue;
+    auto it = std::find_if(g_probes.begin(), g_probes.end(),
+                           [&](const ProbeEntry& e) { return e.fn == f.addr && same_probe(e, slot, c); });
+    if (it != g_probes.end()) {
+      it->probe->count.store(c.count, std::memory_order_relaxed);
+      it->counted = c.count >= 0 && c.kind != ProbeKind::kCpuDump;
+      continue;
+    }
+    auto p = std::make_unique<Probe>();
+    p->kind = c.kind;
+    p->slot = static_cast<uint8_t>(slot);
+    p->count.store(c.count, std::memory_order_relaxed);
+    p->target = c.target;
+    if (c.target != nullptr) trigger::hold_soft_mode(slot, *c.target, +1);
+    // The kernel lists cpudump as unlimited though it fires once.
+    g_probes.push_back({std::move(p), f.addr, f.name, c.system, c.event, c.count >= 0 && c.kind != ProbeKind::kCpuDump});
+  }
+}
+
+// Drops the probes of `slot` (all: -1) or those that name `target`, with no
+// soft-mode bookkeeping (the slot or the event is going away). The caller
+// rebuilds the table.
+bool drop_probes_locked(int slot, const internal::EventDesc* target) USRTRACE_REQUIRES(g_mu) {
+  bool any = false;
+  for (auto it = g_probes.begin(); it != g_probes.end();) {
+    if ((slot >= 0 && it->probe->slot == slot) || (target != nullptr && it->probe->target == target)) {
+      g_retired.push_back(std::move(it->probe));
+      it = g_probes.erase(it);
+      any = true;
+    } else {
+      ++it;
+    }
+  }
+  return any;
+}
+
+std::string probe_lines_locked(int slot) USRTRACE_REQUIRES(g_mu) {
+  std::string out;
+  for (const ProbeEntry& e : g_probes) {
+    if (e.probe->slot != slot) continue;
+    out += e.name + ":" + probe_name(e.probe->kind);
+    if (!e.system.empty()) out += ":" + e.system + ":" + e.event;
+    out += e.counted ? ":count=" + std::to_string(e.probe->count.load(std::memory_order_relaxed)) : ":unlimited";
+    out += '\n';
+  }
+  return out;
+}
+
+}  // namespace
+
 int write_list(instance::Instance& inst, List list, std::string_view text, bool truncate, Error* err) {
   std::vector<Op> ops;
+  std::vector<Command> commands;
   base::MutexLock l(&g_mu);
   const std::vector<Func>& funcs = funcs_locked();
   size_t i = 0;
@@ -334,29 +564,60 @@ int write_list(instance::Instance& inst, List list, std::string_view text, bool 
       op.remove = true;
       tok.erase(0, 1);
     }
-    if (const size_t mod = tok.find(":mod:"); mod != std::string::npos) {
-      op.module = tok.substr(mod + 5);
-      tok.resize(mod);
-      if (op.module.empty()) {
-        *err = {"Missing module name after ':mod:'", start};
-        return -EINVAL;
+    const size_t colon = command_colon(tok);
+    if (colon != std::string::npos) {
+      const std::string rest = tok.substr(colon + 1);
+      tok.resize(colon);
+      if (rest.rfind("mod:", 0) == 0) {
+        op.module = rest.substr(4);
+        if (op.module.empty()) {
+          *err = {Error::kBadModule, "Missing module name after ':mod:'", start};
+          return -EINVAL;
+        }
+      } else {
+        if (list != List::kFilter) {
+          *err = {Error::kNotHere, "Function commands only work in set_ftrace_filter", start};
+          return -EINVAL;
+        }
+        Command c;
+        if (tok == "*") tok.clear();
+        c.op = op;
+        c.op.glob = tok;
+        const size_t rest_at = start + (op.remove ? 1 : 0) + colon + 1;
+        if (int rc = parse_command(rest, rest_at, &c, err); rc < 0) return rc;
+        if (!c.op.remove && std::none_of(funcs.begin(), funcs.end(), [&](const Func& f) { return matches(c.op, f); })) {
+          *err = {Error::kNoFunction, "No traceable function matches", start};
+          return -EINVAL;
+        }
+        commands.push_back(std::move(c));
+        continue;
       }
-    } else if (tok.find(':') != std::string::npos && tok.find("::") == std::string::npos) {
-      *err = {"Function commands (FUNC:COMMAND) are not supported yet", start};
-      return -EINVAL;
     }
     if (tok == "*") tok.clear();
     op.glob = tok;
     if (!op.remove && std::none_of(funcs.begin(), funcs.end(), [&](const Func& f) { return matches(op, f); })) {
-      *err = {"No traceable function matches", start};
+      *err = {Error::kNoFunction, "No traceable function matches", start};
       return -EINVAL;
     }
     ops.push_back(std::move(op));
   }
-  std::vector<Op>& l_ops = g_config[inst.slot()].lists[int(list)];
+  for (const Command& c : commands) {
+    // The kernel allocates the spare buffer when a snapshot command is set.
+    if (c.kind == ProbeKind::kSnapshot && !c.op.remove) {
+      if (int rc = inst.snapshots().allocate(); rc < 0) {
+        *err = {Error::kNoMemory, "Cannot allocate the snapshot buffer", 0};
+        return rc;
+      }
+    }
+  }
+  const int slot = inst.slot();
+  std::vector<Op>& l_ops = g_config[slot].lists[int(list)];
+  const bool list_changed = truncate ? !l_ops.empty() || !ops.empty() : !ops.empty();
   if (truncate) l_ops.clear();
   l_ops.insert(l_ops.end(), ops.begin(), ops.end());
-  if (g_config[inst.slot()].tracer != Tracer::kNop || (g_profiling && inst.slot() == 0)) rebuild_locked();
+  for (const Command& c : commands) apply_command_locked(slot, c, funcs);
+  const bool uses_list = g_config[slot].tracer != Tracer::kNop || (g_profiling && slot == 0);
+  if (!commands.empty() || (list_changed && uses_list)) rebuild_locked();
   return 0;
 }
 
@@ -374,8 +635,10 @@ std::string show_list(const instance::Instance& inst, List list) {
   for (size_t i = 0; i < funcs.size(); ++i)
     if (in[i]) out += funcs[i].name + "\n";
   if (out.empty())
-    return list == List::kFilter || list == List::kGraphFunction ? "#### all functions enabled ####\n"
-                                                                 : "#### no functions disabled ####\n";
+    out = list == List::kFilter || list == List::kGraphFunction ? "#### all functions enabled ####\n"
+                                                                : "#### no functions disabled ####\n";
+  // The function commands follow the filter, as the kernel lists them.
+  if (list == List::kFilter) out += probe_lines_locked(inst.slot());
   return out;
 }
 
@@ -453,7 +716,7 @@ void instance_removed(int slot) {
   g_slots[slot].max_depth.store(0, std::memory_order_relaxed);
   g_slots[slot].thresh_ns.store(0, std::memory_order_relaxed);
   if (g_slots[slot].pids.load(std::memory_order_relaxed) != nullptr) publish_pids_locked(slot);
-  if (was_tracing) rebuild_locked();
+  if (drop_probes_locked(slot, nullptr) || was_tracing) rebuild_locked();
 }
 
 namespace {
@@ -541,13 +804,43 @@ std::string function_stat(int cpu) {
 }
 
 void objects_changed() {
+  base::metadata_changed();  // kallsyms
   base::MutexLock l(&g_mu);
   delete g_funcs;
   g_funcs = nullptr;
   if (g_profiling) new_profile_locked();  // function indexes changed
-  bool any = g_profiling;
+  // Commands on functions of an object that went away go with it (an
+  // address may come back as another function).
+  const std::vector<Func>& funcs = funcs_locked();
+  for (auto it = g_probes.begin(); it != g_probes.end();) {
+    const auto f = std::lower_bound(funcs.begin(), funcs.end(), it->fn,
+                                    [](const Func& a, uint64_t fn) { return a.addr < fn; });
+    if (f != funcs.end() && f->addr == it->fn && f->name == it->name) {
+      ++it;
+      continue;
+    }
+    if (it->probe->target != nullptr) trigger::hold_soft_mode(it->probe->slot, *it->probe->target, -1);
+    g_retired.push_back(std::move(it->probe));
+    it = g_probes.erase(it);
+  }
+  bool any = g_profiling || !g_probes.empty() || !g_retired.empty();
   for (const SlotConfig& c : g_config) any |= c.tracer != Tracer::kNop;
   if (any) rebuild_locked();
 }
+
+namespace {
+
+// The registry's remove hook: commands that enable or disable the event go.
+void on_event_removed(internal::EventDesc* ev) {
+  base::MutexLock l(&g_mu);
+  if (drop_probes_locked(-1, ev)) rebuild_locked();
+}
+
+struct InstallHook {
+  InstallHook() { events::Registry::get().add_remove_hook(&on_event_removed); }
+};
+__attribute__((init_priority(103))) InstallHook g_install_hook;
+
+}  // namespace
 
 }  // namespace usrtrace::function

@@ -36,6 +36,16 @@ std::string tracer_name(const instance::Instance& inst);
 enum class List : uint8_t { kFilter, kNotrace, kGraphFunction, kGraphNotrace };
 
 struct Error {
+  enum Code : uint8_t {
+    kNoFunction,      // no traceable function matches
+    kBadModule,       // ":mod:" without a name
+    kUnknownCommand,  // FUNC:COMMAND with an unknown COMMAND
+    kBadCount,        // a command's count is not a number
+    kNoEvent,         // enable_event/disable_event: no such SYS:EVENT
+    kNotHere,         // a command outside set_ftrace_filter
+    kNoMemory,        // dump: the dump's storage could not be allocated
+  };
+  Code code = kNoFunction;
   std::string message;
   size_t pos = 0;  // byte of the input the message is about
 };
@@ -46,6 +56,17 @@ struct Error {
 // with or without ".so..."; the main program's is its file name), and
 // prefixed by '!' to remove what it matches. `truncate` (O_TRUNC) empties
 // the list first. A glob that matches no function is -EINVAL, with *err.
+//
+// set_ftrace_filter also takes the kernel's function commands,
+// "GLOB:COMMAND[:ARGS]", which act when a matching function is entered,
+// whatever the instance's tracer, and are not part of the filter (O_TRUNC
+// keeps them; "!GLOB:COMMAND" removes them):
+//   traceon[:N] traceoff[:N]   tracing_on of the instance (N: changes left)
+//   snapshot[:N]               a snapshot of the instance
+//   stacktrace[:N]             the caller's stack, as an ftrace:user_stack
+//   enable_event:SYS:EVENT[:N] disable_event:SYS:EVENT[:N]
+//   dump cpudump               the top instance's buffers (all CPUs, or the
+//                              current one) to the dump-on-crash file, once
 // Returns 0 or -errno.
 int write_list(instance::Instance& inst, List list, std::string_view text, bool truncate, Error* err);
 // The functions on the list, one per line; for an empty list the kernel's

@@ -42,6 +42,7 @@
 #include "events/write.h"
 #include "instance/writers.h"
 #include "symbols/resolver.h"
+#include "trigger/internal.h"
 
 namespace usrtrace::function {
 
@@ -222,6 +223,20 @@ USRTRACE_ALWAYS_INLINE bool pid_ok(int slot, int tid) {
   return f == nullptr || f->admits(tid);
 }
 
+// options/func_stack_trace of the instance in `slot`.
+USRTRACE_ALWAYS_INLINE bool stack_trace_on(int slot) {
+  // order: acquire pairs with the release that published the instance.
+  const instance::Instance* inst = instance::g_slot_state[slot].instance.load(std::memory_order_acquire);
+  return inst != nullptr && inst->option(instance::kOptFuncStackTrace);
+}
+
+// func_stack_trace: the stack of the call just recorded, from its caller.
+USRTRACE_NOINLINE USRTRACE_COLD void write_stack(int slot, const internal::CommonHeader& h, uint64_t parent) {
+  unwind_stack_begin();
+  trigger::write_user_stack_from(slot, h, parent);
+  unwind_stack_end();
+}
+
 // Records the exits of `f` in its instances and releases what it held.
 // The function profiler's part of an exit: one hit and its time in the
 // returning thread's CPU row.
@@ -278,6 +293,10 @@ USRTRACE_ALWAYS_INLINE bool entry_locked(uint64_t fn, uint64_t parent, uint64_t*
   const Site* s = tab->find(fn);
   if (s == nullptr) return false;
 
+  // Function commands: traceon first, so that the call that turns tracing
+  // on is recorded; the others after the records, so that a traceoff or a
+  // snapshot keeps the call that fired it.
+  if (USRTRACE_UNLIKELY(s->nprobes != 0)) fire_probes(*s, parent, t, true);
   const uint64_t tsc = clock::rdtsc();
   // The function tracer: one record per instance.
   if (uint64_t m = s->trace & g_function_slots.load(std::memory_order_relaxed); m != 0) {
@@ -289,9 +308,12 @@ USRTRACE_ALWAYS_INLINE bool entry_locked(uint64_t fn, uint64_t parent, uint64_t*
     while (m != 0) {
       const int i = __builtin_ctzll(m);
       m &= m - 1;
-      if (pid_ok(i, t.tid)) events::write_to_slot_at(i, &r, sizeof r, t.tid, tsc);
+      if (pid_ok(i, t.tid) && events::write_to_slot_at(i, &r, sizeof r, t.tid, tsc) &&
+          USRTRACE_UNLIKELY(stack_trace_on(i)))
+        write_stack(i, r.common, parent);
     }
   }
+  if (USRTRACE_UNLIKELY(s->nprobes != 0)) fire_probes(*s, parent, t, false);
 
   // function_graph: which instances record this call.
   const uint64_t graph = g_graph_slots.load(std::memory_order_relaxed);
@@ -455,6 +477,28 @@ void shadow_unhook_all() {
     if ((f.flags & kFrameRedirected) == 0) continue;
     *f.slot = f.ret;
     f.flags = (f.flags & ~uint64_t{kFrameRedirected}) | kFrameUnhooked;
+  }
+}
+
+void unwind_stack_begin() {
+  ShadowStack* ss = t_fn.ss;
+  if (ss == nullptr) return;
+  for (uint32_t i = 0; i < ss->depth; ++i) {
+    ShadowFrame& f = ss->frames[i];
+    if ((f.flags & kFrameRedirected) == 0) continue;
+    *f.slot = f.ret;
+    f.flags = (f.flags & ~uint64_t{kFrameRedirected}) | kFrameWalked;
+  }
+}
+
+void unwind_stack_end() {
+  ShadowStack* ss = t_fn.ss;
+  if (ss == nullptr) return;
+  for (uint32_t i = 0; i < ss->depth; ++i) {
+    ShadowFrame& f = ss->frames[i];
+    if ((f.flags & kFrameWalked) == 0) continue;
+    *f.slot = patch::return_hook_address();
+    f.flags = (f.flags & ~uint64_t{kFrameWalked}) | kFrameRedirected;
   }
 }
 

@@ -9,6 +9,8 @@
 #include "clock/trace_clock.h"
 #include "function/function.h"
 #include "instance/instance.h"
+#include "instance/writers.h"
+#include "usrtrace/internal/event_impl.h"
 
 namespace usrtrace::function {
 
@@ -21,13 +23,53 @@ inline constexpr uint16_t kGraphEntryId = 11;
 // (set_ftrace_filter / set_ftrace_notrace), for which it begins a graph
 // (set_graph_function) and for which it and its callees are not graphed
 // (set_graph_notrace).
+struct Probe;
 struct Site {
   uint64_t fn;
   uint64_t trace;  // bit kProfileBit: the function profiler times it
   uint64_t start;
   uint64_t notrace;
-  uint64_t index;  // the function's index (the profiler's tables)
+  uint32_t index;   // the function's index (the profiler's tables)
+  uint32_t nprobes;
+  const Probe* const* probes;  // the function commands on it (nprobes), or null
 };
+
+// A function command of set_ftrace_filter ("FUNC:COMMAND[:ARGS]"): one per
+// (function, command, instance). The hooks read it between writers::enter
+// and exit; the control plane frees it only after a grace period that
+// follows the publication of a table without it. `count` lives here, so a
+// probe keeps its count across table rebuilds.
+enum class ProbeKind : uint8_t {
+  kTraceOn,
+  kTraceOff,
+  kSnapshot,
+  kStacktrace,
+  kEnableEvent,
+  kDisableEvent,
+  kDump,
+  kCpuDump,
+};
+struct Probe {
+  ProbeKind kind;
+  uint8_t slot;
+  mutable std::atomic<long> count{-1};  // firings left; -1: unlimited
+  internal::EventDesc* target = nullptr;  // enable_/disable_event
+};
+// The dump and cpudump commands call the crash dump (src/crash), which the
+// core cannot link to: crash.cc registers it at load. `prepare` allocates
+// its storage (control plane); `dump` writes the top instance, every CPU or
+// only the current one, to the dump-on-crash file (write path).
+struct DumpHooks {
+  int (*prepare)();
+  int (*dump)(bool orig_cpu);
+};
+void register_dump(const DumpHooks& hooks);
+extern std::atomic<const DumpHooks*> g_dump_hooks;
+
+// Runs the probes of `s` on an entry of its function called from `parent`
+// (stacktrace records the stack from there): the traceon ones when
+// `traceon` is true, the others when false. Between writers::enter/exit.
+void fire_probes(const Site& s, uint64_t parent, const writers::ThreadState& t, bool traceon);
 
 // Instances use bits 0..62 of the masks; bit 63 is the function profiler.
 inline constexpr uint64_t kProfileBit = uint64_t{1} << 63;
@@ -53,6 +95,7 @@ extern std::atomic<Profile*> g_profile;
 // fn == 0. Immutable once published.
 struct SiteTable {
   std::unique_ptr<Site[]> sites;
+  std::unique_ptr<const Probe*[]> probes;  // the sites' probe lists, end to end
   uint64_t mask = 0;  // capacity - 1
   int shift = 64;     // 64 - log2(capacity)
   const Site* find(uint64_t fn) const;

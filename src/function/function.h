@@ -39,6 +39,7 @@ struct ShadowFrame {
 inline constexpr uint32_t kFrameRedirected = 1;  // *slot holds the return hook
 inline constexpr uint32_t kFrameUnhooked = 2;    // restored for an unwind
 inline constexpr uint32_t kFrameProfiled = 4;    // the function profiler times this call
+inline constexpr uint32_t kFrameWalked = 8;      // restored while the thread walks its stack
 
 // ---- Entry points of the instrumentation. Context: any thread, signal
 // handlers included; no lock, no allocation (but the thread's first traced
@@ -63,6 +64,12 @@ uint64_t patched_return(uint64_t* slot);
 // _Unwind_ForcedUnwind): every redirected slot gets its original return
 // address back, so the unwinder sees the real callers.
 void shadow_unhook_all();
+// Around a walk of the thread's own stack (stacktrace command,
+// func_stack_trace): the redirected slots get their return addresses back,
+// so the unwinder sees the real callers, and are redirected again after.
+// Slots restored for an exception are left as they are.
+void unwind_stack_begin();
+void unwind_stack_end();
 // After a catch (__cxa_begin_catch) at stack pointer `sp`: frames whose slot
 // is below `sp` are gone (their exits are recorded now); the others are
 // redirected again.

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -188,11 +189,7 @@ int RemoteRecording::finish_remote(std::string* err) {
   bool any = true;
   while (any)
     if (int rc = take(true, 0, &any, err); rc < 0) return rc;
-  control::RemoteMeta m;
-  if (conn_->meta(opts_.instances, &m) == 0) {
-    keep_departed(meta_.meta, &m.meta);
-    meta_ = std::move(m);
-  }
+  refresh_meta();
   control::Request rec;
   rec.op = control::Op::kRecord;
   rec.on = false;
@@ -201,15 +198,35 @@ int RemoteRecording::finish_remote(std::string* err) {
   return 0;
 }
 
+void RemoteRecording::refresh_meta() {
+  control::RemoteMeta m;
+  if (conn_->meta(opts_.instances, &m) == 0) {
+    keep_departed(meta_.meta, &m.meta);
+    meta_ = std::move(m);
+  }
+}
+
 void RemoteRecording::start_thread() {
   thread_ = std::thread([this] {
     std::string err;
     bool any = false;
+    auto last_meta = std::chrono::steady_clock::now() - std::chrono::seconds(1);
     while (!stop_.load(std::memory_order_acquire)) {
       if (int rc = take(false, kWaitMs, &any, &err); rc < 0) {
         if (rc != -EPIPE) set_error(rc, err);
         gone_.store(true, std::memory_order_release);  // a process killed: keep what came
         return;
+      }
+      // The process loaded an object or registered events: their names and
+      // formats are taken now, not only at its exit, which may come too
+      // fast for the last metadata (a killed process, an exit wait run out).
+      // At once for the first change, then at most once a second: kallsyms
+      // of a big program takes a while.
+      const auto now = std::chrono::steady_clock::now();
+      if ((conn_->flags() & (control::kMetaChanged | control::kExiting)) == control::kMetaChanged &&
+          now - last_meta >= std::chrono::seconds(1)) {
+        refresh_meta();
+        last_meta = now;
       }
       if (conn_->flags() & control::kExiting) {
         if (int rc = finish_remote(&err); rc < 0 && rc != -EPIPE) set_error(rc, err);

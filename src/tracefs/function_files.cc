@@ -35,9 +35,29 @@ long write_list(Instance& inst, function::List list, std::string_view s, bool* t
   function::Error e;
   const int rc = function::write_list(inst, list, s, *truncate, &e);
   if (rc < 0) {
-    const Err code = e.message.find(":mod:") != std::string::npos  ? Err::kBadModule
-                     : e.message.find("command") != std::string::npos ? Err::kFunctionCommand
-                                                                       : Err::kNoFunction;
+    Err code = Err::kNoFunction;
+    switch (e.code) {
+      case function::Error::kNoFunction:
+        break;
+      case function::Error::kBadModule:
+        code = Err::kBadModule;
+        break;
+      case function::Error::kUnknownCommand:
+        code = Err::kFunctionCommand;
+        break;
+      case function::Error::kBadCount:
+        code = Err::kCommandCount;
+        break;
+      case function::Error::kNoEvent:
+        code = Err::kNoSuchEvent;
+        break;
+      case function::Error::kNotHere:
+        code = Err::kCommandNotHere;
+        break;
+      case function::Error::kNoMemory:
+        code = Err::kNoMemory;
+        break;
+    }
     return fail(inst, kSub, code, s, e.pos, -rc);
   }
   *truncate = false;  // later writes on the same open file append

@@ -213,6 +213,8 @@ enum class Err : uint8_t {
   kNoFunction,
   kFunctionCommand,
   kBadModule,
+  kCommandCount,
+  kCommandNotHere,
   kCount,
 };
 const char* err_text(Err e);

@@ -358,8 +358,10 @@ constexpr const char* kErrTexts[] = {
     "Value must be 0, 1, 2 or all",                  // kBadDumpMode
     "Cannot open the dump file",                     // kDumpFileOpen
     "No traceable function matches",                 // kNoFunction
-    "Function commands are not supported yet",       // kFunctionCommand
+    "Unknown function command",                      // kFunctionCommand
     "Missing module name after :mod:",               // kBadModule
+    "Invalid count",                                 // kCommandCount
+    "Function commands only work in set_ftrace_filter",  // kCommandNotHere
 };
 static_assert(sizeof(kErrTexts) / sizeof(kErrTexts[0]) == static_cast<size_t>(Err::kCount));
 constexpr size_t kMaxLoggedCommand = 256;

@@ -540,6 +540,12 @@ std::string hist_text(int slot, const EventDesc& ev) {
   return out;
 }
 
+void hold_soft_mode(int slot, EventDesc& ev, int delta) {
+  base::MutexLock l(&mu());
+  int& n = control_of(ev).soft[slot];
+  n = std::max(0, n + delta);
+}
+
 bool soft_mode(int slot, const EventDesc& ev) {
   base::MutexLock l(&mu());
   const EventControl* c = ev.control.load(std::memory_order_acquire);
@@ -597,7 +603,7 @@ void on_event_removed(EventDesc* ev) {
 }
 
 struct InstallHook {
-  InstallHook() { events::Registry::get().set_remove_hook(&on_event_removed); }
+  InstallHook() { events::Registry::get().add_remove_hook(&on_event_removed); }
 };
 __attribute__((init_priority(103))) InstallHook g_install_hook;
 

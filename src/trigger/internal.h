@@ -43,6 +43,10 @@ const internal::EventDesc& user_stack_event();
 void write_user_stack(int slot, const internal::CommonHeader& common, const void* caller_ip,
                       bool dynamic);
 
+// The same from the frame whose return address is `first_ip` up (the
+// function tracers: the traced function's caller first).
+void write_user_stack_from(int slot, const internal::CommonHeader& common, uint64_t first_ip);
+
 // Whether the event's call site goes through emit_dynamic().
 bool has_dynamic_fields(const internal::EventDesc& ev);
 

@@ -100,6 +100,7 @@ struct Walk {
   uintptr_t ours;  // the return address into write_event: frames up to it are ours
   bool past;       // seen it: the next frames are the program's...
   int skip;        // ...after this many more (an event's emit_dynamic)
+  bool from;       // the frame of `ours` is the program's first (write_user_stack_from)
   int n;
   uint64_t* out;
 };
@@ -109,7 +110,7 @@ _Unwind_Reason_Code on_frame(_Unwind_Context* ctx, void* arg) {
   const uintptr_t ip = _Unwind_GetIP(ctx);
   if (!w->past) {
     w->past = ip == w->ours;
-    return _URC_NO_REASON;
+    if (!w->past || !w->from) return _URC_NO_REASON;
   }
   if (w->skip > 0) {
     --w->skip;
@@ -138,8 +139,20 @@ void write_user_stack(int slot, const internal::CommonHeader& common, const void
   r.common = common;
   r.common.type = g_user_stack_desc.id;
   r.tgid = static_cast<uint32_t>(g_tgid.load(std::memory_order_relaxed));
-  Walk w{reinterpret_cast<uintptr_t>(caller_ip), false, dynamic ? 1 : 0, 0, r.caller};
+  Walk w{reinterpret_cast<uintptr_t>(caller_ip), false, dynamic ? 1 : 0, false, 0, r.caller};
   _Unwind_Backtrace(&on_frame, &w);
+  events::write_to_slot(slot, &r, sizeof r, common.pid);
+}
+
+void write_user_stack_from(int slot, const internal::CommonHeader& common, uint64_t first_ip) {
+  UserStackRecord r{};
+  r.common = common;
+  r.common.type = g_user_stack_desc.id;
+  r.tgid = static_cast<uint32_t>(g_tgid.load(std::memory_order_relaxed));
+  Walk w{static_cast<uintptr_t>(first_ip), false, 0, true, 0, r.caller};
+  _Unwind_Backtrace(&on_frame, &w);
+  // Not found (no unwind tables on the way): the first address at least.
+  if (w.n == 0) r.caller[0] = first_ip;
   events::write_to_slot(slot, &r, sizeof r, common.pid);
 }
 

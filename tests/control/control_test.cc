@@ -26,6 +26,7 @@
 #include "control/paths.h"
 #include "control/protocol.h"
 #include "control/server.h"
+#include "events/registry.h"
 #include "usrtrace/control.h"
 #include "usrtrace/usrtrace.h"
 
@@ -214,6 +215,34 @@ TEST(Control, PagesAndMetadataForARecorder) {
   // Gone with the connection: the instance can go.
   for (int i = 0; i < 1000 && c->rmdir("instances/ctl_pages") == -EBUSY; ++i) usleep(1000);
   EXPECT_EQ(c->stat("instances/ctl_pages", nullptr, nullptr), -ENOENT);
+}
+
+// An event registered (or an object loaded) after a recorder took the
+// metadata: the next answers say kMetaChanged until it takes it again.
+TEST(Control, ARecorderIsToldWhenTheMetadataChanged) {
+  auto c = self();
+  ASSERT_TRUE(c);
+  std::string err;
+  auto conn = Connection::open(getpid(), &err);
+  ASSERT_TRUE(conn) << err;
+  RemoteMeta m;
+  ASSERT_EQ(conn->meta({""}, &m), 0);
+  EXPECT_EQ(conn->flags() & kMetaChanged, 0u);
+  static const internal::FieldDesc kFields[] = {
+      {"n", "int", 8, 4, 0, true, internal::FieldKind::kInteger},
+  };
+  static internal::EventDesc late{"ctltest", "late", "\"n=%d\", REC->n", kFields, 1, 12, nullptr};
+  events::Registry::get().add(&late);
+  Connection::Pages p;
+  ASSERT_GE(conn->pages("", 64 * 1024, 0, true, &p), 0);
+  EXPECT_NE(conn->flags() & kMetaChanged, 0u);
+  ASSERT_EQ(conn->meta({""}, &m), 0);
+  EXPECT_EQ(conn->flags() & kMetaChanged, 0u);
+  EXPECT_TRUE(std::any_of(m.meta.systems.begin(), m.meta.systems.end(),
+                          [](const auto& sys) { return sys.first == "ctltest"; }));
+  events::Registry::get().remove(&late);
+  ASSERT_GE(conn->pages("", 64 * 1024, 0, true, &p), 0);
+  EXPECT_NE(conn->flags() & kMetaChanged, 0u);
 }
 
 TEST(ControlMalformed, BadMessagesAreRefusedAndTheServerGoesOn) {

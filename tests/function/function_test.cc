@@ -193,7 +193,6 @@ TEST_F(FunctionTest, FilterGlobsRemovalNotraceAndErrors) {
   EXPECT_EQ(wr(p("set_ftrace_filter"), "no_such_function_anywhere", true), -EINVAL);
   EXPECT_EQ(rd(p("set_ftrace_filter")), "fxt_leaf\n");
   EXPECT_NE(rd(p("error_log")).find("No traceable function matches"), std::string::npos);
-  EXPECT_EQ(wr(p("set_ftrace_filter"), "fxt_leaf:traceon", true), -EINVAL);
   // set_ftrace_notrace wins over the filter.
   ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_leaf fxt_outer"), 18);
   ASSERT_EQ(wr(p("set_ftrace_notrace"), "fxt_leaf"), 8);
@@ -311,6 +310,185 @@ TEST_F(FunctionTest, NoTracerNoRecordAndNoShadowStack) {
   fxt_outer(3);
   EXPECT_TRUE(records(inst_).empty());
   EXPECT_EQ(function::g_tracing.load(), 0u);
+}
+
+// ---- Function commands of set_ftrace_filter.
+
+TEST_F(FunctionTest, TraceoffCommandStopsTracingWithOrWithoutATracer) {
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_leaf"), 8);
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_other:traceoff", true), 18);
+  EXPECT_EQ(rd(p("set_ftrace_filter")), "fxt_leaf\nfxt_other:traceoff:unlimited\n");
+  ASSERT_EQ(wr(p("current_tracer"), "function"), 8);
+  fxt_outer(2);  // two leaves recorded
+  fxt_other(1);  // off at fxt_other's entry: its leaf is not recorded
+  fxt_outer(2);
+  EXPECT_EQ(rd(p("tracing_on")), "0\n");
+  EXPECT_EQ(function_records(addr(fxt_leaf)), 2);
+  // A command is not part of the filter: '>' keeps it, '!' removes it.
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_leaf fxt_outer"), 18);
+  EXPECT_EQ(rd(p("set_ftrace_filter")), "fxt_leaf\nfxt_outer\nfxt_other:traceoff:unlimited\n");
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "!fxt_other:traceoff", true), 19);
+  EXPECT_EQ(rd(p("set_ftrace_filter")), "fxt_leaf\nfxt_outer\n");
+  ASSERT_EQ(wr(p("tracing_on"), "1"), 1);
+  fxt_other(1);
+  EXPECT_EQ(rd(p("tracing_on")), "1\n");
+  // With no tracer at all, the command still acts.
+  ASSERT_EQ(wr(p("current_tracer"), "nop"), 3);
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_recurse:traceoff"), 20);
+  EXPECT_EQ(rd(p("set_ftrace_filter")), "#### all functions enabled ####\nfxt_recurse:traceoff:unlimited\n");
+  EXPECT_NE(function::g_tracing.load(), 0u);
+  fxt_outer(1);
+  EXPECT_EQ(rd(p("tracing_on")), "1\n");
+  fxt_recurse(3);
+  EXPECT_EQ(rd(p("tracing_on")), "0\n");
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "!fxt_recurse:traceoff"), 21);
+  EXPECT_EQ(function::g_tracing.load(), 0u);
+}
+
+TEST_F(FunctionTest, CountedTraceonAndTraceoffSpendCountsOnlyOnChanges) {
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_outer:traceon:1 fxt_other:traceoff:2"), 40);
+  EXPECT_EQ(rd(p("set_ftrace_filter")),
+            "#### all functions enabled ####\nfxt_outer:traceon:count=1\nfxt_other:traceoff:count=2\n");
+  fxt_outer(1);  // already on: no change, the count stays
+  EXPECT_EQ(rd(p("set_ftrace_filter")).find("fxt_outer:traceon:count=1\n") != std::string::npos, true);
+  fxt_other(1);  // off (count 2 -> 1)
+  fxt_other(1);  // already off: stays 1
+  EXPECT_EQ(rd(p("tracing_on")), "0\n");
+  fxt_outer(1);  // on (1 -> 0)
+  EXPECT_EQ(rd(p("tracing_on")), "1\n");
+  fxt_other(1);  // off (1 -> 0)
+  fxt_outer(1);  // traceon spent
+  EXPECT_EQ(rd(p("tracing_on")), "0\n");
+  EXPECT_EQ(rd(p("set_ftrace_filter")),
+            "#### all functions enabled ####\nfxt_outer:traceon:count=0\nfxt_other:traceoff:count=0\n");
+  // Written again: the new count.
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_outer:traceon:0x10", true), 22);
+  EXPECT_NE(rd(p("set_ftrace_filter")).find("fxt_outer:traceon:count=16\n"), std::string::npos);
+  // The traceon that turns tracing on is recorded by the function tracer.
+  ASSERT_EQ(wr(p("current_tracer"), "function"), 8);
+  fxt_outer(1);
+  EXPECT_EQ(rd(p("tracing_on")), "1\n");
+  EXPECT_EQ(function_records(addr(fxt_outer)), 1);
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "!fxt_o*:traceon !fxt_other:traceoff"), 35);
+}
+
+TEST_F(FunctionTest, CommandErrorsAreLogged) {
+  struct Case {
+    const char* file;
+    const char* text;
+    const char* message;
+  } cases[] = {
+      {"set_ftrace_filter", "fxt_leaf:bogus", "Unknown function command"},
+      {"set_ftrace_filter", "fxt_leaf:traceoff:abc", "Invalid count"},
+      {"set_ftrace_filter", "fxt_leaf:traceoff:-1", "Invalid count"},
+      {"set_ftrace_filter", "fxt_leaf:traceoff:1:2", "Invalid count"},
+      {"set_ftrace_filter", "fxt_leaf:enable_event:nosys:noev", "No event matches"},
+      {"set_ftrace_filter", "fxt_leaf:enable_event:tfstest", "No event matches"},
+      {"set_ftrace_filter", "no_such_fn:traceoff", "No traceable function matches"},
+      {"set_ftrace_notrace", "fxt_leaf:traceoff", "only work in set_ftrace_filter"},
+      {"set_graph_function", "fxt_leaf:stacktrace", "only work in set_ftrace_filter"},
+  };
+  for (const Case& c : cases) {
+    ASSERT_EQ(wr(p(c.file), c.text, true), -EINVAL) << c.text;
+    const std::string log = rd(p("error_log"));
+    EXPECT_NE(log.find(c.message), std::string::npos) << c.text << "\n" << log;
+    EXPECT_NE(log.find(c.text), std::string::npos) << log;
+  }
+  EXPECT_EQ(rd(p("set_ftrace_filter")), "#### all functions enabled ####\n");
+  EXPECT_EQ(function::g_tracing.load(), 0u);
+}
+
+TEST_F(FunctionTest, EnableEventAndDisableEventCommands) {
+  const std::string ev = p("events/tfstest/ping/");
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_outer:enable_event:tfstest:ping:1 fxt_other:disable_event:tfstest:ping"),
+            74);
+  EXPECT_EQ(rd(ev + "enable"), "0*\n");  // soft mode, as the kernel shows it
+  EXPECT_EQ(rd(p("set_ftrace_filter")),
+            "#### all functions enabled ####\nfxt_outer:enable_event:tfstest:ping:count=1\n"
+            "fxt_other:disable_event:tfstest:ping:unlimited\n");
+  trace_tfstest_ping(1);  // not enabled yet
+  fxt_outer(1);
+  EXPECT_EQ(rd(ev + "enable"), "1*\n");
+  trace_tfstest_ping(2);
+  fxt_other(1);
+  trace_tfstest_ping(3);
+  fxt_outer(1);  // count spent
+  trace_tfstest_ping(4);
+  std::vector<int> seen;
+  for (const Rec& r : records(inst_))
+    if (r.type == tracefs_test::event_id("tfstest", "ping")) seen.push_back(r.i32(0));
+  EXPECT_EQ(seen, std::vector<int>{2});
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "!fxt_outer:enable_event:tfstest:ping !fxt_other:disable_event:tfstest:ping"),
+            74);
+  EXPECT_EQ(rd(ev + "enable"), "0\n");
+}
+
+TEST_F(FunctionTest, StacktraceCommandAndFuncStackTraceNameTheCallers) {
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_leaf:stacktrace:2"), 21);
+  fxt_outer(3);  // two stacks, from fxt_outer
+  EXPECT_EQ(rd(p("set_ftrace_filter")), "#### all functions enabled ####\nfxt_leaf:stacktrace:count=0\n");
+  std::string t = rd(p("trace"));
+  EXPECT_EQ(count(t, "<user stack trace>"), 2) << t;
+  EXPECT_EQ(count(t, " => fxt_outer+0x"), 2) << t;
+  // The first frame is the traced function's caller.
+  EXPECT_NE(t.find("<user stack trace>\n => fxt_outer+0x"), std::string::npos) << t;
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "!fxt_leaf:stacktrace"), 20);
+  ASSERT_EQ(wr(p("trace"), ""), 0);
+
+  // func_stack_trace: every function record is followed by its stack.
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_leaf"), 8);
+  ASSERT_EQ(wr(p("options/func_stack_trace"), "1"), 1);
+  ASSERT_EQ(wr(p("current_tracer"), "function"), 8);
+  fxt_other(1);
+  fxt_outer(2);
+  ASSERT_EQ(wr(p("current_tracer"), "nop"), 3);
+  t = rd(p("trace"));
+  EXPECT_EQ(count(t, "<user stack trace>"), 3) << t;
+  EXPECT_NE(t.find("fxt_leaf <-fxt_other\n"), std::string::npos) << t;
+  EXPECT_EQ(count(t, "<user stack trace>\n => fxt_other+0x"), 1) << t;
+  EXPECT_EQ(count(t, "<user stack trace>\n => fxt_outer+0x"), 2) << t;
+  ASSERT_EQ(wr(p("options/func_stack_trace"), "0"), 1);
+}
+
+TEST_F(FunctionTest, SnapshotCommandKeepsTheBufferAtTheCall) {
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_leaf fxt_other:snapshot:1"), 29);
+  EXPECT_NE(rd(p("set_ftrace_filter")).find("fxt_other:snapshot:count=1\n"), std::string::npos);
+  ASSERT_EQ(wr(p("current_tracer"), "function"), 8);
+  fxt_outer(2);
+  fxt_other(1);  // snapshot: the two leaves of fxt_outer, not fxt_other's
+  fxt_outer(3);
+  ASSERT_EQ(wr(p("current_tracer"), "nop"), 3);
+  const std::string snap = rd(p("snapshot"));
+  EXPECT_EQ(count(snap, "fxt_leaf <-fxt_outer"), 2) << snap;
+  EXPECT_EQ(count(snap, "fxt_leaf <-fxt_other"), 0) << snap;
+  EXPECT_EQ(count(rd(p("trace")), "fxt_leaf <-"), 4);
+}
+
+TEST_F(FunctionTest, DumpCommandWritesTheTopBufferOnce) {
+  char path[] = "/tmp/usrtrace_fn_dump_XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  ASSERT_GT(wr("ftrace_dump_on_oops_file", path), 0);
+  ASSERT_GT(instance::Instance::top()->write_marker("before the dump"), 0);
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_other:dump"), 14);
+  EXPECT_NE(rd(p("set_ftrace_filter")).find("fxt_other:dump:count=1\n"), std::string::npos);
+  fxt_other(1);
+  fxt_other(1);  // once only
+  ASSERT_EQ(wr("ftrace_dump_on_oops_file", ""), 0);
+  std::string dumped;
+  {
+    FILE* f = fopen(path, "r");
+    ASSERT_NE(f, nullptr);
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;) dumped.append(buf, n);
+    fclose(f);
+  }
+  unlink(path);
+  EXPECT_EQ(count(dumped, "before the dump"), 1) << dumped;
+  EXPECT_EQ(count(dumped, "Dumping ftrace buffer"), 1) << dumped;
+  EXPECT_NE(rd(p("set_ftrace_filter")).find("fxt_other:dump:count=0\n"), std::string::npos);
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "!fxt_other:dump"), 15);
 }
 
 // The function profiler: hits and time per function per CPU, for the

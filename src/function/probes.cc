@@ -1,0 +1,103 @@
+// The write side of the function commands of set_ftrace_filter (the
+// kernel's ftrace probes): what a traced function's entry does for each
+// command on it. control.cc parses, lists and publishes them.
+//
+// Counts are taken with a compare-and-swap, so a count of N fires at most N
+// times whatever the number of threads; traceon/traceoff and
+// enable_/disable_event spend a count only when they change the state, as
+// the kernel's do. Context: a hook, between writers::enter and exit; no
+// lock, no allocation (dump writes with write(2), stacktrace unwinds).
+#include <atomic>
+
+#include "base/compiler.h"
+#include "events/write.h"
+#include "function/core.h"
+#include "instance/instance.h"
+#include "trigger/internal.h"
+
+namespace usrtrace::function {
+namespace {
+
+bool take_count(std::atomic<long>& count) {
+  long v = count.load(std::memory_order_relaxed);
+  do {
+    if (v < 0) return true;
+    if (v == 0) return false;
+    // order: relaxed; the count bounds the firings, it orders nothing.
+  } while (!count.compare_exchange_weak(v, v - 1, std::memory_order_relaxed));
+  return true;
+}
+
+void fire(const Probe& p, uint64_t parent, const writers::ThreadState& t) {
+  instance::SlotState& s = instance::g_slot_state[p.slot];
+  // order: acquire pairs with the release that published the buffer.
+  rb::RingBuffer* rb = s.buffer.load(std::memory_order_acquire);
+  if (rb == nullptr) return;
+  switch (p.kind) {
+    case ProbeKind::kTraceOn:
+      if (rb->record_is_on() || !take_count(p.count)) return;
+      rb->record_on();
+      return;
+    case ProbeKind::kTraceOff:
+      if (!rb->record_is_on() || !take_count(p.count)) return;
+      rb->record_off();
+      return;
+    case ProbeKind::kSnapshot: {
+      if (!take_count(p.count)) return;
+      instance::Instance* inst = s.instance.load(std::memory_order_acquire);
+      if (inst != nullptr) inst->snapshots().take("function");
+      return;
+    }
+    case ProbeKind::kStacktrace: {
+      if (!take_count(p.count)) return;
+      internal::CommonHeader h{};
+      events::fill_common(&h, t);
+      unwind_stack_begin();
+      trigger::write_user_stack_from(p.slot, h, parent);
+      unwind_stack_end();
+      return;
+    }
+    case ProbeKind::kEnableEvent:
+    case ProbeKind::kDisableEvent: {
+      const uint64_t bit = uint64_t{1} << p.slot;
+      const bool on = p.kind == ProbeKind::kEnableEvent;
+      const bool is_on = (p.target->enabled.load(std::memory_order_relaxed) & bit) != 0;
+      if (is_on == on || !take_count(p.count)) return;
+      // order: relaxed; enabling is a soft switch, as in the registry.
+      if (on)
+        p.target->enabled.fetch_or(bit, std::memory_order_relaxed);
+      else
+        p.target->enabled.fetch_and(~bit, std::memory_order_relaxed);
+      return;
+    }
+    case ProbeKind::kDump:
+    case ProbeKind::kCpuDump:
+      if (!take_count(p.count)) return;
+      // The kernel's ftrace_dump(DUMP_ALL / DUMP_ORIG): the top instance,
+      // to the console, here the dump-on-crash file (stderr by default).
+      // order: acquire pairs with register_dump's release.
+      if (const DumpHooks* h = g_dump_hooks.load(std::memory_order_acquire); h != nullptr)
+        h->dump(p.kind == ProbeKind::kCpuDump);
+      return;
+  }
+}
+
+}  // namespace
+
+std::atomic<const DumpHooks*> g_dump_hooks{nullptr};
+
+void register_dump(const DumpHooks& hooks) {
+  static DumpHooks copy;
+  copy = hooks;
+  g_dump_hooks.store(&copy, std::memory_order_release);
+}
+
+USRTRACE_NOINLINE USRTRACE_COLD void fire_probes(const Site& s, uint64_t parent, const writers::ThreadState& t,
+                                                 bool traceon) {
+  for (uint32_t i = 0; i < s.nprobes; ++i) {
+    const Probe& p = *s.probes[i];
+    if ((p.kind == ProbeKind::kTraceOn) == traceon) fire(p, parent, t);
+  }
+}
+
+}  // namespace usrtrace::function
