@@ -363,7 +363,8 @@ namespace {
 struct RegisterDump {
   RegisterDump() {
     function::register_dump({&prepare, [](bool orig_cpu) {
-                               return dump(-1, orig_cpu ? DumpMode::kOrigCpu : DumpMode::kTop);
+                               const int fd = g_fd.load(std::memory_order_relaxed);
+                               return dump(fd >= 0 ? fd : STDERR_FILENO, orig_cpu ? DumpMode::kOrigCpu : DumpMode::kTop);
                              }});
   }
 } g_register_dump;
@@ -372,7 +373,6 @@ struct RegisterDump {
 int dump(int fd, DumpMode mode) {
   Storage* st = g_storage.load(std::memory_order_acquire);
   if (!st) return -ENOMEM;
-  if (fd < 0) fd = g_fd.load(std::memory_order_relaxed) >= 0 ? g_fd.load(std::memory_order_relaxed) : 2;
   int expected = 0;
   if (!g_owner.compare_exchange_strong(expected, raw_gettid(), std::memory_order_acquire))
     return -EAGAIN;

@@ -72,8 +72,7 @@ int configure(std::string_view value, size_t* bad);
 // -ENOMEM. Context: as set_mode().
 int prepare();
 
-// Writes the dump (header line, buffers) for `mode` (kOff: kTop) to `fd`
-// (-1: the ftrace_dump_on_oops_file, stderr if none),
+// Writes the dump (header line, buffers) for `mode` (kOff: kTop) to `fd`,
 // without the oops header and without stopping tracing. Returns 0, -EAGAIN
 // when another dump is running, -ENOMEM when prepare() was never called
 // (set_mode() calls it), or -errno from write(2).
