@@ -10,6 +10,8 @@
 //                               current_tracer nop
 //   BM_FunctionGraph        (c) the same with function_graph on and the leaf in
 //                               set_ftrace_filter
+//   BM_FunctionGraphGeneral     the same through the general path (a
+//                               max_graph_depth turns the fast path off)
 //   BM_FunctionFilteredOut  (d) function_graph on, the leaf outside the filter
 //   BM_PatchableNop         (e) -fpatchable-function-entry=5, no tracer (nops)
 //   BM_PatchableGraph       (e) the same entries patched, function_graph on
@@ -91,6 +93,19 @@ void BM_FunctionGraph(benchmark::State& state) {
   run_loop<fb_cyg_loop>(state);
 }
 
+// The same through the hooks' general path: a max_graph_depth makes every
+// call look at the per-instance settings (core.cc's fast path is off).
+void BM_FunctionGraphGeneral(benchmark::State& state) {
+  FB_TRACER_OR_SKIP(state, "function_graph", "fb_cyg_leaf");
+  std::string why;
+  if (!tracefs_write("max_graph_depth", "1000", &why)) {
+    state.SkipWithError(why.c_str());
+    return;
+  }
+  run_loop<fb_cyg_loop>(state);
+  tracefs_write("max_graph_depth", "0", &why);
+}
+
 void BM_FunctionFilteredOut(benchmark::State& state) {
   FB_TRACER_OR_SKIP(state, "function_graph", "fb_cyg_leaf");
   run_loop<fb_cyg_other_loop>(state);
@@ -109,6 +124,7 @@ BENCHMARK(BM_Plain);
 BENCHMARK(BM_IdealHooks);
 BENCHMARK(BM_CygNoTracer);
 BENCHMARK(BM_FunctionGraph);
+BENCHMARK(BM_FunctionGraphGeneral);
 BENCHMARK(BM_FunctionFilteredOut);
 BENCHMARK(BM_PatchableNop);
 BENCHMARK(BM_PatchableGraph);

@@ -51,31 +51,6 @@ void fill_common(void* rec, const writers::ThreadState& t) {
   h->pid = t.tid;
 }
 
-namespace {
-
-// The instance's buffer if an event of thread `tid` on this CPU passes its
-// tracing_cpumask and pid filter, else nullptr.
-USRTRACE_ALWAYS_INLINE rb::RingBuffer* admit(int slot, int tid) {
-  instance::SlotState& s = instance::g_slot_state[slot];
-  // order: acquire pairs with the release that published the buffer.
-  rb::RingBuffer* rb = s.buffer.load(std::memory_order_acquire);
-  if (!rb) return nullptr;
-  // tracing_cpumask. order: relaxed is enough; the mask is a soft switch
-  // like tracing_on. The CPU is the one this thread ran on a moment ago: a
-  // thread migrated before the ring buffer's own critical section records
-  // on its new CPU, so the mask is exact only for threads that stay put
-  // (negative ids, rseq not registered yet, are let through).
-  if (const unsigned cpu = static_cast<unsigned>(base::rseq_cpu_id());
-      USRTRACE_LIKELY(cpu < instance::kMaxCpus) &&
-      USRTRACE_UNLIKELY((s.cpus_off[cpu / 64].load(std::memory_order_relaxed) >> (cpu % 64)) & 1))
-    return nullptr;
-  if (const instance::PidFilter* f = s.pids.load(std::memory_order_acquire);
-      USRTRACE_UNLIKELY(f != nullptr) && !f->admits(tid))
-    return nullptr;
-  return rb;
-}
-
-}  // namespace
 
 bool write_to_slot(int slot, const void* rec, uint32_t len, int tid) {
   rb::RingBuffer* rb = admit(slot, tid);

@@ -190,14 +190,39 @@ std::vector<bool> evaluate(const std::vector<Op>& ops, const std::vector<Func>& 
   return in;
 }
 
+// g_fast (core.h): the one function_graph instance, if nothing else needs
+// the hooks' general path. Stored last, after what it summarises.
+void update_fast_locked(uint64_t graph_slots, uint64_t fn_slots, uint64_t lists) USRTRACE_REQUIRES(g_mu) {
+  uint32_t fast = 0;
+  if (fn_slots == 0 && __builtin_popcountll(graph_slots) == 1 && lists == 0 && !g_profiling && g_probes.empty()) {
+    const int slot = __builtin_ctzll(graph_slots);
+    const SlotConfig& c = g_config[slot];
+    if (c.max_depth == 0 && c.thresh_us == 0 && c.pids[0].empty() && c.pids[1].empty())
+      fast = static_cast<uint32_t>(slot) + 1;
+  }
+  g_fast.store(fast, std::memory_order_relaxed);
+}
+
+// The inputs of update_fast_locked() as rebuild_locked() last saw them.
+uint64_t g_fast_graph USRTRACE_GUARDED_BY(g_mu) = 0, g_fast_fn USRTRACE_GUARDED_BY(g_mu) = 0,
+         g_fast_lists USRTRACE_GUARDED_BY(g_mu) = 0;
+
+// A setting of the fast path's conditions changes: off before it changes,
+// recomputed after.
+struct FastOff {
+  FastOff() USRTRACE_REQUIRES(g_mu) { g_fast.store(0, std::memory_order_relaxed); }
+  ~FastOff() USRTRACE_NO_THREAD_SAFETY_ANALYSIS { update_fast_locked(g_fast_graph, g_fast_fn, g_fast_lists); }
+};
+
 // Publishes the site table and patch set for the current configuration.
 void rebuild_locked() USRTRACE_REQUIRES(g_mu) {
+  g_fast.store(0, std::memory_order_relaxed);
   const std::vector<Func>& funcs = funcs_locked();
   struct Masks {
     uint64_t trace = 0, start = 0, notrace = 0;
   };
   std::vector<Masks> masks(funcs.size());
-  uint64_t fn_slots = 0, graph_slots = 0, restricted = 0;
+  uint64_t fn_slots = 0, graph_slots = 0, restricted = 0, graph_lists = 0;
   for (int slot = 0; slot < instance::kMaxInstances; ++slot) {
     const SlotConfig& c = g_config[slot];
     if (c.tracer == Tracer::kNop) continue;
@@ -216,6 +241,7 @@ void rebuild_locked() USRTRACE_REQUIRES(g_mu) {
       if (gn[i]) masks[i].notrace |= bit;
     }
     if (std::find(gf.begin(), gf.end(), true) != gf.end()) restricted |= bit;
+    if (restricted & bit || std::find(gn.begin(), gn.end(), true) != gn.end()) graph_lists |= bit;
   }
 
   // The function profiler times the functions the top instance's
@@ -271,6 +297,10 @@ void rebuild_locked() USRTRACE_REQUIRES(g_mu) {
   // Only compared with zero: any bit makes the hooks look at the table.
   g_tracing.store(fn_slots | graph_slots | (g_profiling ? kProfileBit : 0) | (g_probes.empty() ? 0 : 1),
                   std::memory_order_release);
+  g_fast_graph = graph_slots;
+  g_fast_fn = fn_slots;
+  g_fast_lists = graph_lists;
+  update_fast_locked(graph_slots, fn_slots, graph_lists);
   writers::synchronize_writers();
   delete old;
   g_retired.clear();
@@ -644,6 +674,7 @@ std::string show_list(const instance::Instance& inst, List list) {
 
 int set_pids(instance::Instance& inst, bool notrace, std::vector<int> add, bool truncate) {
   base::MutexLock l(&g_mu);
+  FastOff off;
   std::vector<int>& v = g_config[inst.slot()].pids[notrace ? 1 : 0];
   if (truncate) v.clear();
   v.insert(v.end(), add.begin(), add.end());
@@ -660,6 +691,7 @@ std::vector<int> pids(const instance::Instance& inst, bool notrace) {
 
 int set_max_graph_depth(instance::Instance& inst, uint32_t depth) {
   base::MutexLock l(&g_mu);
+  FastOff off;
   g_config[inst.slot()].max_depth = depth;
   g_slots[inst.slot()].max_depth.store(depth, std::memory_order_relaxed);
   return 0;
@@ -673,6 +705,7 @@ uint32_t max_graph_depth(const instance::Instance& inst) {
 int set_thresh_us(instance::Instance& inst, uint64_t us) {
   if (us > UINT64_MAX / 1000) return -EINVAL;
   base::MutexLock l(&g_mu);
+  FastOff off;
   g_config[inst.slot()].thresh_us = us;
   g_slots[inst.slot()].thresh_ns.store(us * 1000, std::memory_order_relaxed);
   return 0;

@@ -41,6 +41,7 @@
 #include "events/registry.h"
 #include "events/write.h"
 #include "instance/writers.h"
+#include "output/flags.h"
 #include "symbols/resolver.h"
 #include "trigger/internal.h"
 
@@ -175,6 +176,7 @@ constexpr uint8_t kMaxNest = 4;
 
 struct ThreadFn {
   ShadowStack* ss;
+  writers::ThreadState* ws;  // writers::self(), once registered (the fast path)
   uint8_t nest;  // hooks in progress on the thread (signal handlers nest)
   bool failed;  // the shadow stack could not be mapped: no graph on this thread
 };
@@ -385,6 +387,7 @@ struct Guard {
       t_fn.nest--;
       return false;
     }
+    t_fn.ws = t;
     return true;
   }
   USRTRACE_ALWAYS_INLINE ~Guard() {
@@ -395,8 +398,116 @@ struct Guard {
   }
 };
 
+// ---- The fast path: while exactly one instance runs function_graph and
+// nothing else asks for a look per call (no function tracer, profiler,
+// command, graph list, depth limit, threshold or set_ftrace_pid: control.cc
+// keeps g_fast), an entry or an exit of a thread that is not already in a
+// hook does only what that instance needs, inline. Its frames and records
+// are the slow path's, so either path pops what the other pushed; anything
+// unusual (another frame on top, a nested hook, a thread not registered
+// yet) goes to the slow path, which handles every case.
+
+// The writers' bracket (instance/writers.h [A] and [D]) and the nesting
+// guard, for a thread whose ThreadState is known.
+struct FastGuard {
+  writers::ThreadState& ws;
+  uint64_t depth;  // writes in progress on the thread before this one
+  USRTRACE_ALWAYS_INLINE explicit FastGuard(writers::ThreadState& w) : ws(w) {
+    t_fn.nest = 1;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    const uint64_t c = ws.ctr.load(std::memory_order_relaxed);
+    depth = c & 0xff;
+    // order: as writers::enter().
+    ws.ctr.store(c + (depth != 0 ? 1 : 0x101), std::memory_order_release);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  }
+  USRTRACE_ALWAYS_INLINE ~FastGuard() {
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    // order: as writers::exit().
+    ws.ctr.store(ws.ctr.load(std::memory_order_relaxed) - 1, std::memory_order_release);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    t_fn.nest = 0;
+  }
+  // fill_common() for this thread.
+  USRTRACE_ALWAYS_INLINE void common(internal::CommonHeader* h, uint16_t type) const {
+    h->type = type;
+    h->flags = depth != 0 ? output::kFlagHardirq : 0;
+    h->preempt_count = static_cast<uint8_t>(depth < 15 ? depth : 15);
+    h->pid = ws.tid;
+  }
+};
+
+// The thread's state if the fast path may run on it, else nullptr.
+USRTRACE_ALWAYS_INLINE writers::ThreadState* fast_thread(ShadowStack* ss) {
+  writers::ThreadState* ws = t_fn.ws;
+  if (ss == nullptr || ws == nullptr || t_fn.nest != 0 || ws->state != writers::kRegistered) return nullptr;
+  return ws;
+}
+
+enum class Fast : uint8_t { kDone, kUntraced, kSlow };
+
+// An entry: kDone (recorded, frame pushed), kUntraced (the function is not
+// traced: nothing to do) or kSlow.
+USRTRACE_ALWAYS_INLINE Fast fast_entry(uint32_t fast, uint64_t fn, uint64_t ret, uint64_t* slot, bool patched) {
+  ShadowStack* ss = t_fn.ss;
+  writers::ThreadState* ws = fast_thread(ss);
+  if (ws == nullptr || USRTRACE_UNLIKELY(ss->depth >= kShadowFrames)) return Fast::kSlow;
+  const int i = static_cast<int>(fast - 1);
+  const uint64_t bit = uint64_t{1} << i;
+  FastGuard g(*ws);
+  const SiteTable* tab = g_table.load(std::memory_order_acquire);
+  if (USRTRACE_UNLIKELY(tab == nullptr)) return Fast::kSlow;
+  const Site* s = tab->find(fn);
+  if (s == nullptr) return Fast::kUntraced;
+  if (USRTRACE_UNLIKELY((s->trace & bit) == 0 || s->nprobes != 0)) return Fast::kSlow;
+  const uint64_t tsc = clock::rdtsc();
+  ShadowFrame& f = ss->frames[ss->depth];
+  f.fn = fn;
+  f.ret = ret;
+  f.slot = slot;
+  f.calltime = tsc;
+  f.mask = bit;
+  f.started = 0;
+  f.notraced = 0;
+  f.flags = patched ? kFrameRedirected : 0;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  ss->depth++;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  GraphEntryRecord r;
+  g.common(&r.common, kGraphEntryId);
+  r.func = fn;
+  r.depth = ss->slot_depth[i]++;
+  r.pad = 0;
+  events::write_to_slot_at_n<sizeof r>(i, &r, ws->tid, tsc);
+  return Fast::kDone;
+}
+
+// An exit whose frame `f` is on top of the thread's stack, if the fast
+// path may take it: records it and pops it.
+USRTRACE_ALWAYS_INLINE bool fast_exit(uint32_t fast, ShadowStack* ss, const ShadowFrame& f, uint64_t flags) {
+  const int i = static_cast<int>(fast - 1);
+  if (((f.mask ^ (uint64_t{1} << i)) | (f.flags ^ flags) | f.started | f.notraced) != 0) return false;
+  writers::ThreadState* ws = fast_thread(ss);
+  if (ws == nullptr) return false;
+  FastGuard g(*ws);
+  const uint64_t tsc = clock::rdtsc();
+  GraphExitRecord r;
+  g.common(&r.common, kGraphExitId);
+  r.func = f.fn;
+  r.calltime = tsc_ns(f.calltime);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  ss->depth--;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  r.depth = ss->slot_depth[i] > 0 ? --ss->slot_depth[i] : 0;
+  r.overrun = ss->overrun;
+  r.rettime = tsc_ns(tsc);
+  events::write_to_slot_at_n<sizeof r>(i, &r, ws->tid, tsc);
+  return true;
+}
+
 }  // namespace
 
+std::atomic<uint32_t> g_fast{0};
 clock::TscCalibration g_calibration{};
 
 const Site* SiteTable::find(uint64_t fn) const {
@@ -408,6 +519,10 @@ const Site* SiteTable::find(uint64_t fn) const {
 }
 
 void instrumented_entry(uint64_t fn, uint64_t parent, uint64_t sp) {
+  if (const uint32_t fast = g_fast.load(std::memory_order_relaxed); fast != 0) {
+    const Fast r = fast_entry(fast, fn, 0, reinterpret_cast<uint64_t*>(sp), false);
+    if (r != Fast::kSlow) return;
+  }
   Guard g;
   if (!g.enter()) return;
   entry_locked(fn, parent, nullptr, sp, false, *g.t);
@@ -416,6 +531,10 @@ void instrumented_entry(uint64_t fn, uint64_t parent, uint64_t sp) {
 void instrumented_exit(uint64_t fn, uint64_t sp) {
   ShadowStack* ss = t_fn.ss;
   if (ss == nullptr || ss->depth == 0) return;
+  if (const uint32_t fast = g_fast.load(std::memory_order_relaxed); fast != 0) {
+    const ShadowFrame& top = ss->frames[ss->depth - 1];
+    if (top.fn == fn && fast_exit(fast, ss, top, 0)) return;
+  }
   Guard g;
   if (!g.enter()) return;
   const uint64_t tsc = clock::rdtsc();
@@ -433,6 +552,10 @@ void instrumented_exit(uint64_t fn, uint64_t sp) {
 }
 
 bool patched_entry(uint64_t fn, uint64_t parent, uint64_t* slot) {
+  if (const uint32_t fast = g_fast.load(std::memory_order_relaxed); fast != 0) {
+    const Fast r = fast_entry(fast, fn, *slot, slot, true);
+    if (r != Fast::kSlow) return r == Fast::kDone;
+  }
   Guard g;
   if (!g.enter()) return false;
   return entry_locked(fn, parent, slot, 0, true, *g.t);
@@ -440,6 +563,11 @@ bool patched_entry(uint64_t fn, uint64_t parent, uint64_t* slot) {
 
 uint64_t patched_return(uint64_t* slot) {
   ShadowStack* ss = t_fn.ss;
+  if (const uint32_t fast = g_fast.load(std::memory_order_relaxed); fast != 0 && ss != nullptr && ss->depth > 0) {
+    const ShadowFrame& top = ss->frames[ss->depth - 1];
+    const uint64_t ret = top.ret;
+    if (top.slot == slot && fast_exit(fast, ss, top, kFrameRedirected)) return ret;
+  }
   // Reached only through a redirected slot, so there is a frame for it:
   // pop the frames above it (left by longjmp), then it. No nesting check: the
   // return must be taken even inside a hook.

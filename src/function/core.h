@@ -115,6 +115,10 @@ extern SlotSettings g_slots[instance::kMaxInstances];
 extern std::atomic<uint64_t> g_function_slots;   // current_tracer = function
 extern std::atomic<uint64_t> g_graph_slots;      // current_tracer = function_graph
 extern std::atomic<uint64_t> g_graph_restricted; // set_graph_function not empty
+// The fast path's instance: slot + 1 while exactly one instance runs
+// function_graph and nothing else needs a look per call (core.cc); else 0.
+// Kept by control.cc with every change of the conditions.
+extern std::atomic<uint32_t> g_fast;
 // The TSC calibration calltime/rettime use; set before g_graph_slots.
 extern clock::TscCalibration g_calibration;
 

@@ -306,6 +306,49 @@ TEST_F(FunctionTest, ThreadsAndPidFilter) {
   EXPECT_EQ(wr(p("set_ftrace_pid"), "x"), -EINVAL);
 }
 
+// One function_graph instance and nothing else takes the hooks' fast path;
+// a setting that needs the general path turns it off. A call that enters by
+// one path and returns by the other pairs up all the same.
+TEST_F(FunctionTest, FastAndGeneralPathsPopEachOthersFrames) {
+  static std::string depth_file;
+  depth_file = p("max_graph_depth");
+  ASSERT_EQ(wr(p("current_tracer"), "function_graph"), 14);
+  EXPECT_EQ(function::g_fast.load(), static_cast<uint32_t>(inst_->slot()) + 1);
+  fxt_around([] { ASSERT_EQ(wr(depth_file, "100"), 3); });  // in by the fast path, out by the general
+  EXPECT_EQ(function::g_fast.load(), 0u);
+  fxt_around([] { ASSERT_EQ(wr(depth_file, "0"), 1); });  // in by the general path, out by the fast
+  EXPECT_NE(function::g_fast.load(), 0u);
+  fxt_around([] {});
+  ASSERT_EQ(wr(p("current_tracer"), "nop"), 3);
+  EXPECT_EQ(graph_counts(reinterpret_cast<uint64_t>(&fxt_around)), std::make_pair(3, 3));
+  EXPECT_EQ(graph_counts(addr(fxt_leaf)), std::make_pair(3, 3));
+  // Depths: fxt_around at 0, its fxt_leaf at 1, entries and exits alike.
+  for (const Rec& r : records(inst_)) {
+    if (r.type != function::kGraphEntryId && r.type != function::kGraphExitId) continue;
+    uint64_t f = 0;
+    uint32_t d = 0;
+    std::memcpy(&f, r.payload.data(), 8);
+    std::memcpy(&d, r.payload.data() + 8, 4);
+    EXPECT_EQ(d, f == addr(fxt_leaf) ? 1u : 0u) << std::hex << f;
+  }
+  // Two instances, a function tracer, a profiler, a command or a pid filter:
+  // the general path.
+  ASSERT_EQ(wr(p("current_tracer"), "function_graph"), 14);
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_leaf:traceon"), 16);
+  EXPECT_EQ(function::g_fast.load(), 0u);
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "!fxt_leaf:traceon"), 17);
+  EXPECT_NE(function::g_fast.load(), 0u);
+  const std::string me = std::to_string(gettid());
+  ASSERT_EQ(wr(p("set_ftrace_pid"), me), static_cast<long>(me.size()));
+  EXPECT_EQ(function::g_fast.load(), 0u);
+  ASSERT_EQ(wr(p("set_ftrace_pid"), ""), 0);
+  EXPECT_NE(function::g_fast.load(), 0u);
+  ASSERT_EQ(wr("current_tracer", "function"), 8);
+  EXPECT_EQ(function::g_fast.load(), 0u);
+  ASSERT_EQ(wr("current_tracer", "nop"), 3);
+  EXPECT_NE(function::g_fast.load(), 0u);
+}
+
 TEST_F(FunctionTest, NoTracerNoRecordAndNoShadowStack) {
   fxt_outer(3);
   EXPECT_TRUE(records(inst_).empty());

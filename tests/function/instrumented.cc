@@ -52,4 +52,9 @@ __attribute__((noinline)) int fxt_catcher(int depth) {
   return 0;
 }
 
+__attribute__((noinline)) int fxt_around(void (*cb)()) {
+  cb();
+  return fxt_leaf(2);
+}
+
 }  // extern "C"

@@ -8,4 +8,5 @@ int fxt_outer(int n);         // calls fxt_leaf n times
 int fxt_recurse(int depth);   // depth nested calls of itself
 int fxt_other(int x);         // calls fxt_leaf once
 int fxt_catcher(int depth);   // throws through `depth`+1 fxt_thrower frames, catches, calls fxt_leaf
+int fxt_around(void (*cb)());  // calls cb (not instrumented), then fxt_leaf
 }
