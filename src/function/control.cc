@@ -192,8 +192,26 @@ std::vector<bool> evaluate(const std::vector<Op>& ops, const std::vector<Func>& 
 
 // g_fast (core.h): the one function_graph instance, if nothing else needs
 // the hooks' general path. Stored last, after what it summarises.
+// g_cpu_time_slots and g_profile_self_time from the instances' sleep-time
+// and graph-time options (the profiler: the top instance's).
+uint64_t update_times_locked(uint64_t graph_slots) USRTRACE_REQUIRES(g_mu) {
+  auto option = [](int slot, instance::Option o) {
+    // order: acquire pairs with the release that published the instance.
+    const instance::Instance* inst = instance::g_slot_state[slot].instance.load(std::memory_order_acquire);
+    return inst == nullptr || inst->option(o);
+  };
+  uint64_t cpu = 0;
+  for (uint64_t m = graph_slots; m != 0; m &= m - 1)
+    if (!option(__builtin_ctzll(m), instance::kOptSleepTime)) cpu |= uint64_t{1} << __builtin_ctzll(m);
+  if (g_profiling && !option(0, instance::kOptSleepTime)) cpu |= kProfileBit;
+  g_cpu_time_slots.store(cpu, std::memory_order_relaxed);
+  g_profile_self_time.store(!option(0, instance::kOptGraphTime), std::memory_order_relaxed);
+  return cpu;
+}
+
 void update_fast_locked(uint64_t graph_slots, uint64_t fn_slots, uint64_t lists) USRTRACE_REQUIRES(g_mu) {
   uint32_t fast = 0;
+  if (update_times_locked(graph_slots) != 0) graph_slots = 0;  // sleep-time off: the general path
   if (fn_slots == 0 && __builtin_popcountll(graph_slots) == 1 && lists == 0 && !g_profiling && g_probes.empty()) {
     const int slot = __builtin_ctzll(graph_slots);
     const SlotConfig& c = g_config[slot];
@@ -739,6 +757,11 @@ std::string enabled_functions() {
     out += f.name + " (" + std::to_string(__builtin_popcountll(s->trace & ~kProfileBit)) + ")\n";
   }
   return out;
+}
+
+void options_changed() {
+  base::MutexLock l(&g_mu);
+  FastOff off;
 }
 
 void instance_removed(int slot) {

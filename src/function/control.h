@@ -101,6 +101,9 @@ bool profiling();
 // longest total time first, as the kernel prints it.
 std::string function_stat(int cpu);
 
+// An instance's sleep-time or graph-time option changed.
+void options_changed();
+
 // The instance in `slot` is going away: its tracer stops, its lists clear.
 void instance_removed(int slot);
 

@@ -31,9 +31,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 
 #include "base/compiler.h"
 #include "base/rseq.h"
@@ -54,6 +56,8 @@ std::atomic<uint64_t> g_function_slots{0};
 std::atomic<uint64_t> g_graph_slots{0};
 std::atomic<uint64_t> g_graph_restricted{0};
 std::atomic<Profile*> g_profile{nullptr};
+std::atomic<uint64_t> g_cpu_time_slots{0};
+std::atomic<bool> g_profile_self_time{false};
 
 namespace {
 
@@ -239,25 +243,45 @@ USRTRACE_NOINLINE USRTRACE_COLD void write_stack(int slot, const internal::Commo
   unwind_stack_end();
 }
 
-// Records the exits of `f` in its instances and releases what it held.
+// The thread's CPU time (sleep-time off): a system call, taken only while
+// some tracer asks for it.
+uint64_t thread_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
 // The function profiler's part of an exit: one hit and its time in the
-// returning thread's CPU row.
-void profile_exit(const ShadowFrame& f, uint64_t tsc) {
+// returning thread's CPU row. `dur`: the call's time (its CPU time for
+// sleep-time off); without graph-time its callees' time is taken out.
+void profile_exit(const ShadowFrame& f, uint64_t dur) {
   const Profile* p = g_profile.load(std::memory_order_acquire);
   if (p == nullptr || p->gen != static_cast<uint32_t>(f.flags >> 32) || f.index >= p->nfuncs) return;
   int cpu = base::rseq_cpu_id();
   if (cpu < 0 || cpu >= p->ncpus) cpu = 0;
-  const uint64_t dur = tsc_ns(tsc) - tsc_ns(f.calltime);
+  if (g_profile_self_time.load(std::memory_order_relaxed)) dur = f.children < dur ? dur - f.children : 0;
   ProfileStats& st = p->stats[static_cast<size_t>(cpu) * p->nfuncs + f.index];
   st.hits.fetch_add(1, std::memory_order_relaxed);
   st.time_ns.fetch_add(dur, std::memory_order_relaxed);
   st.time_sq.fetch_add(dur * dur, std::memory_order_relaxed);
 }
 
+// Records the exits of `f` (just popped) in its instances and releases what
+// it held.
 void record_exit(ShadowStack* ss, const ShadowFrame& f, uint64_t tsc, writers::ThreadState& t) {
   ss->graph_on &= ~f.started;
   ss->notrace_on &= ~f.notraced;
-  if (f.flags & kFrameProfiled) profile_exit(f, tsc);
+  const uint64_t calltime = tsc_ns(f.calltime), rettime = tsc_ns(tsc);
+  const uint64_t wall = rettime - calltime;
+  // sleep-time off: the time the thread ran, not the time it slept.
+  const uint64_t cpu = (f.flags & kFrameCpuTime) ? thread_cpu_ns() - f.cputime : wall;
+  if (f.flags & kFrameProfiled) {
+    const bool self = (g_cpu_time_slots.load(std::memory_order_relaxed) & kProfileBit) != 0;
+    const uint64_t dur = self && (f.flags & kFrameCpuTime) ? cpu : wall;
+    profile_exit(f, dur);
+    // The caller's callee time (the kernel's subtime).
+    if (ss->depth > 0) ss->frames[ss->depth - 1].children += dur;
+  }
   uint64_t m = f.mask;
   if (m == 0) return;
   GraphExitRecord r;
@@ -265,16 +289,18 @@ void record_exit(ShadowStack* ss, const ShadowFrame& f, uint64_t tsc, writers::T
   events::fill_common(&r, t);
   r.func = f.fn;
   r.overrun = ss->overrun;
-  r.calltime = tsc_ns(f.calltime);
-  r.rettime = tsc_ns(tsc);
-  const uint64_t dur = r.rettime - r.calltime;
+  r.rettime = rettime;
+  const uint64_t cpu_slots = (f.flags & kFrameCpuTime) ? g_cpu_time_slots.load(std::memory_order_relaxed) : 0;
   while (m != 0) {
     const int slot = __builtin_ctzll(m);
     m &= m - 1;
     const uint32_t d = ss->slot_depth[slot] > 0 ? --ss->slot_depth[slot] : 0;
+    // The kernel moves calltime forward by the time slept; so do we.
+    const uint64_t dur = (cpu_slots >> slot & 1) ? std::min(cpu, wall) : wall;
     const uint64_t thresh = g_slots[slot].thresh_ns.load(std::memory_order_relaxed);
     if (thresh != 0 && dur < thresh) continue;
     r.depth = d;
+    r.calltime = rettime - dur;
     events::write_to_slot_at(slot, &r, sizeof r, t.tid, tsc);
   }
 }
@@ -352,8 +378,13 @@ USRTRACE_ALWAYS_INLINE bool entry_locked(uint64_t fn, uint64_t parent, uint64_t*
   f.mask = g;
   f.started = started;
   f.notraced = notraced;
-  f.flags = flags;
   f.index = s->index;
+  f.children = 0;
+  if (USRTRACE_UNLIKELY(((g | (prof ? kProfileBit : 0)) & g_cpu_time_slots.load(std::memory_order_relaxed)) != 0)) {
+    flags |= kFrameCpuTime;
+    f.cputime = thread_cpu_ns();
+  }
+  f.flags = flags;
   std::atomic_signal_fence(std::memory_order_seq_cst);
   ss->depth++;
   std::atomic_signal_fence(std::memory_order_seq_cst);

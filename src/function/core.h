@@ -119,6 +119,12 @@ extern std::atomic<uint64_t> g_graph_restricted; // set_graph_function not empty
 // function_graph and nothing else needs a look per call (core.cc); else 0.
 // Kept by control.cc with every change of the conditions.
 extern std::atomic<uint32_t> g_fast;
+// Instances whose sleep-time option is off, among those running
+// function_graph (bit 63: the profiler, for the top instance's option):
+// their calls are timed by the thread's CPU time. graph-time off for the
+// profiler: g_profile_self_time.
+extern std::atomic<uint64_t> g_cpu_time_slots;
+extern std::atomic<bool> g_profile_self_time;
 // The TSC calibration calltime/rettime use; set before g_graph_slots.
 extern clock::TscCalibration g_calibration;
 

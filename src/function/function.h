@@ -35,11 +35,14 @@ struct ShadowFrame {
   uint64_t notraced;    // instances for which this call began a set_graph_notrace region
   uint64_t flags;       // kFrame*; bits 32..63: the profile generation
   uint64_t index;       // the function's index in the profile (kFrameProfiled)
+  uint64_t children;    // ns spent in traced callees (the profiler without graph-time)
+  uint64_t cputime;     // the thread's CPU time at entry, ns (kFrameCpuTime)
 };
 inline constexpr uint32_t kFrameRedirected = 1;  // *slot holds the return hook
 inline constexpr uint32_t kFrameUnhooked = 2;    // restored for an unwind
 inline constexpr uint32_t kFrameProfiled = 4;    // the function profiler times this call
 inline constexpr uint32_t kFrameWalked = 8;      // restored while the thread walks its stack
+inline constexpr uint32_t kFrameCpuTime = 16;    // `cputime` is set (some tracer has sleep-time off)
 
 // ---- Entry points of the instrumentation. Context: any thread, signal
 // handlers included; no lock, no allocation (but the thread's first traced

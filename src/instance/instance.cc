@@ -248,6 +248,7 @@ void Instance::set_tracing_on(bool on) {
 void Instance::set_option(Option o, bool on) {
   options_[o].store(on, std::memory_order_relaxed);
   if (o == kOptOverwrite) buffer().set_mode(on ? rb::Mode::kOverwrite : rb::Mode::kDiscard);
+  if (o == kOptSleepTime || o == kOptGraphTime) function::options_changed();
 }
 
 int Instance::set_event(std::string_view system_glob, std::string_view event_glob, bool on) {

@@ -534,6 +534,32 @@ TEST_F(FunctionTest, DumpCommandWritesTheTopBufferOnce) {
   ASSERT_EQ(wr(p("set_ftrace_filter"), "!fxt_other:dump"), 15);
 }
 
+// sleep-time off: a call's duration is the time its thread ran.
+TEST_F(FunctionTest, SleepTimeOffLeavesTheSleepOutOfTheDuration) {
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_sleep_ms"), 12);
+  ASSERT_EQ(wr(p("current_tracer"), "function_graph"), 14);
+  auto duration_ns = [&] {
+    uint64_t d = 0;
+    for (const Rec& r : records(inst_)) {
+      if (r.type != function::kGraphExitId) continue;
+      uint64_t calltime = 0, rettime = 0;
+      std::memcpy(&calltime, r.payload.data() + 16, 8);
+      std::memcpy(&rettime, r.payload.data() + 24, 8);
+      d = rettime - calltime;
+    }
+    return d;
+  };
+  fxt_sleep_ms(30);
+  EXPECT_GE(duration_ns(), 30000000u);
+  ASSERT_EQ(wr(p("options/sleep-time"), "0"), 1);
+  EXPECT_EQ(function::g_fast.load(), 0u);
+  ASSERT_EQ(wr(p("trace"), ""), 0);
+  fxt_sleep_ms(30);
+  EXPECT_LT(duration_ns(), 15000000u);  // a sleep uses next to no CPU
+  ASSERT_EQ(wr(p("options/sleep-time"), "1"), 1);
+  EXPECT_NE(function::g_fast.load(), 0u);
+}
+
 // The function profiler: hits and time per function per CPU, for the
 // functions the top instance's filter selects.
 TEST(FunctionProfile, CountsEachFunctionsHitsAndTime) {
@@ -582,6 +608,51 @@ TEST(FunctionProfile, CountsEachFunctionsHitsAndTime) {
   EXPECT_EQ(wr("set_ftrace_filter", ""), 0);
   std::string out;
   EXPECT_EQ(tracefs::read_file("instances/none/trace_stat/function0", &out), -ENOENT);
+}
+
+// The profiler's time of a function and its callee, with graph-time (the
+// callee's time included, the default) and without; sleep-time off makes
+// both CPU times, so that a busy machine cannot move them.
+TEST(FunctionProfile, GraphTimeOffCountsOnlyTheFunctionsOwnTime) {
+  ASSERT_EQ(wr("set_ftrace_filter", "fxt_spin_caller fxt_spin_cpu"), 28);
+  ASSERT_EQ(wr("options/sleep-time", "0"), 1);
+  auto times = [] {
+    std::map<std::string, double> us;
+    std::vector<std::string> files;
+    EXPECT_EQ(tracefs::list("trace_stat", &files), 0);
+    for (const std::string& f : files) {
+      std::istringstream in(rd("trace_stat/" + f));
+      std::string line;
+      std::getline(in, line);
+      std::getline(in, line);
+      while (std::getline(in, line)) {
+        std::istringstream ls(line);
+        std::string name;
+        uint64_t hits = 0;
+        double t = 0;
+        ls >> name >> hits >> t;
+        us[name] += t;
+      }
+    }
+    return us;
+  };
+  constexpr long kSpinNs = 5000000;
+  ASSERT_EQ(wr("function_profile_enabled", "1"), 1);
+  fxt_spin_caller(kSpinNs);
+  ASSERT_EQ(wr("function_profile_enabled", "0"), 1);
+  std::map<std::string, double> with = times();
+  EXPECT_GE(with["fxt_spin_cpu"], kSpinNs / 1000.0);
+  EXPECT_GE(with["fxt_spin_caller"], with["fxt_spin_cpu"]);
+  ASSERT_EQ(wr("options/graph-time", "0"), 1);
+  ASSERT_EQ(wr("function_profile_enabled", "1"), 1);
+  fxt_spin_caller(kSpinNs);
+  ASSERT_EQ(wr("function_profile_enabled", "0"), 1);
+  std::map<std::string, double> without = times();
+  EXPECT_GE(without["fxt_spin_cpu"], kSpinNs / 1000.0);
+  EXPECT_LT(without["fxt_spin_caller"], kSpinNs / 1000.0 / 5);  // its own few instructions
+  ASSERT_EQ(wr("options/graph-time", "1"), 1);
+  ASSERT_EQ(wr("options/sleep-time", "1"), 1);
+  ASSERT_EQ(wr("set_ftrace_filter", ""), 0);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include "function/instrumented.h"
 
 #include <setjmp.h>
+#include <time.h>
 
 #include <stdexcept>
 
@@ -55,6 +56,28 @@ __attribute__((noinline)) int fxt_catcher(int depth) {
 __attribute__((noinline)) int fxt_around(void (*cb)()) {
   cb();
   return fxt_leaf(2);
+}
+
+static long thread_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
+__attribute__((noinline)) void fxt_spin_cpu(long ns) {
+  const long end = thread_cpu_ns() + ns;
+  while (thread_cpu_ns() < end) {
+  }
+}
+
+__attribute__((noinline)) void fxt_spin_caller(long ns) {
+  fxt_spin_cpu(ns);
+  asm volatile("");
+}
+
+__attribute__((noinline)) void fxt_sleep_ms(int ms) {
+  const timespec ts{ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, nullptr);
 }
 
 }  // extern "C"
