@@ -2,6 +2,7 @@
 
 #include <fnmatch.h>
 #include <link.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -356,6 +357,18 @@ void publish_pids_locked(int slot) USRTRACE_REQUIRES(g_mu) {
   (void)old;
 }
 
+// glibc's signal return trampoline (__restore_rt, not exported): the
+// sa_restorer glibc's sigaction sets for every handler, read back from one
+// installed (the patcher's SIGTRAP handler once a table was published).
+uint64_t find_signal_return() {
+  for (int sig = 1; sig <= SIGRTMAX; ++sig) {
+    struct sigaction sa {};
+    if (sigaction(sig, nullptr, &sa) != 0 || sa.sa_handler == SIG_DFL || sa.sa_handler == SIG_IGN) continue;
+    if (sa.sa_restorer != nullptr) return reinterpret_cast<uint64_t>(sa.sa_restorer);
+  }
+  return 0;
+}
+
 }  // namespace
 
 const std::vector<std::string>& tracer_names() {
@@ -382,6 +395,8 @@ int set_tracer(instance::Instance& inst, std::string_view name) {
   if (c.tracer == t) return 0;
   c.tracer = t;
   rebuild_locked();
+  if (g_sigreturn.load(std::memory_order_relaxed) == 0)
+    g_sigreturn.store(find_signal_return(), std::memory_order_relaxed);
   return 0;
 }
 

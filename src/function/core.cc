@@ -58,6 +58,7 @@ std::atomic<uint64_t> g_graph_restricted{0};
 std::atomic<Profile*> g_profile{nullptr};
 std::atomic<uint64_t> g_cpu_time_slots{0};
 std::atomic<bool> g_profile_self_time{false};
+std::atomic<uint64_t> g_sigreturn{0};
 
 namespace {
 
@@ -229,6 +230,13 @@ USRTRACE_ALWAYS_INLINE bool pid_ok(int slot, int tid) {
   return f == nullptr || f->admits(tid);
 }
 
+// options/funcgraph-irqs of the instance in `slot`.
+bool irqs_on(int slot) {
+  // order: acquire pairs with the release that published the instance.
+  const instance::Instance* inst = instance::g_slot_state[slot].instance.load(std::memory_order_acquire);
+  return inst == nullptr || inst->option(instance::kOptFuncgraphIrqs);
+}
+
 // options/func_stack_trace of the instance in `slot`.
 USRTRACE_ALWAYS_INLINE bool stack_trace_on(int slot) {
   // order: acquire pairs with the release that published the instance.
@@ -287,6 +295,7 @@ void record_exit(ShadowStack* ss, const ShadowFrame& f, uint64_t tsc, writers::T
   GraphExitRecord r;
   r.common.type = kGraphExitId;
   events::fill_common(&r, t);
+  if (f.flags & kFrameInSignal) r.common.flags |= output::kFlagHardirq;
   r.func = f.fn;
   r.overrun = ss->overrun;
   r.rettime = rettime;
@@ -326,11 +335,20 @@ USRTRACE_ALWAYS_INLINE bool entry_locked(uint64_t fn, uint64_t parent, uint64_t*
   // snapshot keeps the call that fired it.
   if (USRTRACE_UNLIKELY(s->nprobes != 0)) fire_probes(*s, parent, t, true);
   const uint64_t tsc = clock::rdtsc();
+  // Signal context: a handler's own call (it returns to the signal return
+  // trampoline), or a call below a frame that is in one. Its records get
+  // the 'h' flag; funcgraph-irqs off leaves them out of the graph.
+  const uint64_t sigret = g_sigreturn.load(std::memory_order_relaxed);
+  const bool handler = sigret != 0 && parent == sigret;
+  const ShadowStack* cur = t_fn.ss;
+  const bool in_signal =
+      handler || (cur != nullptr && cur->depth > 0 && (cur->frames[cur->depth - 1].flags & kFrameInSignal));
   // The function tracer: one record per instance.
   if (uint64_t m = s->trace & g_function_slots.load(std::memory_order_relaxed); m != 0) {
     FunctionRecord r;
     r.common.type = kFunctionId;
     events::fill_common(&r, t);
+    if (in_signal) r.common.flags |= output::kFlagHardirq;
     r.ip = fn;
     r.parent_ip = parent;
     while (m != 0) {
@@ -348,7 +366,10 @@ USRTRACE_ALWAYS_INLINE bool entry_locked(uint64_t fn, uint64_t parent, uint64_t*
   const uint64_t start = s->start & graph, notrace = s->notrace & graph;
   uint64_t g = s->trace & graph;
   const bool prof = (s->trace & kProfileBit) != 0;
-  if (g == 0 && start == 0 && notrace == 0 && !prof) return false;
+  // A handler's frame is pushed even when it is not graphed, so that the
+  // calls it makes know they are in a signal handler.
+  const bool mark = handler && graph != 0;
+  if (g == 0 && start == 0 && notrace == 0 && !prof && !mark) return false;
   ShadowStack* ss = shadow();
   if (ss == nullptr) return false;
   const uint64_t restricted = g_graph_restricted.load(std::memory_order_relaxed);
@@ -359,9 +380,12 @@ USRTRACE_ALWAYS_INLINE bool entry_locked(uint64_t fn, uint64_t parent, uint64_t*
     const uint32_t maxd = g_slots[i].max_depth.load(std::memory_order_relaxed);
     if ((maxd != 0 && ss->slot_depth[i] >= maxd) || !pid_ok(i, t.tid)) g &= ~(uint64_t{1} << i);
   }
+  if (USRTRACE_UNLIKELY(in_signal))
+    for (uint64_t m = g; m != 0; m &= m - 1)
+      if (!irqs_on(__builtin_ctzll(m))) g &= ~(uint64_t{1} << __builtin_ctzll(m));
   const uint64_t started = start & ~ss->graph_on, notraced = notrace & ~ss->notrace_on;
-  if (g == 0 && started == 0 && notraced == 0 && !prof) return false;
-  uint64_t flags = patched ? kFrameRedirected : 0;
+  if (g == 0 && started == 0 && notraced == 0 && !prof && !mark) return false;
+  uint64_t flags = (patched ? kFrameRedirected : 0) | (in_signal ? kFrameInSignal : 0);
   if (prof) {
     if (const Profile* p = g_profile.load(std::memory_order_acquire); p != nullptr)
       flags |= kFrameProfiled | uint64_t{p->gen} << 32;
@@ -394,6 +418,7 @@ USRTRACE_ALWAYS_INLINE bool entry_locked(uint64_t fn, uint64_t parent, uint64_t*
   GraphEntryRecord r;
   r.common.type = kGraphEntryId;
   events::fill_common(&r, t);
+  if (in_signal) r.common.flags |= output::kFlagHardirq;
   r.func = fn;
   r.pad = 0;
   for (uint64_t m = g; m != 0; m &= m - 1) {
@@ -479,10 +504,15 @@ enum class Fast : uint8_t { kDone, kUntraced, kSlow };
 
 // An entry: kDone (recorded, frame pushed), kUntraced (the function is not
 // traced: nothing to do) or kSlow.
-USRTRACE_ALWAYS_INLINE Fast fast_entry(uint32_t fast, uint64_t fn, uint64_t ret, uint64_t* slot, bool patched) {
+USRTRACE_ALWAYS_INLINE Fast fast_entry(uint32_t fast, uint64_t fn, uint64_t parent, uint64_t ret, uint64_t* slot,
+                                       bool patched) {
   ShadowStack* ss = t_fn.ss;
   writers::ThreadState* ws = fast_thread(ss);
   if (ws == nullptr || USRTRACE_UNLIKELY(ss->depth >= kShadowFrames)) return Fast::kSlow;
+  // Signal handlers (their calls are marked) take the general path.
+  if (USRTRACE_UNLIKELY(parent == g_sigreturn.load(std::memory_order_relaxed)) ||
+      (ss->depth > 0 && (ss->frames[ss->depth - 1].flags & kFrameInSignal)))
+    return Fast::kSlow;
   const int i = static_cast<int>(fast - 1);
   const uint64_t bit = uint64_t{1} << i;
   FastGuard g(*ws);
@@ -551,7 +581,7 @@ const Site* SiteTable::find(uint64_t fn) const {
 
 void instrumented_entry(uint64_t fn, uint64_t parent, uint64_t sp) {
   if (const uint32_t fast = g_fast.load(std::memory_order_relaxed); fast != 0) {
-    const Fast r = fast_entry(fast, fn, 0, reinterpret_cast<uint64_t*>(sp), false);
+    const Fast r = fast_entry(fast, fn, parent, 0, reinterpret_cast<uint64_t*>(sp), false);
     if (r != Fast::kSlow) return;
   }
   Guard g;
@@ -584,7 +614,7 @@ void instrumented_exit(uint64_t fn, uint64_t sp) {
 
 bool patched_entry(uint64_t fn, uint64_t parent, uint64_t* slot) {
   if (const uint32_t fast = g_fast.load(std::memory_order_relaxed); fast != 0) {
-    const Fast r = fast_entry(fast, fn, *slot, slot, true);
+    const Fast r = fast_entry(fast, fn, parent, *slot, slot, true);
     if (r != Fast::kSlow) return r == Fast::kDone;
   }
   Guard g;

@@ -125,6 +125,9 @@ extern std::atomic<uint32_t> g_fast;
 // profiler: g_profile_self_time.
 extern std::atomic<uint64_t> g_cpu_time_slots;
 extern std::atomic<bool> g_profile_self_time;
+// Where a signal handler returns to (glibc's sa_restorer, __restore_rt): a
+// call whose return address is this is a signal handler's (0: unknown).
+extern std::atomic<uint64_t> g_sigreturn;
 // The TSC calibration calltime/rettime use; set before g_graph_slots.
 extern clock::TscCalibration g_calibration;
 

@@ -43,6 +43,7 @@ inline constexpr uint32_t kFrameUnhooked = 2;    // restored for an unwind
 inline constexpr uint32_t kFrameProfiled = 4;    // the function profiler times this call
 inline constexpr uint32_t kFrameWalked = 8;      // restored while the thread walks its stack
 inline constexpr uint32_t kFrameCpuTime = 16;    // `cputime` is set (some tracer has sleep-time off)
+inline constexpr uint32_t kFrameInSignal = 32;   // a signal handler's call, or one it made
 
 // ---- Entry points of the instrumentation. Context: any thread, signal
 // handlers included; no lock, no allocation (but the thread's first traced

@@ -35,29 +35,36 @@
 #include "function/core.h"
 #include "instance/writers.h"
 #include "output/flags.h"
+#include "output/text_internal.h"
 #include "symbols/resolver.h"
 
 namespace usrtrace::output {
+
+namespace detail {
+
+bool read_header(const rb::Event& ev, CommonHeader* h) {
+  if (ev.len < sizeof(CommonHeader)) {
+    std::memset(h, 0, sizeof *h);
+    if (ev.len >= 2) std::memcpy(&h->type, ev.data, 2);
+    return false;
+  }
+  std::memcpy(h, ev.data, sizeof *h);
+  return true;
+}
+
+std::string comm_for(int pid) { return writers::comm_of(pid); }
+
+}  // namespace detail
+
 namespace {
+
+using namespace detail;  // NOLINT: this file's own helpers
 
 using instance::Instance;
 using internal::CommonHeader;
 using internal::EventDesc;
 using internal::FieldDesc;
 using internal::FieldKind;
-
-// The options a read uses, taken once per read (the kernel also samples
-// tr->trace_flags per line, but a read of ours is one consistent view).
-struct Opts {
-  bool raw, hex, bin, fields, context, latency, tgid, irq_info, printk, msg_only;
-  bool in_ns;
-  clock::ClockId clock;
-  uint64_t time_start_ns;  // latency-format base, in the clock's unit
-  int self_pid;
-  function::Tracer tracer;
-  bool graph_text;  // function_graph's layout (not with raw/hex/bin)
-  bool fg_cpu, fg_overhead, fg_duration, fg_proc, fg_abstime, fg_tail;
-};
 
 Opts options_of(Instance& inst) {
   Opts o;
@@ -84,6 +91,7 @@ Opts options_of(Instance& inst) {
   o.fg_proc = inst.option(instance::kOptFuncgraphProc);
   o.fg_abstime = inst.option(instance::kOptFuncgraphAbstime);
   o.fg_tail = inst.option(instance::kOptFuncgraphTail);
+  o.fg_irqs = inst.option(instance::kOptFuncgraphIrqs);
   return o;
 }
 
@@ -119,19 +127,6 @@ void put_sdec_left(std::string* out, int64_t v, size_t width) {
   const size_t n = out->size() - before;
   if (n < width) put_chars(out, ' ', width - n);
 }
-
-bool read_header(const rb::Event& ev, CommonHeader* h) {
-  if (ev.len < sizeof(CommonHeader)) {
-    std::memset(h, 0, sizeof *h);
-    if (ev.len >= 2) std::memcpy(&h->type, ev.data, 2);
-    return false;
-  }
-  std::memcpy(h, ev.data, sizeof *h);
-  return true;
-}
-
-// Kernel: trace_find_cmdline(); comm is at most 15 bytes.
-std::string comm_for(int pid) { return writers::comm_of(pid); }
 
 // ns -> µs, rounded to nearest (the kernel's ns2usecs).
 uint64_t ns2usecs(uint64_t ns) { return (ns + 500) / 1000; }
@@ -245,8 +240,9 @@ size_t run_printer(const EventDesc& d, const rb::Event& ev, char* buf, size_t si
 
 bool is_ftrace(const EventDesc& d) { return std::strcmp(d.system, "ftrace") == 0; }
 
-// The event's text as the `trace` file shows it (kernel: event->funcs->trace).
-void put_event_text(const EventDesc& d, const rb::Event& ev, std::string* out) {
+}  // namespace
+
+void detail::put_event_text(const EventDesc& d, const rb::Event& ev, std::string* out) {
   char buf[4096];
   size_t n = run_printer(d, ev, buf, sizeof buf);
   if (!is_ftrace(d)) {
@@ -255,6 +251,9 @@ void put_event_text(const EventDesc& d, const rb::Event& ev, std::string* out) {
   }
   put_text_line(out, buf, n);
 }
+
+namespace {
+
 
 // Kernel: print_event_fields() (options/fields).
 void put_fields(const EventDesc& d, const rb::Event& ev, std::string* out) {
@@ -521,8 +520,6 @@ void put_lat_header(const Totals& t, std::string* out) {
       "#     \\   /        ||||||  \\    |    /       \n");
 }
 
-void put_graph_header(const Opts& o, std::string* out);
-
 void put_header(const Opts& o, rb::RingBuffer& rb, int cpu, std::string_view head, std::string* out) {
   out->append("# tracer: ");
   out->append(o.tracer == function::Tracer::kGraph  ? "function_graph"
@@ -544,263 +541,7 @@ void put_header(const Opts& o, rb::RingBuffer& rb, int cpu, std::string_view hea
   }
 }
 
-// An event whose data outlives the next read on its CPU (latency format
-// looks one event ahead before printing the current one).
-struct HeldEvent {
-  rb::Event ev;
-  std::vector<uint8_t> bytes;
-  void hold(const rb::Event& e) {
-    ev = e;
-    bytes.assign(e.data, e.data + e.len);
-    ev.data = bytes.data();
-  }
-};
-
 bool valid_cpu(Instance& inst, int cpu) { return cpu < inst.buffer().nr_cpus(); }
-
-// ---- function_graph's layout (kernel: trace_functions_graph.c), by
-// thread rather than by CPU: a leaf is an entry whose thread's next event
-// is its own exit, and a thread that migrates keeps its nesting.
-
-struct GraphRecord {
-  uint64_t func;
-  uint32_t depth;
-  uint32_t overrun;
-  uint64_t calltime;
-  uint64_t rettime;
-};
-
-// 0: not a graph event; 1: entry; 2: exit.
-int graph_kind(const rb::Event& ev, CommonHeader* h, GraphRecord* r) {
-  if (!read_header(ev, h)) return 0;
-  if (h->type == function::kGraphEntryId && ev.len >= 24) {
-    std::memcpy(&r->func, ev.data + 8, 8);
-    std::memcpy(&r->depth, ev.data + 16, 4);
-    return 1;
-  }
-  if (h->type == function::kGraphExitId && ev.len >= 40) {
-    std::memcpy(&r->func, ev.data + 8, 8);
-    std::memcpy(&r->depth, ev.data + 16, 4);
-    std::memcpy(&r->overrun, ev.data + 20, 4);
-    std::memcpy(&r->calltime, ev.data + 24, 8);
-    std::memcpy(&r->rettime, ev.data + 32, 8);
-    return 2;
-  }
-  return 0;
-}
-
-void put_graph_header(const Opts& o, std::string* out) {
-  std::string l1 = "#", l2 = "#";
-  if (o.fg_abstime) {
-    l1 += "     TIME       ";
-    l2 += "      |         ";
-  }
-  if (o.fg_cpu) {
-    l1 += " CPU";
-    l2 += " |  ";
-  }
-  if (o.fg_proc) {
-    l1 += "  TASK/PID       ";
-    l2 += "   |    |        ";
-  }
-  if (o.fg_duration) {
-    l1 += "  DURATION        ";
-    l2 += "   |   |          ";
-  }
-  l1 += "          FUNCTION CALLS\n";
-  l2 += "           |   |   |   |\n";
-  out->append(l1);
-  out->append(l2);
-}
-
-// Kernel: trace_find_mark().
-char duration_mark(uint64_t ns) {
-  if (ns > 1000000000ull) return '$';
-  if (ns > 100000000ull) return '@';
-  if (ns > 10000000ull) return '*';
-  if (ns > 1000000ull) return '#';
-  if (ns > 100000ull) return '!';
-  if (ns > 10000ull) return '+';
-  return ' ';
-}
-
-// Kernel: print_graph_duration() + trace_print_graph_duration().
-void put_graph_duration(const Opts& o, bool has, uint64_t ns, std::string* out) {
-  if (!o.fg_duration) return;
-  if (!has) {
-    out->append("              |  ");
-    return;
-  }
-  out->push_back(o.fg_overhead ? duration_mark(ns) : ' ');
-  out->push_back(' ');
-  char us[24], rest[8];
-  snprintf(us, sizeof us, "%llu", static_cast<unsigned long long>(ns / 1000));
-  out->append(us);
-  size_t len = std::strlen(us);
-  if (len < 7) {
-    snprintf(rest, std::min<size_t>(sizeof rest, 8 - len), "%03llu", static_cast<unsigned long long>(ns % 1000));
-    out->push_back('.');
-    out->append(rest);
-    len += std::strlen(rest) + 1;
-  }
-  out->append(" us ");
-  for (; len < 8; ++len) out->push_back(' ');
-  out->append("|  ");
-}
-
-void put_graph_proc(int pid, std::string* out) {
-  std::string comm = comm_for(pid).substr(0, 7);
-  const std::string s = comm + "-" + std::to_string(pid);
-  const size_t spaces = s.size() < 14 ? 14 - s.size() : 0;
-  out->append(spaces / 2, ' ');
-  out->append(s);
-  out->append(spaces - spaces / 2, ' ');
-}
-
-struct GraphState {
-  int cpu_width = 1;
-  std::vector<int> last_pid;  // per CPU: the context-switch marker
-};
-
-void put_graph_prologue(const Opts& o, GraphState& g, const rb::Event& ev, const CommonHeader& h, std::string* out) {
-  if (o.fg_abstime) {
-    const uint64_t ns = clock::raw_to_ns(o.clock, ev.ts);
-    char buf[40];
-    snprintf(buf, sizeof buf, "%5llu.%06llu |  ", static_cast<unsigned long long>(ns / 1000000000ull),
-             static_cast<unsigned long long>(ns % 1000000000ull / 1000));
-    out->append(buf);
-  }
-  if (o.fg_cpu) {
-    char buf[24];
-    snprintf(buf, sizeof buf, " %*d) ", g.cpu_width, ev.cpu);
-    out->append(buf);
-  }
-  if (o.fg_proc) {
-    put_graph_proc(h.pid, out);
-    out->append(" | ");
-  }
-}
-
-std::string graph_name(uint64_t func) {
-  std::string n = symbols::Resolver::name(func, false);
-  if (n.find('(') == std::string::npos) n += "()";
-  return n;
-}
-
-// One graph line for event `ev`; `leaf_exit` is its exit when the entry is
-// a leaf.
-void put_graph_line(const Opts& o, GraphState& g, const rb::Event& ev, const GraphRecord* leaf_exit,
-                    std::string* out) {
-  if (ev.lost_before) {
-    char buf[64];
-    snprintf(buf, sizeof buf, "CPU:%d [LOST %llu EVENTS]\n", ev.cpu, static_cast<unsigned long long>(ev.missed_before));
-    out->append(buf);
-  }
-  CommonHeader h;
-  GraphRecord r{};
-  const int kind = graph_kind(ev, &h, &r);
-  if (ev.cpu >= 0 && static_cast<size_t>(ev.cpu) < g.last_pid.size() && read_header(ev, &h)) {
-    int& last = g.last_pid[static_cast<size_t>(ev.cpu)];
-    if (last != -1 && last != h.pid) {
-      // Kernel: print_graph_proc() at a context switch.
-      out->append(" ------------------------------------------\n");
-      char buf[24];
-      snprintf(buf, sizeof buf, " %*d) ", g.cpu_width, ev.cpu);
-      out->append(buf);
-      put_graph_proc(last, out);
-      out->append(" => ");
-      put_graph_proc(h.pid, out);
-      out->append("\n ------------------------------------------\n\n");
-    }
-    last = h.pid;
-  }
-  put_graph_prologue(o, g, ev, h, out);
-  if (kind == 1 && leaf_exit != nullptr) {
-    put_graph_duration(o, true, leaf_exit->rettime - leaf_exit->calltime, out);
-    out->append(size_t{r.depth} * 2, ' ');
-    std::string n = graph_name(r.func);
-    out->append(n);
-    out->append(";\n");
-  } else if (kind == 1) {
-    put_graph_duration(o, false, 0, out);
-    out->append(size_t{r.depth} * 2, ' ');
-    out->append(graph_name(r.func));
-    out->append(" {\n");
-  } else if (kind == 2) {
-    put_graph_duration(o, true, r.rettime - r.calltime, out);
-    out->append(size_t{r.depth} * 2, ' ');
-    out->push_back('}');
-    if (o.fg_tail || leaf_exit == nullptr) {
-      // leaf_exit doubles as "the entry was seen" for exits (see callers).
-      out->append(" /* ");
-      out->append(symbols::Resolver::name(r.func, false));
-      out->append(" */");
-    }
-    out->push_back('\n');
-  } else {
-    // Other events: a comment at the thread's level (kernel: print_graph_comment()).
-    put_graph_duration(o, false, 0, out);
-    out->append("/* ");
-    std::string text;
-    const EventDesc* d = read_header(ev, &h) ? events::Registry::get().by_id(h.type) : nullptr;
-    if (d != nullptr) {
-      put_event_text(*d, ev, &text);
-      while (!text.empty() && text.back() == '\n') text.pop_back();
-    } else {
-      text = "Unknown type " + std::to_string(h.type);
-    }
-    out->append(text);
-    out->append(" */\n");
-  }
-}
-
-// The whole buffer in graph layout: events in time order, each entry looked
-// at with its thread's next event.
-void put_graph_events(const Opts& o, rb::RingBuffer& rb, std::vector<HeldEvent>& evs, std::string* out) {
-  GraphState g;
-  g.cpu_width = static_cast<int>(std::to_string(std::max(rb.nr_cpus() - 1, 0)).size());
-  g.last_pid.assign(static_cast<size_t>(std::max(rb.nr_cpus(), 1)), -1);
-  // Per thread: the entries seen and not yet closed (func per depth).
-  std::map<int, std::vector<uint64_t>> open;
-  std::vector<bool> done(evs.size(), false);
-  std::map<int, size_t> next_of;  // pid -> index of its next event (filled backwards)
-  std::vector<size_t> next(evs.size(), SIZE_MAX);
-  for (size_t i = evs.size(); i-- > 0;) {
-    CommonHeader h;
-    if (!read_header(evs[i].ev, &h)) continue;
-    auto it = next_of.find(h.pid);
-    if (it != next_of.end()) next[i] = it->second;
-    next_of[h.pid] = i;
-  }
-  for (size_t i = 0; i < evs.size(); ++i) {
-    if (done[i]) continue;
-    CommonHeader h;
-    GraphRecord r{};
-    const int kind = graph_kind(evs[i].ev, &h, &r);
-    if (kind == 1) {
-      GraphRecord x{};
-      CommonHeader xh;
-      if (next[i] != SIZE_MAX && graph_kind(evs[next[i]].ev, &xh, &x) == 2 && x.func == r.func &&
-          x.depth == r.depth) {
-        done[next[i]] = true;
-        put_graph_line(o, g, evs[i].ev, &x, out);
-        continue;
-      }
-      auto& st = open[h.pid];
-      st.resize(r.depth);
-      st.push_back(r.func);
-      put_graph_line(o, g, evs[i].ev, nullptr, out);
-    } else if (kind == 2) {
-      auto& st = open[h.pid];
-      const bool seen = st.size() == size_t{r.depth} + 1 && st.back() == r.func;
-      if (st.size() > r.depth) st.resize(r.depth);
-      put_graph_line(o, g, evs[i].ev, seen ? &r : nullptr, out);
-    } else {
-      put_graph_line(o, g, evs[i].ev, nullptr, out);
-    }
-  }
-}
-
 
 // The head of a kept snapshot: which one it is and why it was taken.
 std::string snapshot_head(const Opts& o, const instance::Snapshots& snaps, int age,

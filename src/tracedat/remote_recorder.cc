@@ -214,6 +214,7 @@ void RemoteRecording::start_thread() {
     while (!stop_.load(std::memory_order_acquire)) {
       if (int rc = take(false, kWaitMs, &any, &err); rc < 0) {
         if (rc != -EPIPE) set_error(rc, err);
+        cut_short_.store(true, std::memory_order_release);
         gone_.store(true, std::memory_order_release);  // a process killed: keep what came
         return;
       }
@@ -347,8 +348,13 @@ RecordStats ProcessTreeRecording::stats() const {
 }
 
 std::string ProcessTreeRecording::warnings() const {
+  std::string w;
+  if (root_.cut_short())
+    w = "process " + std::to_string(opts_.pid) +
+        " went away before its last pages were taken: the end of its trace is missing (killed, or its exit "
+        "wait, USRTRACE_EXIT_WAIT_MS, ran out)\n";
   std::lock_guard<std::mutex> l(mu_);
-  return warnings_;
+  return w + warnings_;
 }
 
 RecordStats RemoteRecording::stats() const {

@@ -33,6 +33,9 @@ class RemoteRecording {
   RecordStats stats() const;
   // The process exited (or was killed): what it had is taken.
   bool process_gone() const { return gone_.load(std::memory_order_acquire); }
+  // It went before we took what it had at its exit (killed, or its exit
+  // wait ran out): the end of its trace is missing.
+  bool cut_short() const { return cut_short_.load(std::memory_order_acquire); }
 
  private:
   struct Instance;
@@ -49,7 +52,7 @@ class RemoteRecording {
   control::RemoteMeta meta_;
   bool have_meta_ = false;
   std::thread thread_;
-  std::atomic<bool> stop_{false}, gone_{false};
+  std::atomic<bool> stop_{false}, gone_{false}, cut_short_{false};
   std::atomic<uint64_t> pages_{0}, bytes_{0}, lost_{0};
   std::mutex mu_;
   int error_ = 0;

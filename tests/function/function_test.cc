@@ -534,6 +534,39 @@ TEST_F(FunctionTest, DumpCommandWritesTheTopBufferOnce) {
   ASSERT_EQ(wr(p("set_ftrace_filter"), "!fxt_other:dump"), 15);
 }
 
+// A signal handler's calls: marked with 'h', framed in the graph as the
+// kernel frames interrupts, left out with funcgraph-irqs off.
+TEST_F(FunctionTest, SignalHandlersAreMarkedAndFuncgraphIrqsLeavesThemOut) {
+#if USRTRACE_TEST_TSAN
+  GTEST_SKIP() << "ThreadSanitizer calls handlers from its own wrapper: they are not recognised";
+#endif
+  struct sigaction sa {}, old {};
+  sa.sa_handler = fxt_sig_handler;
+  sigemptyset(&sa.sa_mask);
+  ASSERT_EQ(sigaction(SIGUSR1, &sa, &old), 0);
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_raiser fxt_sig_handler fxt_leaf"), 35);
+  ASSERT_EQ(wr(p("current_tracer"), "function_graph"), 14);
+  fxt_raiser(SIGUSR1);
+  const std::string t = rd(p("trace"));
+  const std::vector<std::string> l = lines(t);
+  ASSERT_EQ(l.size(), 7u) << t;
+  EXPECT_EQ(l[0].substr(l[0].find(')')), ")               |  fxt_raiser() {") << t;
+  EXPECT_EQ(l[1].substr(l[1].find(')')), ")   ==========> |") << t;
+  EXPECT_EQ(l[2].substr(l[2].find(')')), ")               |    fxt_sig_handler() {") << t;
+  EXPECT_NE(l[3].find(" us    |      fxt_leaf();"), std::string::npos) << t;
+  EXPECT_NE(l[4].find(" us    |    }"), std::string::npos) << t;
+  EXPECT_EQ(l[5].substr(l[5].find(')')), ")   <========== |") << t;
+  EXPECT_EQ(l[6].substr(l[6].size() - 4), "|  }") << t;  // a duration mark may move the column
+  ASSERT_EQ(wr(p("trace"), ""), 0);
+  ASSERT_EQ(wr(p("options/funcgraph-irqs"), "0"), 1);
+  fxt_raiser(SIGUSR1);
+  EXPECT_EQ(graph_counts(reinterpret_cast<uint64_t>(&fxt_raiser)), std::make_pair(1, 1));
+  EXPECT_EQ(graph_counts(reinterpret_cast<uint64_t>(&fxt_sig_handler)), std::make_pair(0, 0));
+  EXPECT_EQ(graph_counts(addr(fxt_leaf)), std::make_pair(0, 0));
+  ASSERT_EQ(wr(p("options/funcgraph-irqs"), "1"), 1);
+  ASSERT_EQ(sigaction(SIGUSR1, &old, nullptr), 0);
+}
+
 // sleep-time off: a call's duration is the time its thread ran.
 TEST_F(FunctionTest, SleepTimeOffLeavesTheSleepOutOfTheDuration) {
   ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_sleep_ms"), 12);

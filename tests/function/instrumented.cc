@@ -3,6 +3,7 @@
 #include "function/instrumented.h"
 
 #include <setjmp.h>
+#include <signal.h>
 #include <time.h>
 
 #include <stdexcept>
@@ -78,6 +79,13 @@ __attribute__((noinline)) void fxt_spin_caller(long ns) {
 __attribute__((noinline)) void fxt_sleep_ms(int ms) {
   const timespec ts{ms / 1000, (ms % 1000) * 1000000L};
   nanosleep(&ts, nullptr);
+}
+
+__attribute__((noinline)) void fxt_sig_handler(int) { fxt_leaf(7); }
+
+__attribute__((noinline)) void fxt_raiser(int sig) {
+  raise(sig);
+  asm volatile("");
 }
 
 }  // extern "C"

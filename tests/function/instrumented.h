@@ -12,4 +12,6 @@ int fxt_around(void (*cb)());  // calls cb (not instrumented), then fxt_leaf
 void fxt_spin_cpu(long ns);    // runs until the thread has used `ns` more of CPU time
 void fxt_spin_caller(long ns); // calls fxt_spin_cpu(ns)
 void fxt_sleep_ms(int ms);     // sleeps
+void fxt_sig_handler(int sig); // a signal handler: calls fxt_leaf
+void fxt_raiser(int sig);      // raises `sig` (handled by the time it returns)
 }

@@ -99,6 +99,11 @@ int spawn(const std::vector<std::string>& cmd, const std::string& follow, Child*
     setenv("LD_PRELOAD", preload.c_str(), 1);
     setenv("USRTRACE_GATE_FD", std::to_string(fd).c_str(), 1);
     setenv("USRTRACE_DEFER_SIGNALS", "1", 1);
+    // Its exit waits for us to take the last pages and the names: we are
+    // its parent and answer, or the socket closes when we die, which ends
+    // the wait too. So wait long enough for a loaded machine (the 5 s
+    // default is for processes whose recorder may be stuck elsewhere).
+    setenv("USRTRACE_EXIT_WAIT_MS", "60000", 0);
     if (!follow.empty()) setenv("USRTRACE_FOLLOW", follow.c_str(), 1);
     std::vector<char*> argv;
     for (const auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
