@@ -18,16 +18,6 @@
 namespace usrtrace::function {
 namespace {
 
-bool take_count(std::atomic<long>& count) {
-  long v = count.load(std::memory_order_relaxed);
-  do {
-    if (v < 0) return true;
-    if (v == 0) return false;
-    // order: relaxed; the count bounds the firings, it orders nothing.
-  } while (!count.compare_exchange_weak(v, v - 1, std::memory_order_relaxed));
-  return true;
-}
-
 void fire(const Probe& p, uint64_t parent, const writers::ThreadState& t) {
   instance::SlotState& s = instance::g_slot_state[p.slot];
   // order: acquire pairs with the release that published the buffer.
@@ -35,21 +25,21 @@ void fire(const Probe& p, uint64_t parent, const writers::ThreadState& t) {
   if (rb == nullptr) return;
   switch (p.kind) {
     case ProbeKind::kTraceOn:
-      if (rb->record_is_on() || !take_count(p.count)) return;
+      if (rb->record_is_on() || !trigger::take_count(p.count)) return;
       rb->record_on();
       return;
     case ProbeKind::kTraceOff:
-      if (!rb->record_is_on() || !take_count(p.count)) return;
+      if (!rb->record_is_on() || !trigger::take_count(p.count)) return;
       rb->record_off();
       return;
     case ProbeKind::kSnapshot: {
-      if (!take_count(p.count)) return;
+      if (!trigger::take_count(p.count)) return;
       instance::Instance* inst = s.instance.load(std::memory_order_acquire);
       if (inst != nullptr) inst->snapshots().take("function");
       return;
     }
     case ProbeKind::kStacktrace: {
-      if (!take_count(p.count)) return;
+      if (!trigger::take_count(p.count)) return;
       internal::CommonHeader h{};
       events::fill_common(&h, t);
       unwind_stack_begin();
@@ -62,7 +52,7 @@ void fire(const Probe& p, uint64_t parent, const writers::ThreadState& t) {
       const uint64_t bit = uint64_t{1} << p.slot;
       const bool on = p.kind == ProbeKind::kEnableEvent;
       const bool is_on = (p.target->enabled.load(std::memory_order_relaxed) & bit) != 0;
-      if (is_on == on || !take_count(p.count)) return;
+      if (is_on == on || !trigger::take_count(p.count)) return;
       // order: relaxed; enabling is a soft switch, as in the registry.
       if (on)
         p.target->enabled.fetch_or(bit, std::memory_order_relaxed);
@@ -72,7 +62,7 @@ void fire(const Probe& p, uint64_t parent, const writers::ThreadState& t) {
     }
     case ProbeKind::kDump:
     case ProbeKind::kCpuDump:
-      if (!take_count(p.count)) return;
+      if (!trigger::take_count(p.count)) return;
       // The kernel's ftrace_dump(DUMP_ALL / DUMP_ORIG): the top instance,
       // to the console, here the dump-on-crash file (stderr by default).
       // order: acquire pairs with register_dump's release.

@@ -75,17 +75,6 @@ void put_graph_header(const Opts& o, std::string* out) {
 
 namespace {
 
-// Kernel: trace_find_mark().
-char duration_mark(uint64_t ns) {
-  if (ns > 1000000000ull) return '$';
-  if (ns > 100000000ull) return '@';
-  if (ns > 10000000ull) return '*';
-  if (ns > 1000000ull) return '#';
-  if (ns > 100000ull) return '!';
-  if (ns > 10000ull) return '+';
-  return ' ';
-}
-
 // Kernel: print_graph_duration() + trace_print_graph_duration().
 void put_graph_duration(const Opts& o, bool has, uint64_t ns, std::string* out) {
   if (!o.fg_duration) return;
@@ -93,7 +82,7 @@ void put_graph_duration(const Opts& o, bool has, uint64_t ns, std::string* out) 
     out->append("              |  ");
     return;
   }
-  out->push_back(o.fg_overhead ? duration_mark(ns) : ' ');
+  out->push_back(o.fg_overhead ? time_mark(ns) : ' ');
   out->push_back(' ');
   char us[24], rest[8];
   snprintf(us, sizeof us, "%llu", static_cast<unsigned long long>(ns / 1000));

@@ -46,6 +46,9 @@ struct HeldEvent {
 bool read_header(const rb::Event& ev, CommonHeader* h);
 // Kernel: trace_find_cmdline(); comm is at most 15 bytes.
 std::string comm_for(int pid);
+// Kernel: trace_find_mark(): the mark of a duration or a delay of `ns`
+// (latency-format's delay column, function_graph's durations).
+char time_mark(uint64_t ns);
 // The event's text as the `trace` file shows it (kernel: event->funcs->trace).
 void put_event_text(const EventDesc& d, const rb::Event& ev, std::string* out);
 

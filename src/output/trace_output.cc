@@ -54,6 +54,16 @@ bool read_header(const rb::Event& ev, CommonHeader* h) {
 
 std::string comm_for(int pid) { return writers::comm_of(pid); }
 
+char time_mark(uint64_t ns) {
+  if (ns > 1000000000ull) return '$';
+  if (ns > 100000000ull) return '@';
+  if (ns > 10000000ull) return '*';
+  if (ns > 1000000ull) return '#';
+  if (ns > 100000ull) return '!';
+  if (ns > 10000ull) return '+';
+  return ' ';
+}
+
 }  // namespace detail
 
 namespace {
@@ -190,16 +200,6 @@ void put_context(const Opts& o, const CommonHeader& h, const rb::Event& ev, std:
   out->append(": ");
 }
 
-// Kernel: trace_find_mark(); `d` in ns.
-char delay_mark(uint64_t d) {
-  if (d > 1000000000ull) return '$';
-  if (d > 100000000ull) return '@';
-  if (d > 10000000ull) return '*';
-  if (d > 1000000ull) return '#';
-  if (d > 100000ull) return '!';
-  if (d > 10000ull) return '+';
-  return ' ';
-}
 
 // Kernel: lat_print_generic() + lat_print_timestamp() (not verbose).
 void put_lat_context(const Opts& o, const CommonHeader& h, const rb::Event& ev, uint64_t next_ts,
@@ -216,7 +216,7 @@ void put_lat_context(const Opts& o, const CommonHeader& h, const rb::Event& ev, 
   if (o.in_ns) {
     const uint64_t rel_us = ns2usecs(rel_t);
     snprintf(buf, sizeof buf, " %4lluus%c: ", static_cast<unsigned long long>(ns2usecs(abs_t)),
-             delay_mark(rel_us * 1000));
+             time_mark(rel_us * 1000));
   } else {
     snprintf(buf, sizeof buf, " %4lld: ", static_cast<long long>(abs_t));
   }

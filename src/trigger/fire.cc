@@ -11,17 +11,6 @@
 namespace usrtrace::trigger {
 namespace {
 
-// Takes one firing from a ":N" count; false when none is left.
-bool take_count(std::atomic<long>& count) {
-  long v = count.load(std::memory_order_relaxed);
-  do {
-    if (v < 0) return true;  // unlimited
-    if (v == 0) return false;
-    // order: relaxed; the count only bounds firings, it orders nothing.
-  } while (!count.compare_exchange_weak(v, v - 1, std::memory_order_relaxed));
-  return true;
-}
-
 uint64_t slot_now_ns(const void* arg) {
   const auto* rb = static_cast<const rb::RingBuffer*>(arg);
   const clock::ClockId id = rb->clock();
@@ -140,6 +129,17 @@ void fire(Trigger& t, int slot, const Fire& f) {
       for (const auto& tr : sc->triggers)
         if (tr->kind != Kind::kTraceOn) fire(*tr, slot, f);
   }
+}
+
+// Takes one firing from a ":N" count; false when none is left.
+bool take_count(std::atomic<long>& count) {
+  long v = count.load(std::memory_order_relaxed);
+  do {
+    if (v < 0) return true;  // unlimited
+    if (v == 0) return false;
+    // order: relaxed; the count only bounds firings, it orders nothing.
+  } while (!count.compare_exchange_weak(v, v - 1, std::memory_order_relaxed));
+  return true;
 }
 
 }  // namespace usrtrace::trigger
