@@ -190,7 +190,13 @@ __attribute__((tls_model("initial-exec"))) thread_local ThreadFn t_fn;
 pthread_key_t g_key;
 pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
 
-void free_shadow(void* p) { munmap(p, sizeof(ShadowStack)); }
+// The thread is exiting (a pthread key destructor): its stack goes, and a
+// hook that still runs on it (a later destructor) does not map another.
+void free_shadow(void* p) {
+  t_fn.ss = nullptr;
+  t_fn.failed = true;
+  munmap(p, sizeof(ShadowStack));
+}
 
 // The thread's first traced entry maps its stack (one mmap, one
 // pthread_setspecific so that thread exit unmaps it).
