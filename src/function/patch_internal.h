@@ -64,3 +64,35 @@ std::vector<uint8_t> read_site(uint64_t fn, size_t n);
 uint64_t stub_for(uint64_t fn);
 
 }  // namespace usrtrace::function::patch::internal
+
+// ---- The signal side (patch_signals.cc), for patch.cc.
+namespace usrtrace::function::patch::detail {
+
+// A site as the signal handlers know it: its entry and its length.
+struct HandlerSite {
+  uint64_t fn;
+  uint64_t len;
+};
+// The sweep's signal (a real-time one, so that it queues): SIGRTMAX-3.
+int sweep_signal_number();
+// Installs the SIGTRAP and sweep handlers (keeping the previous actions,
+// which get what is not ours) and picks the core-sync method. Once, under
+// the patch lock.
+void install_signal_handlers();
+// Publishes the sites (sorted by fn) the handlers look up; the old table is
+// freed once no handler uses it. Under the patch lock.
+void publish_handler_sites(const std::vector<HandlerSite>& sites);
+// Every thread of the process executes a serializing instruction before
+// this returns (the user-space analogue of text_poke_sync()).
+void sync_cores();
+// [B]: every other thread runs the sweep handler once. Returns false (and
+// *why) when some thread did not answer in time.
+bool sweep_threads(std::string* why);
+
+struct SignalStats {
+  uint64_t traps, sweep_moves, syncs;
+  const char* sync_method;
+};
+SignalStats signal_stats();
+
+}  // namespace usrtrace::function::patch::detail
