@@ -4,13 +4,15 @@
 # their own while a hog event overwrites the top buffer (examples/service_demo.cc).
 # The service also records an instance to build/service_demo.dat while it
 # runs; the end shows that file as usrtrace report and trace-cmd report read it,
-# then records the same program from outside (usrtrace record -- COMMAND).
+# then records the same program from outside (usrtrace record -- COMMAND), and
+# last traces the functions of a program that has no usrtrace in it
+# (examples/graph_demo.cc, built with patchable entries) with function_graph.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DUSRTRACE_BUILD_TESTS=OFF -DUSRTRACE_BUILD_BENCH=OFF >/dev/null
-cmake --build build --target service_demo usrtrace_cli
+cmake --build build --target service_demo graph_demo usrtrace_cli usrtrace_preload
 ./build/examples/service_demo build/service_demo.dat "$@"
 set +o pipefail  # head closes the pipe early
 echo
@@ -26,3 +28,9 @@ echo "(the same program started and recorded from outside, through its control s
   -- ./build/examples/service_demo build/service_demo2.dat >/dev/null
 ./build/tools/usrtrace report build/outside.dat | head -n 4
 echo "errors recorded from outside: $(./build/tools/usrtrace report build/outside.dat | grep -c ' error: ')"
+echo
+echo "=== usrtrace record -p function_graph -o build/graph.dat -- graph_demo ==="
+echo "(a program without usrtrace, built with -fpatchable-function-entry; trace-cmd report's graph)"
+./build/tools/usrtrace record -p function_graph -o build/graph.dat -- ./build/examples/graph_demo >/dev/null
+trace-cmd report build/graph.dat 2>/dev/null | awk '{ i = index($0, "funcgraph_"); if (i) print substr($0, i + 16) }' |
+  head -n 24
