@@ -500,9 +500,9 @@ struct FastGuard {
 };
 
 // The thread's state if the fast path may run on it, else nullptr.
-USRTRACE_ALWAYS_INLINE writers::ThreadState* fast_thread(ShadowStack* ss) {
+USRTRACE_ALWAYS_INLINE writers::ThreadState* fast_thread() {
   writers::ThreadState* ws = t_fn.ws;
-  if (ss == nullptr || ws == nullptr || t_fn.nest != 0 || ws->state != writers::kRegistered) return nullptr;
+  if (ws == nullptr || t_fn.nest != 0 || ws->state != writers::kRegistered) return nullptr;
   return ws;
 }
 
@@ -512,13 +512,9 @@ enum class Fast : uint8_t { kDone, kUntraced, kSlow };
 // traced: nothing to do) or kSlow.
 USRTRACE_ALWAYS_INLINE Fast fast_entry(uint32_t fast, uint64_t fn, uint64_t parent, uint64_t ret, uint64_t* slot,
                                        bool patched) {
-  ShadowStack* ss = t_fn.ss;
-  writers::ThreadState* ws = fast_thread(ss);
-  if (ws == nullptr || USRTRACE_UNLIKELY(ss->depth >= kShadowFrames)) return Fast::kSlow;
+  writers::ThreadState* ws = fast_thread();
   // Signal handlers (their calls are marked) take the general path.
-  if (USRTRACE_UNLIKELY(parent == g_sigreturn.load(std::memory_order_relaxed)) ||
-      (ss->depth > 0 && (ss->frames[ss->depth - 1].flags & kFrameInSignal)))
-    return Fast::kSlow;
+  if (ws == nullptr || USRTRACE_UNLIKELY(parent == g_sigreturn.load(std::memory_order_relaxed))) return Fast::kSlow;
   const int i = static_cast<int>(fast - 1);
   const uint64_t bit = uint64_t{1} << i;
   FastGuard g(*ws);
@@ -526,7 +522,12 @@ USRTRACE_ALWAYS_INLINE Fast fast_entry(uint32_t fast, uint64_t fn, uint64_t pare
   if (USRTRACE_UNLIKELY(tab == nullptr)) return Fast::kSlow;
   const Site* s = tab->find(fn);
   if (s == nullptr) return Fast::kUntraced;
-  if (USRTRACE_UNLIKELY((s->trace & bit) == 0 || s->nprobes != 0)) return Fast::kSlow;
+  // A frame to push: the thread's stack must exist (the general path maps
+  // it), have room, and not be in a signal handler.
+  ShadowStack* ss = t_fn.ss;
+  if (USRTRACE_UNLIKELY((s->trace & bit) == 0 || s->nprobes != 0 || ss == nullptr || ss->depth >= kShadowFrames) ||
+      (ss->depth > 0 && (ss->frames[ss->depth - 1].flags & kFrameInSignal)))
+    return Fast::kSlow;
   const uint64_t tsc = clock::rdtsc();
   ShadowFrame& f = ss->frames[ss->depth];
   f.fn = fn;
@@ -554,7 +555,7 @@ USRTRACE_ALWAYS_INLINE Fast fast_entry(uint32_t fast, uint64_t fn, uint64_t pare
 USRTRACE_ALWAYS_INLINE bool fast_exit(uint32_t fast, ShadowStack* ss, const ShadowFrame& f, uint64_t flags) {
   const int i = static_cast<int>(fast - 1);
   if (((f.mask ^ (uint64_t{1} << i)) | (f.flags ^ flags) | f.started | f.notraced) != 0) return false;
-  writers::ThreadState* ws = fast_thread(ss);
+  writers::ThreadState* ws = fast_thread();
   if (ws == nullptr) return false;
   FastGuard g(*ws);
   const uint64_t tsc = clock::rdtsc();
@@ -585,23 +586,17 @@ const Site* SiteTable::find(uint64_t fn) const {
   }
 }
 
-void instrumented_entry(uint64_t fn, uint64_t parent, uint64_t sp) {
-  if (const uint32_t fast = g_fast.load(std::memory_order_relaxed); fast != 0) {
-    const Fast r = fast_entry(fast, fn, parent, 0, reinterpret_cast<uint64_t*>(sp), false);
-    if (r != Fast::kSlow) return;
-  }
+namespace {
+
+// The general paths, out of line: the fast paths' functions stay small (few
+// registers to save).
+USRTRACE_NOINLINE void instrumented_entry_slow(uint64_t fn, uint64_t parent, uint64_t sp) {
   Guard g;
   if (!g.enter()) return;
   entry_locked(fn, parent, nullptr, sp, false, *g.t);
 }
 
-void instrumented_exit(uint64_t fn, uint64_t sp) {
-  ShadowStack* ss = t_fn.ss;
-  if (ss == nullptr || ss->depth == 0) return;
-  if (const uint32_t fast = g_fast.load(std::memory_order_relaxed); fast != 0) {
-    const ShadowFrame& top = ss->frames[ss->depth - 1];
-    if (top.fn == fn && fast_exit(fast, ss, top, 0)) return;
-  }
+USRTRACE_NOINLINE void instrumented_exit_slow(ShadowStack* ss, uint64_t fn, uint64_t sp) {
   Guard g;
   if (!g.enter()) return;
   const uint64_t tsc = clock::rdtsc();
@@ -616,6 +611,26 @@ void instrumented_exit(uint64_t fn, uint64_t sp) {
     if (reinterpret_cast<uint64_t>(top.slot) >= sp) return;  // not ours: fn's entry was not traced
     pop_record(ss, tsc, *g.t);
   }
+}
+
+}  // namespace
+
+void instrumented_entry(uint64_t fn, uint64_t parent, uint64_t sp) {
+  if (const uint32_t fast = g_fast.load(std::memory_order_relaxed); fast != 0) {
+    const Fast r = fast_entry(fast, fn, parent, 0, reinterpret_cast<uint64_t*>(sp), false);
+    if (r != Fast::kSlow) return;
+  }
+  instrumented_entry_slow(fn, parent, sp);
+}
+
+void instrumented_exit(uint64_t fn, uint64_t sp) {
+  ShadowStack* ss = t_fn.ss;
+  if (ss == nullptr || ss->depth == 0) return;
+  if (const uint32_t fast = g_fast.load(std::memory_order_relaxed); fast != 0) {
+    const ShadowFrame& top = ss->frames[ss->depth - 1];
+    if (top.fn == fn && fast_exit(fast, ss, top, 0)) return;
+  }
+  instrumented_exit_slow(ss, fn, sp);
 }
 
 bool patched_entry(uint64_t fn, uint64_t parent, uint64_t* slot) {
