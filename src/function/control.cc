@@ -17,6 +17,7 @@
 #include "base/mutex.h"
 #include "events/registry.h"
 #include "base/sys.h"
+#include "function/control_internal.h"
 #include "function/core.h"
 #include "instance/instance.h"
 #include "instance/writers.h"
@@ -26,49 +27,17 @@
 extern "C" void __cyg_profile_func_enter(void* fn, void* site);
 
 namespace usrtrace::function {
-namespace {
 
-// A traceable function.
-struct Func {
-  uint64_t addr;
-  std::string name;     // kallsyms form: demangled, no blanks
-  std::string mangled;  // as in the symbol table
-  std::string module;   // shared object's file name; the program's for the main executable
-};
-
-// One write's glob, applied in order: add (or remove) what it matches.
-struct Op {
-  std::string glob;
-  std::string module;  // ":mod:" glob, or empty
-  bool remove = false;
-};
-
-struct SlotConfig {
-  Tracer tracer = Tracer::kNop;
-  std::vector<Op> lists[4];
-  std::vector<int> pids[2];  // trace, notrace
-  uint32_t max_depth = 0;
-  uint64_t thresh_us = 0;
-};
-
-// A function command on one function of one instance.
-struct ProbeEntry {
-  std::unique_ptr<Probe> probe;  // what the hooks read (count included)
-  uint64_t fn;
-  std::string name;            // the function's kallsyms name, for listing
-  std::string system, event;   // enable_/disable_event
-  bool counted;                // listed with its count, else "unlimited"
-};
-
+// The shared state (control_internal.h).
 base::Mutex g_mu;
-std::vector<Func>* g_funcs USRTRACE_GUARDED_BY(g_mu) = nullptr;  // by address
 std::vector<ProbeEntry> g_probes USRTRACE_GUARDED_BY(g_mu);      // in the order added
-// Removed probes that a hook may still read: freed after the next table's
-// grace period (rebuild_locked).
 std::vector<std::unique_ptr<Probe>> g_retired USRTRACE_GUARDED_BY(g_mu);
 bool g_profiling USRTRACE_GUARDED_BY(g_mu) = false;              // function_profile_enabled
-uint32_t g_profile_gen USRTRACE_GUARDED_BY(g_mu) = 0;
 SlotConfig g_config[instance::kMaxInstances] USRTRACE_GUARDED_BY(g_mu);
+
+namespace {
+
+std::vector<Func>* g_funcs USRTRACE_GUARDED_BY(g_mu) = nullptr;  // by address
 // Published pid filters are freed after a grace period; kept until then.
 std::vector<std::unique_ptr<instance::PidFilter>> g_pid_filters[instance::kMaxInstances] USRTRACE_GUARDED_BY(g_mu);
 
@@ -145,6 +114,8 @@ bool calls_entry_hook(const symbols::Symbol& s, const Ranges& ranges) {
   return false;
 }
 
+}  // namespace
+
 const std::vector<Func>& funcs_locked() USRTRACE_REQUIRES(g_mu) {
   if (g_funcs != nullptr) return *g_funcs;
   auto* out = new std::vector<Func>;
@@ -165,11 +136,15 @@ const std::vector<Func>& funcs_locked() USRTRACE_REQUIRES(g_mu) {
   return *out;
 }
 
+namespace {
+
 bool module_matches(const std::string& glob, const std::string& module) {
   if (fnmatch(glob.c_str(), module.c_str(), 0) == 0) return true;
   const size_t so = module.find(".so");
   return so != std::string::npos && fnmatch(glob.c_str(), module.substr(0, so).c_str(), 0) == 0;
 }
+
+}  // namespace
 
 bool matches(const Op& op, const Func& f) {
   if (!op.module.empty() && !module_matches(op.module, f.module)) return false;
@@ -181,6 +156,8 @@ bool matches(const Op& op, const Func& f) {
     return true;
   return fnmatch(op.glob.c_str(), f.mangled.c_str(), 0) == 0;
 }
+
+namespace {
 
 // The set a list names, as a flag per function.
 std::vector<bool> evaluate(const std::vector<Op>& ops, const std::vector<Func>& funcs) {
@@ -233,7 +210,8 @@ struct FastOff {
   ~FastOff() USRTRACE_NO_THREAD_SAFETY_ANALYSIS { update_fast_locked(g_fast_graph, g_fast_fn, g_fast_lists); }
 };
 
-// Publishes the site table and patch set for the current configuration.
+}  // namespace
+
 void rebuild_locked() USRTRACE_REQUIRES(g_mu) {
   g_fast.store(0, std::memory_order_relaxed);
   const std::vector<Func>& funcs = funcs_locked();
@@ -336,6 +314,8 @@ void rebuild_locked() USRTRACE_REQUIRES(g_mu) {
     fprintf(stderr, "usrtrace: function: patching failed (%s): %s\n", strerror(-rc), why.c_str());
 }
 
+namespace {
+
 void publish_pids_locked(int slot) USRTRACE_REQUIRES(g_mu) {
   const SlotConfig& c = g_config[slot];
   instance::PidFilter* f = nullptr;
@@ -417,198 +397,6 @@ std::string tracer_name(const instance::Instance& inst) {
   return "nop";
 }
 
-namespace {
-
-// The ':' that ends a token's function glob, skipping C++'s "::".
-size_t command_colon(const std::string& tok) {
-  for (size_t i = 0; i < tok.size(); ++i) {
-    if (tok[i] != ':') continue;
-    if (i + 1 < tok.size() && tok[i + 1] == ':') {
-      ++i;
-      continue;
-    }
-    return i;
-  }
-  return std::string::npos;
-}
-
-std::vector<std::string> split_colons(const std::string& s) {
-  std::vector<std::string> out;
-  size_t b = 0;
-  for (size_t c; (c = s.find(':', b)) != std::string::npos; b = c + 1) out.push_back(s.substr(b, c - b));
-  out.push_back(s.substr(b));
-  return out;
-}
-
-const char* probe_name(ProbeKind k) {
-  switch (k) {
-    case ProbeKind::kTraceOn:
-      return "traceon";
-    case ProbeKind::kTraceOff:
-      return "traceoff";
-    case ProbeKind::kSnapshot:
-      return "snapshot";
-    case ProbeKind::kStacktrace:
-      return "stacktrace";
-    case ProbeKind::kEnableEvent:
-      return "enable_event";
-    case ProbeKind::kDisableEvent:
-      return "disable_event";
-    case ProbeKind::kDump:
-      return "dump";
-    case ProbeKind::kCpuDump:
-      return "cpudump";
-  }
-  return "?";
-}
-
-// A parsed "GLOB:COMMAND[:ARGS]".
-struct Command {
-  Op op;  // the functions (op.remove: "!GLOB:COMMAND")
-  ProbeKind kind;
-  long count = -1;
-  internal::EventDesc* target = nullptr;
-  std::string system, event;
-};
-
-// Parses COMMAND[:ARGS] (`rest`, at byte `pos` of the write).
-int parse_command(const std::string& rest, size_t pos, Command* c, Error* err) {
-  std::vector<std::string> parts = split_colons(rest);
-  static const ProbeKind kKinds[] = {ProbeKind::kTraceOn,     ProbeKind::kTraceOff,     ProbeKind::kSnapshot,
-                                     ProbeKind::kStacktrace,  ProbeKind::kEnableEvent,  ProbeKind::kDisableEvent,
-                                     ProbeKind::kDump,        ProbeKind::kCpuDump};
-  const auto kind = std::find_if(std::begin(kKinds), std::end(kKinds),
-                                 [&](ProbeKind k) { return parts[0] == probe_name(k); });
-  if (kind == std::end(kKinds)) {
-    *err = {Error::kUnknownCommand, "Unknown function command '" + parts[0] + "'", pos};
-    return -EINVAL;
-  }
-  c->kind = *kind;
-  size_t count_at = 1;
-  if (c->kind == ProbeKind::kEnableEvent || c->kind == ProbeKind::kDisableEvent) {
-    if (parts.size() < 3 || parts[1].empty() || parts[2].empty()) {
-      *err = {Error::kNoEvent, "enable_event/disable_event need SYS:EVENT", pos};
-      return -EINVAL;
-    }
-    c->system = parts[1];
-    c->event = parts[2];
-    if (!c->op.remove) {
-      c->target = events::Registry::get().find(c->system, c->event);
-      if (c->target == nullptr) {
-        *err = {Error::kNoEvent, "No event " + c->system + ":" + c->event, pos + parts[0].size() + 1};
-        return -EINVAL;
-      }
-    }
-    count_at = 3;
-  }
-  if (c->kind == ProbeKind::kDump || c->kind == ProbeKind::kCpuDump) {
-    c->count = 1;  // the kernel's: only dump once
-    // The dump writes from a hook: its storage is allocated now.
-    if (c->op.remove) return 0;
-    const DumpHooks* h = g_dump_hooks.load(std::memory_order_acquire);
-    if (h == nullptr) {
-      *err = {Error::kUnknownCommand, "dump needs the crash dump, not linked in", pos};
-      return -EINVAL;
-    }
-    if (h->prepare() < 0) {
-      *err = {Error::kNoMemory, "Cannot allocate the dump's storage", pos};
-      return -ENOMEM;
-    }
-    return 0;
-  }
-  if (parts.size() > count_at + 1) {
-    *err = {Error::kBadCount, "Too many arguments", pos};
-    return -EINVAL;
-  }
-  if (parts.size() == count_at + 1 && !parts[count_at].empty() && !c->op.remove) {
-    const std::string& n = parts[count_at];
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long long v = strtoull(n.c_str(), &end, 0);
-    size_t at = pos;
-    for (size_t i = 0; i < count_at; ++i) at += parts[i].size() + 1;
-    if (n[0] == '-' || n[0] == '+' || *end != '\0' || errno != 0 || v > static_cast<unsigned long long>(LONG_MAX)) {
-      *err = {Error::kBadCount, "Invalid count '" + n + "'", at};
-      return -EINVAL;
-    }
-    c->count = static_cast<long>(v);
-  }
-  return 0;
-}
-
-bool same_probe(const ProbeEntry& e, int slot, const Command& c) {
-  if (e.probe->slot != slot || e.probe->kind != c.kind) return false;
-  if (c.kind != ProbeKind::kEnableEvent && c.kind != ProbeKind::kDisableEvent) return true;
-  return e.system == c.system && e.event == c.event;
-}
-
-// Adds (or, with op.remove, removes) the command's probes on the matching
-// functions. A probe added again gets the new count.
-void apply_command_locked(int slot, const Command& c, const std::vector<Func>& funcs) USRTRACE_REQUIRES(g_mu) {
-  if (c.op.remove) {
-    for (auto it = g_probes.begin(); it != g_probes.end();) {
-      const auto f = std::lower_bound(funcs.begin(), funcs.end(), it->fn,
-                                      [](const Func& a, uint64_t fn) { return a.addr < fn; });
-      if (same_probe(*it, slot, c) && f != funcs.end() && f->addr == it->fn && matches(c.op, *f)) {
-        if (it->probe->target != nullptr) trigger::hold_soft_mode(slot, *it->probe->target, -1);
-        g_retired.push_back(std::move(it->probe));
-        it = g_probes.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    return;
-  }
-  for (const Func& f : funcs) {
-    if (!matches(c.op, f)) continue;
-    auto it = std::find_if(g_probes.begin(), g_probes.end(),
-                           [&](const ProbeEntry& e) { return e.fn == f.addr && same_probe(e, slot, c); });
-    if (it != g_probes.end()) {
-      it->probe->count.store(c.count, std::memory_order_relaxed);
-      it->counted = c.count >= 0 && c.kind != ProbeKind::kCpuDump;
-      continue;
-    }
-    auto p = std::make_unique<Probe>();
-    p->kind = c.kind;
-    p->slot = static_cast<uint8_t>(slot);
-    p->count.store(c.count, std::memory_order_relaxed);
-    p->target = c.target;
-    if (c.target != nullptr) trigger::hold_soft_mode(slot, *c.target, +1);
-    // The kernel lists cpudump as unlimited though it fires once.
-    g_probes.push_back({std::move(p), f.addr, f.name, c.system, c.event, c.count >= 0 && c.kind != ProbeKind::kCpuDump});
-  }
-}
-
-// Drops the probes of `slot` (all: -1) or those that name `target`, with no
-// soft-mode bookkeeping (the slot or the event is going away). The caller
-// rebuilds the table.
-bool drop_probes_locked(int slot, const internal::EventDesc* target) USRTRACE_REQUIRES(g_mu) {
-  bool any = false;
-  for (auto it = g_probes.begin(); it != g_probes.end();) {
-    if ((slot >= 0 && it->probe->slot == slot) || (target != nullptr && it->probe->target == target)) {
-      g_retired.push_back(std::move(it->probe));
-      it = g_probes.erase(it);
-      any = true;
-    } else {
-      ++it;
-    }
-  }
-  return any;
-}
-
-std::string probe_lines_locked(int slot) USRTRACE_REQUIRES(g_mu) {
-  std::string out;
-  for (const ProbeEntry& e : g_probes) {
-    if (e.probe->slot != slot) continue;
-    out += e.name + ":" + probe_name(e.probe->kind);
-    if (!e.system.empty()) out += ":" + e.system + ":" + e.event;
-    out += e.counted ? ":count=" + std::to_string(e.probe->count.load(std::memory_order_relaxed)) : ":unlimited";
-    out += '\n';
-  }
-  return out;
-}
-
-}  // namespace
 
 int write_list(instance::Instance& inst, List list, std::string_view text, bool truncate, Error* err) {
   std::vector<Op> ops;
@@ -788,90 +576,6 @@ void instance_removed(int slot) {
   g_slots[slot].thresh_ns.store(0, std::memory_order_relaxed);
   if (g_slots[slot].pids.load(std::memory_order_relaxed) != nullptr) publish_pids_locked(slot);
   if (drop_probes_locked(slot, nullptr) || was_tracing) rebuild_locked();
-}
-
-namespace {
-
-// A new (empty) profile for the current functions, published; the old one
-// is freed after a grace period (frames of the old generation are ignored).
-void new_profile_locked() USRTRACE_REQUIRES(g_mu) {
-  auto* p = new Profile;
-  p->gen = ++g_profile_gen;
-  p->nfuncs = static_cast<uint32_t>(funcs_locked().size());
-  p->ncpus = base::nr_possible_cpus();
-  p->stats.reset(new ProfileStats[static_cast<size_t>(p->ncpus) * p->nfuncs]);
-  Profile* old = g_profile.exchange(p, std::memory_order_acq_rel);
-  writers::synchronize_writers();
-  delete old;
-}
-
-// Kernel: trace_print_graph_duration() without the marks.
-std::string duration_us(uint64_t ns) {
-  char buf[64];
-  const std::string us = std::to_string(ns / 1000);
-  std::string out = us;
-  if (us.size() < 7) {
-    snprintf(buf, sizeof buf, "%03llu", static_cast<unsigned long long>(ns % 1000));
-    out += '.';
-    out += std::string(buf).substr(0, 7 - us.size());
-  }
-  out += " us ";
-  while (out.size() < 12) out += ' ';
-  return out;
-}
-
-}  // namespace
-
-int set_profiling(bool on) {
-  if (on && g_calibration.mult == 0) g_calibration = clock::tsc_calibration();
-  base::MutexLock l(&g_mu);
-  if (on == g_profiling) return 0;
-  if (on) new_profile_locked();  // the kernel resets the counts at each enable
-  g_profiling = on;
-  rebuild_locked();
-  return 0;
-}
-
-bool profiling() {
-  base::MutexLock l(&g_mu);
-  return g_profiling;
-}
-
-std::string function_stat(int cpu) {
-  base::MutexLock l(&g_mu);
-  std::string out =
-      "  Function                               Hit    Time            Avg             s^2\n"
-      "  --------                               ---    ----            ---             ---\n";
-  const Profile* p = g_profile.load(std::memory_order_acquire);
-  if (p == nullptr || cpu < 0 || cpu >= p->ncpus) return out;
-  const std::vector<Func>& funcs = funcs_locked();
-  struct Row {
-    size_t i;
-    uint64_t hits, time, sq;
-  };
-  std::vector<Row> rows;
-  for (size_t i = 0; i < p->nfuncs && i < funcs.size(); ++i) {
-    const ProfileStats& st = p->stats[static_cast<size_t>(cpu) * p->nfuncs + i];
-    const uint64_t hits = st.hits.load(std::memory_order_relaxed);
-    if (hits != 0)
-      rows.push_back({i, hits, st.time_ns.load(std::memory_order_relaxed), st.time_sq.load(std::memory_order_relaxed)});
-  }
-  // The kernel's order: by total time, the longest first.
-  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.time > b.time; });
-  char line[96];
-  for (const Row& r : rows) {
-    const uint64_t avg = r.time / r.hits;
-    // Sample variance, as the kernel computes it (ns^2 / 1000).
-    uint64_t s2 = 0;
-    if (r.hits > 1) {
-      const uint64_t mean_sq = r.hits * avg * avg;
-      s2 = r.sq > mean_sq ? (r.sq - mean_sq) / (r.hits * (r.hits - 1) * 1000) : 0;
-    }
-    snprintf(line, sizeof line, "  %-30.30s  %10llu", funcs[r.i].name.c_str(), static_cast<unsigned long long>(r.hits));
-    out += line;
-    out += "    " + duration_us(r.time) + "    " + duration_us(avg) + "    " + duration_us(s2) + "\n";
-  }
-  return out;
 }
 
 void objects_changed() {
