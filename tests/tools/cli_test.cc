@@ -497,6 +497,26 @@ TEST(CliRecord, AProcessThatExitsLeavesACompleteFile) {
   ::rmdir(dir.c_str());
 }
 
+// A process killed while recorded leaves what was taken before, and record
+// says the end is missing instead of claiming a complete file.
+TEST(CliRecord, AKilledProcessLeavesWhatCameAndSaysTheEndIsMissing) {
+  Target t;
+  const std::string dir = temp_dir(), file = dir + "/killed.dat";
+  Proc rec = Proc::start({USRTRACE_CLI, "record", "-P", t.spid(), "-e", "clitest:tick", "-o", file}, false);
+  ASSERT_TRUE(recording(rec)) << rec.err_text;
+  t.cmd("tick 10");
+  kill(t.pid(), SIGKILL);
+  t.finish();
+  const Result r = rec.finish();
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("process " + t.spid() + " went away before its last pages were taken"), std::string::npos)
+      << r.err;
+  const Result rep = usrtrace({"report", "-i", file});
+  EXPECT_EQ(rep.rc, 0) << rep.err;
+  ::unlink(file.c_str());
+  ::rmdir(dir.c_str());
+}
+
 TEST(CliRecord, ACommandFromItsStartToItsEnd) {
   const std::string dir = temp_dir(), file = dir + "/cmd.dat";
   // The command's stdin is record's: the script it runs.
