@@ -356,6 +356,10 @@ const std::vector<std::string>& tracer_names() {
   return names;
 }
 
+bool is_tracer(std::string_view name) {
+  return name == "nop" || name == "function" || name == "function_graph";
+}
+
 int set_tracer(instance::Instance& inst, std::string_view name) {
   Tracer t;
   if (name == "nop") {

@@ -27,6 +27,7 @@ enum class Tracer : uint8_t { kNop, kFunction, kGraph };
 
 // "nop function function_graph".
 const std::vector<std::string>& tracer_names();
+bool is_tracer(std::string_view name);
 // current_tracer: -EINVAL for an unknown name.
 int set_tracer(instance::Instance& inst, std::string_view name);
 Tracer tracer(const instance::Instance& inst);

@@ -10,6 +10,7 @@
 #include "events/registry.h"
 #include "events/write.h"
 #include "function/control.h"
+#include "latency/latency.h"
 #include "trigger/control.h"
 #include "instance/writers.h"
 #include "usrtrace/internal/event_impl.h"
@@ -30,6 +31,8 @@ const OptionInfo kOptions[kNumOptions] = {
     {"funcgraph-overhead", true}, {"funcgraph-proc", false}, {"funcgraph-duration", true},
     {"funcgraph-abstime", false}, {"funcgraph-irqs", true}, {"funcgraph-tail", false},
     {"sleep-time", true}, {"graph-time", true},
+    // The latency tracers' (irqsoff's): trace functions during a section.
+    {"function-trace", true},
 };
 
 int option_by_name(std::string_view name) {
@@ -157,6 +160,7 @@ int Instance::remove(Match match, int max_refs, int missing) {
     // Before the slot can be reused: its filters and triggers go too.
     trigger::clear_slot(inst->slot_);
     function::instance_removed(inst->slot_);
+    latency::instance_removed(inst->slot_);
     g_slot_state[inst->slot_].buffer.store(nullptr, std::memory_order_release);
     g_slot_state[inst->slot_].instance.store(nullptr, std::memory_order_release);
     g_slot_state[inst->slot_].pids.store(nullptr, std::memory_order_release);
@@ -249,6 +253,7 @@ void Instance::set_option(Option o, bool on) {
   options_[o].store(on, std::memory_order_relaxed);
   if (o == kOptOverwrite) buffer().set_mode(on ? rb::Mode::kOverwrite : rb::Mode::kDiscard);
   if (o == kOptSleepTime || o == kOptGraphTime) function::options_changed();
+  if (o == kOptFunctionTrace) latency::options_changed(*this);
 }
 
 int Instance::set_event(std::string_view system_glob, std::string_view event_glob, bool on) {

@@ -66,6 +66,7 @@ enum Option : int {
   kOptFuncgraphTail,
   kOptSleepTime,
   kOptGraphTime,
+  kOptFunctionTrace,  // the latency tracers'
   kNumOptions,
 };
 struct OptionInfo {

@@ -132,6 +132,7 @@ int Snapshots::take(std::string_view reason, int cpu) {
   if (request_state_.compare_exchange_strong(free_state, 1, std::memory_order_acquire,
                                              std::memory_order_relaxed)) {
     SnapshotInfo& r = request_;
+    r = SnapshotInfo{};
     r.ts = clock::read_raw(live_.clock());
     r.tid = base::gettid_cached();
     r.cpu = cpu;
@@ -142,6 +143,25 @@ int Snapshots::take(std::string_view reason, int cpu) {
     request_state_.store(2, std::memory_order_release);
   } else {
     // A request is pending (or being filled): this one is served by it.
+    merged_.fetch_add(1, std::memory_order_relaxed);
+  }
+  live_.run_deferred();
+  return 0;
+}
+
+int Snapshots::take_max(const SnapshotInfo& info) {
+  if (!allocated()) return -ENOENT;
+  uint32_t free_state = 0;
+  // order: as in take().
+  if (request_state_.compare_exchange_strong(free_state, 1, std::memory_order_acquire,
+                                             std::memory_order_relaxed)) {
+    request_ = info;
+    if (request_.ts == 0) request_.ts = clock::read_raw(live_.clock());
+    if (request_.tid == 0) request_.tid = base::gettid_cached();
+    request_.cpu = -1;
+    request_.merged = 0;
+    request_state_.store(2, std::memory_order_release);
+  } else {
     merged_.fetch_add(1, std::memory_order_relaxed);
   }
   live_.run_deferred();

@@ -44,6 +44,13 @@ struct SnapshotInfo {
   int cpu = -1;         // -1: all CPUs were swapped, else only that one
   uint64_t merged = 0;  // further requests served by this snapshot
   char reason[kSnapshotReasonMax] = {};
+  // A latency tracer's max trace (latency/latency.h): the measured window
+  // in raw clock values (window_end 0: not a max trace), where it began and
+  // ended, the CPU it ended on and the task, as the kernel's max_data.
+  uint64_t window_start = 0, window_end = 0;
+  uintptr_t start_ip = 0, end_ip = 0;
+  int end_cpu = -1;
+  int uid = 0, nice = 0, policy = 0, rt_prio = 0;
 };
 
 class Snapshots {
@@ -77,6 +84,10 @@ class Snapshots {
   // the events before the error stay there; returns -ENOENT then, else 0.
   // Context: any thread, signal handlers included; lock-free.
   int take(std::string_view reason, int cpu = -1);
+  // take() for a latency tracer's new max: `info` says everything (ts and
+  // tid are filled in when 0); all CPUs are swapped. -ENOENT without a
+  // spare, and then nothing else happens. Context: as take().
+  int take_max(const SnapshotInfo& info);
   // Snapshots taken since allocation.
   uint64_t taken() const { return taken_.load(std::memory_order_acquire); }
 

@@ -34,6 +34,7 @@
 #include "function/control.h"
 #include "function/core.h"
 #include "instance/writers.h"
+#include "latency/latency.h"
 #include "output/flags.h"
 #include "output/text_internal.h"
 #include "symbols/resolver.h"
@@ -490,24 +491,47 @@ void put_func_help(const Opts& o, std::string* out) {
   }
 }
 
-// Kernel: print_trace_header() + print_lat_help_header().
-void put_lat_header(const Totals& t, std::string* out) {
+__extension__ typedef unsigned __int128 u128;
+
+// Kernel: print_trace_header() + print_lat_help_header(). `max`: a latency
+// tracer's max trace, whose latency, CPU, task and ends the head shows.
+void put_lat_header(std::string_view tracer, const Totals& t, const instance::SnapshotInfo* max,
+                    std::string* out) {
   utsname u;
   const char* release = uname(&u) == 0 ? u.release : "unknown";
   char buf[256];
-  snprintf(buf, sizeof buf, "# nop latency trace v1.1.5 on %s\n", release);
+  snprintf(buf, sizeof buf, "# %.*s latency trace v1.1.5 on %s\n", static_cast<int>(tracer.size()),
+           tracer.data(), release);
   out->append(buf);
   out->append("# --------------------------------------------------------------------\n");
+  uint64_t latency_us = 0;
+  int cpu = 0;
+  if (max != nullptr && max->window_end > max->window_start) {
+    // A TSC difference: the calibration's rate without its offset.
+    const uint64_t ticks = max->window_end - max->window_start;
+    const clock::TscCalibration& c = clock::tsc_calibration();
+    latency_us = static_cast<uint64_t>((static_cast<u128>(ticks) * c.mult) >> 32) / 1000;
+    cpu = max->end_cpu < 0 ? 0 : max->end_cpu;
+  }
   // User-space threads can be preempted anywhere: the "full" model.
   snprintf(buf, sizeof buf,
-           "# latency: 0 us, #%llu/%llu, CPU#0 | (M:PREEMPT(full) VP:0, KP:0, SP:0 HP:0 #P:%ld)\n",
-           static_cast<unsigned long long>(t.entries), static_cast<unsigned long long>(t.written),
-           online_cpus());
+           "# latency: %llu us, #%llu/%llu, CPU#%d | (M:PREEMPT(full) VP:0, KP:0, SP:0 HP:0 #P:%ld)\n",
+           static_cast<unsigned long long>(latency_us), static_cast<unsigned long long>(t.entries),
+           static_cast<unsigned long long>(t.written), cpu, online_cpus());
   out->append(buf);
+  out->append("#    -----------------\n");
+  if (max != nullptr && max->window_end != 0) {
+    snprintf(buf, sizeof buf, "#    | task: %s-%d (uid:%d nice:%d policy:%d rt_prio:%d)\n",
+             comm_for(max->tid).c_str(), max->tid, max->uid, max->nice, max->policy, max->rt_prio);
+    out->append(buf);
+    out->append("#    -----------------\n");
+    out->append("#  => started at: " + symbols::Resolver::name(max->start_ip, false) + "\n");
+    out->append("#  => ended at:   " + symbols::Resolver::name(max->end_ip, false) + "\n#\n");
+  } else {
+    out->append("#    | task: -0 (uid:0 nice:0 policy:0 rt_prio:0)\n");
+    out->append("#    -----------------\n");
+  }
   out->append(
-      "#    -----------------\n"
-      "#    | task: -0 (uid:0 nice:0 policy:0 rt_prio:0)\n"
-      "#    -----------------\n"
       "#\n"
       "#                    _------=> CPU#            \n"
       "#                   / _-----=> irqs-off/BH-disabled\n"
@@ -520,21 +544,47 @@ void put_lat_header(const Totals& t, std::string* out) {
       "#     \\   /        ||||||  \\    |    /       \n");
 }
 
-void put_header(const Opts& o, rb::RingBuffer& rb, int cpu, std::string_view head, std::string* out) {
+// The current tracer's name: a latency tracer's, else the function tracers'.
+std::string tracer_label(const Instance& inst) {
+  std::string name = latency::tracer_name(inst);
+  if (!name.empty()) return name;
+  switch (function::tracer(inst)) {
+    case function::Tracer::kGraph:
+      return "function_graph";
+    case function::Tracer::kFunction:
+      return "function";
+    case function::Tracer::kNop:
+      break;
+  }
+  return "nop";
+}
+
+// A max trace's totals: the entries inside its window (the kernel counts
+// the entries before time_start as skipped).
+Totals window_totals(rb::RingBuffer& rb, const latency::Window& w) {
+  Totals t;
+  rb::RingBuffer::Iterator it(rb);
+  rb::Event ev;
+  while (it.next(&ev))
+    if (ev.ts >= w.start && ev.ts <= w.end) ++t.entries;
+  t.written = t.entries;
+  return t;
+}
+
+void put_header(const Opts& o, std::string_view tracer, rb::RingBuffer& rb, int cpu, std::string_view head,
+                const instance::SnapshotInfo* max, std::string* out) {
   out->append("# tracer: ");
-  out->append(o.tracer == function::Tracer::kGraph  ? "function_graph"
-              : o.tracer == function::Tracer::kFunction ? "function"
-                                                         : "nop");
+  out->append(tracer);
   out->append("\n#\n");
   out->append(head);
   if (!o.context) return;
   if (o.graph_text) return put_graph_header(o, out);
-  Totals t = totals(rb);
+  Totals t = max != nullptr ? window_totals(rb, latency::window_of(*max)) : totals(rb);
   if (o.latency) {
     // Nothing more for an empty buffer (kernel: trace_empty()).
-    uint64_t here = cpu < 0 ? t.entries : rb.stats(cpu).entries;
+    uint64_t here = cpu < 0 || max != nullptr ? t.entries : rb.stats(cpu).entries;
     if (here == 0) return;
-    put_lat_header(t, out);
+    put_lat_header(tracer, t, max, out);
   } else {
     put_event_info(t, out);
     put_func_help(o, out);
@@ -580,13 +630,14 @@ std::string snapshot_head(const Opts& o, const instance::Snapshots& snaps, int a
   return h;
 }
 
-std::string read_buffer(Instance& inst, rb::RingBuffer& rb, int cpu, std::string_view head);
+std::string read_buffer(Instance& inst, rb::RingBuffer& rb, int cpu, std::string_view head,
+                        const instance::SnapshotInfo* max = nullptr);
 
 }  // namespace
 
 std::string trace_header(Instance& inst, int cpu) {
   std::string out;
-  put_header(options_of(inst), inst.buffer(), cpu, "", &out);
+  put_header(options_of(inst), tracer_label(inst), inst.buffer(), cpu, "", nullptr, &out);
   return out;
 }
 
@@ -598,7 +649,9 @@ std::string read_snapshot(Instance& inst, int age, int cpu) {
     out += snapshot_head(options_of(inst), snaps, age, instance::SnapshotInfo{});
     return out;
   }
-  return read_buffer(inst, ref.buffer(), cpu, snapshot_head(options_of(inst), snaps, age, ref.info()));
+  const instance::SnapshotInfo info = ref.info();
+  return read_buffer(inst, ref.buffer(), cpu, snapshot_head(options_of(inst), snaps, age, info),
+                     info.window_end != 0 ? &info : nullptr);
 }
 
 void format_event(Instance& inst, const rb::Event& ev, uint64_t next_ts, std::string* out) {
@@ -614,14 +667,29 @@ void format_dump_event(Instance& inst, const rb::Event& ev, uint64_t next_ts, st
   format_line(o, true, ev, next_ts, out);
 }
 
-std::string read_trace(Instance& inst, int cpu) { return read_buffer(inst, inst.buffer(), cpu, ""); }
+std::string read_trace(Instance& inst, int cpu) {
+  // A latency tracer's `trace` is its max trace (the kernel's print_max).
+  if (latency::uses_max_buffer(inst)) {
+    instance::Snapshots::Ref ref = inst.snapshots().get(0);
+    if (ref) {
+      const instance::SnapshotInfo info = ref.info();
+      return read_buffer(inst, ref.buffer(), cpu, "", &info);
+    }
+  }
+  return read_buffer(inst, inst.buffer(), cpu, "");
+}
 
 namespace {
 
-std::string read_buffer(Instance& inst, rb::RingBuffer& rb, int cpu, std::string_view head) {
-  const Opts o = options_of(inst);
+std::string read_buffer(Instance& inst, rb::RingBuffer& rb, int cpu, std::string_view head,
+                        const instance::SnapshotInfo* max) {
+  Opts o = options_of(inst);
   std::string out;
-  put_header(o, rb, cpu, head, &out);
+  put_header(o, tracer_label(inst), rb, cpu, head, max, &out);
+  // A max trace shows its window only, timed from its start (the kernel's
+  // max_buf time_start).
+  const latency::Window w = max != nullptr ? latency::window_of(*max) : latency::Window{};
+  if (max != nullptr && max->window_end != 0) o.time_start_ns = clock::raw_to_ns(o.clock, w.start);
   if (!valid_cpu(inst, cpu)) return out;
   // One allocation for the usual line length instead of a dozen regrowths
   // of a many-megabyte string.
@@ -629,7 +697,7 @@ std::string read_buffer(Instance& inst, rb::RingBuffer& rb, int cpu, std::string
   rb::RingBuffer::Iterator it(rb);
   auto next = [&](rb::Event* ev) {
     while (it.next(ev))
-      if (cpu < 0 || ev->cpu == cpu) return true;
+      if ((cpu < 0 || ev->cpu == cpu) && ev->ts >= w.start && ev->ts <= w.end) return true;
     return false;
   };
   rb::Event ev;

@@ -15,19 +15,27 @@
 // (follow() below).
 //
 // It also defines pthread_setname_np, for thread names in programs that do
-// not link usrtrace (see the definition).
+// not link usrtrace (see the definition), and hooks what the latency
+// tracers measure: pthread_sigmask/sigprocmask (sigsoff) and the
+// notifications and waits of condition variables, semaphores and eventfds
+// (wakeup, wakeup_rt; usrtrace/latency.h).
 #include <dlfcn.h>
 #include <poll.h>
 #include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
+#include "usrtrace/latency.h"
 #include "usrtrace/usrtrace.h"
 
 namespace {
@@ -101,6 +109,136 @@ extern "C" int usrtrace_internal_setname(pthread_t thread, const char* name);
 extern "C" __attribute__((visibility("default"))) int pthread_setname_np(pthread_t thread, const char* name) {
   return usrtrace_internal_setname(thread, name);
 }
+
+// ---- The latency tracers' hooks.
+namespace {
+
+// The next definition of `name` (libc's), looked up once.
+template <class Fn>
+Fn next_fn(std::atomic<void*>& cache, const char* name) {
+  void* f = cache.load(std::memory_order_relaxed);
+  if (f == nullptr) {
+    f = dlsym(RTLD_NEXT, name);
+    cache.store(f, std::memory_order_relaxed);
+  }
+  return reinterpret_cast<Fn>(f);
+}
+#define USRTRACE_NEXT(name)                          \
+  ([]() {                                            \
+    static std::atomic<void*> cache{nullptr};        \
+    return next_fn<decltype(&::name)>(cache, #name); \
+  }())
+
+// Signals 1..64 as a mask, without those no mask can hold (SIGKILL,
+// SIGSTOP) and glibc's own (32, 33), which its wrappers keep unblocked.
+uint64_t mask_bits(const sigset_t* set) {
+  uint64_t w = 0;
+  memcpy(&w, set, sizeof w);
+  return w & ~((uint64_t{1} << (SIGKILL - 1)) | (uint64_t{1} << (SIGSTOP - 1)) | (uint64_t{3} << 31));
+}
+
+uint64_t after_change(int how, uint64_t before, const sigset_t* set) {
+  const uint64_t s = mask_bits(set);
+  switch (how) {
+    case SIG_BLOCK:
+      return before | s;
+    case SIG_UNBLOCK:
+      return before & ~s;
+    default:
+      return s;
+  }
+}
+
+}  // namespace
+
+extern "C" {
+void usrtrace_internal_sigmask_changed(uint64_t before, uint64_t after, uintptr_t ip);
+
+__attribute__((visibility("default"))) int pthread_sigmask(int how, const sigset_t* set, sigset_t* old) {
+  sigset_t mine;
+  sigset_t* o = old != nullptr ? old : &mine;
+  const int rc = USRTRACE_NEXT(pthread_sigmask)(how, set, o);
+  if (rc == 0 && set != nullptr)
+    usrtrace_internal_sigmask_changed(mask_bits(o), after_change(how, mask_bits(o), set),
+                                      reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
+  return rc;
+}
+
+__attribute__((visibility("default"))) int sigprocmask(int how, const sigset_t* set, sigset_t* old) {
+  sigset_t mine;
+  sigset_t* o = old != nullptr ? old : &mine;
+  const int rc = USRTRACE_NEXT(sigprocmask)(how, set, o);
+  if (rc == 0 && set != nullptr)
+    usrtrace_internal_sigmask_changed(mask_bits(o), after_change(how, mask_bits(o), set),
+                                      reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
+  return rc;
+}
+
+__attribute__((visibility("default"))) int pthread_cond_signal(pthread_cond_t* c) {
+  usrtrace_wake(c);
+  return USRTRACE_NEXT(pthread_cond_signal)(c);
+}
+__attribute__((visibility("default"))) int pthread_cond_broadcast(pthread_cond_t* c) {
+  usrtrace_wake(c);
+  return USRTRACE_NEXT(pthread_cond_broadcast)(c);
+}
+__attribute__((visibility("default"))) int pthread_cond_wait(pthread_cond_t* c, pthread_mutex_t* m) {
+  const uint64_t t = usrtrace_wait_begin(c);
+  const int rc = USRTRACE_NEXT(pthread_cond_wait)(c, m);
+  usrtrace_wait_end(c, t);
+  return rc;
+}
+__attribute__((visibility("default"))) int pthread_cond_timedwait(pthread_cond_t* c, pthread_mutex_t* m,
+                                                                  const struct timespec* abstime) {
+  const uint64_t t = usrtrace_wait_begin(c);
+  const int rc = USRTRACE_NEXT(pthread_cond_timedwait)(c, m, abstime);
+  usrtrace_wait_end(c, t);
+  return rc;
+}
+__attribute__((visibility("default"))) int pthread_cond_clockwait(pthread_cond_t* c, pthread_mutex_t* m,
+                                                                  clockid_t clk, const struct timespec* abstime) {
+  const uint64_t t = usrtrace_wait_begin(c);
+  const int rc = USRTRACE_NEXT(pthread_cond_clockwait)(c, m, clk, abstime);
+  usrtrace_wait_end(c, t);
+  return rc;
+}
+
+__attribute__((visibility("default"))) int sem_post(sem_t* s) {
+  usrtrace_wake(s);
+  return USRTRACE_NEXT(sem_post)(s);
+}
+__attribute__((visibility("default"))) int sem_wait(sem_t* s) {
+  const uint64_t t = usrtrace_wait_begin(s);
+  const int rc = USRTRACE_NEXT(sem_wait)(s);
+  usrtrace_wait_end(s, t);
+  return rc;
+}
+__attribute__((visibility("default"))) int sem_timedwait(sem_t* s, const struct timespec* abstime) {
+  const uint64_t t = usrtrace_wait_begin(s);
+  const int rc = USRTRACE_NEXT(sem_timedwait)(s, abstime);
+  usrtrace_wait_end(s, t);
+  return rc;
+}
+__attribute__((visibility("default"))) int sem_clockwait(sem_t* s, clockid_t clk, const struct timespec* abstime) {
+  const uint64_t t = usrtrace_wait_begin(s);
+  const int rc = USRTRACE_NEXT(sem_clockwait)(s, clk, abstime);
+  usrtrace_wait_end(s, t);
+  return rc;
+}
+
+// An eventfd is known by its descriptor: the object is the number.
+__attribute__((visibility("default"))) int eventfd_write(int fd, eventfd_t value) {
+  usrtrace_wake(reinterpret_cast<const void*>(static_cast<uintptr_t>(fd) + 1));
+  return USRTRACE_NEXT(eventfd_write)(fd, value);
+}
+__attribute__((visibility("default"))) int eventfd_read(int fd, eventfd_t* value) {
+  const void* obj = reinterpret_cast<const void*>(static_cast<uintptr_t>(fd) + 1);
+  const uint64_t t = usrtrace_wait_begin(obj);
+  const int rc = USRTRACE_NEXT(eventfd_read)(fd, value);
+  usrtrace_wait_end(obj, t);
+  return rc;
+}
+}  // extern "C"
 
 extern "C" __attribute__((visibility("default"))) int __libc_start_main(
     MainFn main, int argc, char** argv, void (*init)(), void (*fini)(), void (*rtld_fini)(),

@@ -8,6 +8,7 @@
 #include <cerrno>
 
 #include "function/control.h"
+#include "latency/latency.h"
 #include "tracefs/internal.h"
 
 namespace usrtrace::tracefs::detail {
@@ -140,7 +141,29 @@ std::unique_ptr<File> open_function_file(Node node, int flags, int* err) {
       f->store = [ip](std::string_view s) -> long {
         uint64_t v = 0;
         const long rc = write_u64(*ip, s, UINT64_MAX / 1000, &v);
-        if (rc >= 0) function::set_thresh_us(*ip, v);
+        if (rc >= 0) {
+          function::set_thresh_us(*ip, v);
+          latency::set_thresh_us(*ip, v);
+        }
+        return rc;
+      };
+      break;
+    case Kind::kTracingMaxLatency:
+      f->show = [ip] { return std::to_string(latency::max_latency_us(*ip)) + "\n"; };
+      f->store = [ip](std::string_view s) -> long {
+        uint64_t v = 0;
+        const long rc = write_u64(*ip, s, UINT64_MAX / 1000, &v);
+        if (rc >= 0) latency::set_max_latency_us(*ip, v);
+        return rc;
+      };
+      break;
+    case Kind::kTimerlatPeriodUs:
+      f->show = [ip] { return std::to_string(latency::timerlat_period_us(*ip)) + "\n"; };
+      f->store = [ip](std::string_view s) -> long {
+        uint64_t v = 0;
+        const long rc = write_u64(*ip, s, UINT64_MAX / 1000, &v);
+        if (rc < 0) return rc;
+        if (latency::set_timerlat_period_us(*ip, v) < 0) return fail(*ip, "timerlat", Err::kTimerlatPeriod, s, 0, EINVAL);
         return rc;
       };
       break;

@@ -14,6 +14,7 @@
 #include "crash/crash.h"
 #include "function/control.h"
 #include "instance/writers.h"
+#include "latency/latency.h"
 #include "output/trace_output.h"
 #include "tracefs/internal.h"
 
@@ -145,6 +146,8 @@ long write_clock(Instance& inst, std::string_view s) {
   const std::string_view name = strip(s);
   auto id = clock::clock_from_name(name);
   if (!id) return fail(inst, kSub, Err::kUnknownClock, s, static_cast<size_t>(name.data() - s.data()), EINVAL);
+  if (!clock::is_tsc(*id) && latency::uses_max_buffer(inst))
+    return fail(inst, kSub, Err::kLatencyClock, s, static_cast<size_t>(name.data() - s.data()), EBUSY);
   inst.snapshots().set_clock(*id);  // resets the buffers, as the kernel does
   return size_of(s);
 }
@@ -216,9 +219,21 @@ long write_buffer_file(Instance& inst, std::string_view s) {
 
 long write_tracer(Instance& inst, std::string_view s) {
   const std::string_view name = strip(s.substr(0, 100));  // MAX_TRACER_SIZE
-  if (function::set_tracer(inst, name) < 0)
-    return fail(inst, kSub, Err::kUnknownTracer, s, static_cast<size_t>(name.data() - s.data()), EINVAL);
+  const size_t at = static_cast<size_t>(name.data() - s.data());
+  if (latency::is_tracer(name)) {
+    std::string why;
+    if (int rc = latency::set_tracer(inst, name, &why); rc < 0) return fail_text(inst, kSub, why, s, at, -rc);
+    return size_of(s);
+  }
+  if (!function::is_tracer(name)) return fail(inst, kSub, Err::kUnknownTracer, s, at, EINVAL);
+  latency::clear_tracer(inst);
+  function::set_tracer(inst, name);
   return size_of(s);
+}
+
+std::string current_tracer(const Instance& inst) {
+  std::string name = latency::tracer_name(inst);
+  return name.empty() ? function::tracer_name(inst) : name;
 }
 
 // tracing_cpumask: "%*pb" of nr_cpus bits, 32-bit chunks from the top,
@@ -411,12 +426,18 @@ std::unique_ptr<File> open_instance_file(Node node, int flags, int* err) {
     case Kind::kAvailableTracers:
       f->show = [] {
         std::string out;
-        for (const std::string& t : function::tracer_names()) out += (out.empty() ? "" : " ") + t;
+        // The kernel's order: timerlat, function_graph, the wakeup tracers,
+        // the irqsoff family, function, nop.
+        std::vector<std::string> names = latency::tracer_names();
+        const std::vector<std::string>& fn = function::tracer_names();
+        names.insert(names.begin() + 1, fn[0]);
+        names.insert(names.end(), fn.begin() + 1, fn.end());
+        for (const std::string& t : names) out += (out.empty() ? "" : " ") + t;
         return out + "\n";
       };
       break;
     case Kind::kCurrentTracer:
-      f->show = [ip] { return function::tracer_name(*ip) + "\n"; };
+      f->show = [ip] { return current_tracer(*ip) + "\n"; };
       f->store = [ip](std::string_view s) { return write_tracer(*ip, s); };
       break;
     case Kind::kBufferFile:
@@ -470,7 +491,14 @@ std::unique_ptr<File> open_instance_file(Node node, int flags, int* err) {
       f->store = [ip](std::string_view s) { return write_dump_file(*ip, s); };
       break;
     case Kind::kTrace:
-      if (trunc) inst.buffer().reset();
+      if (trunc) {
+        // While a latency tracer runs `trace` is its max trace (the kernel
+        // empties the max buffer then).
+        if (latency::uses_max_buffer(inst))
+          inst.snapshots().clear(-1);
+        else
+          inst.buffer().reset();
+      }
       f->show = [ip] { return output::read_trace(*ip, -1); };
       f->store = [](std::string_view s) { return size_of(s); };  // the kernel ignores it too
       break;

@@ -94,6 +94,9 @@ enum class Kind : uint8_t {
   kSetFtraceNotracePid,
   kMaxGraphDepth,
   kTracingThresh,
+  // Latency tracers (function_files.cc).
+  kTracingMaxLatency,
+  kTimerlatPeriodUs,
   kFunctionProfileEnabled,
   kFunctionStat,  // trace_stat/functionN
   // options/NAME
@@ -215,6 +218,9 @@ enum class Err : uint8_t {
   kBadModule,
   kCommandCount,
   kCommandNotHere,
+  kLatencyClock,
+  kMaxBufferBusy,
+  kTimerlatPeriod,
   kCount,
 };
 const char* err_text(Err e);

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <memory>
 
+#include "latency/latency.h"
 #include "output/trace_output.h"
 #include "tracefs/internal.h"
 
@@ -35,6 +36,8 @@ long write_snapshot(Instance& inst, int cpu, std::string_view s) {
   if (long rc = parse_value(inst, num, at, s, &v); rc < 0) return rc;
   if (v != 1 && !reason.empty())
     return fail(inst, kSub, Err::kNotNumber, s, static_cast<size_t>(reason.data() - s.data()), EINVAL);
+  // The kernel's use_max_tr: the spare is the latency tracer's max buffer.
+  if (latency::uses_max_buffer(inst)) return fail(inst, kSub, Err::kMaxBufferBusy, s, at, EBUSY);
   instance::Snapshots& snaps = inst.snapshots();
   switch (v) {
     case 0:

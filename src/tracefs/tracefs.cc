@@ -9,7 +9,8 @@
 //                buffer_total_size_kb current_tracer error_log free_buffer
 //                set_event set_event_pid set_event_notrace_pid trace
 //                trace_clock trace_marker trace_marker_raw trace_options
-//                trace_pipe tracing_cpumask tracing_on tracing_thresh
+//                trace_pipe tracing_cpumask tracing_max_latency tracing_on
+//                tracing_thresh timerlat_period_us
 //                set_ftrace_filter set_ftrace_notrace set_ftrace_pid
 //                set_ftrace_notrace_pid set_graph_function set_graph_notrace
 //                max_graph_depth (function_files.cc)
@@ -87,7 +88,9 @@ constexpr FileSpec kRootFiles[] = {
     {"trace_pipe", Kind::kTracePipe, kRO, false},
     {"tracing_cpumask", Kind::kTracingCpumask, kRW, false},
     {"tracing_on", Kind::kTracingOn, kRW, false},
+    {"tracing_max_latency", Kind::kTracingMaxLatency, kRW, false},
     {"tracing_thresh", Kind::kTracingThresh, kRW, false},
+    {"timerlat_period_us", Kind::kTimerlatPeriodUs, kRW, false},
 };
 constexpr const char* kRootDirs[] = {"events", "instances", "options", "per_cpu", "trace_stat"};
 
@@ -362,6 +365,9 @@ constexpr const char* kErrTexts[] = {
     "Missing module name after :mod:",               // kBadModule
     "Invalid count",                                 // kCommandCount
     "Function commands only work in set_ftrace_filter",  // kCommandNotHere
+    "Latency tracers need a TSC trace_clock (local, global, perf, x86-tsc)",  // kLatencyClock
+    "A latency tracer uses the max buffer",          // kMaxBufferBusy
+    "Period must be between 100 and 1000000 us",     // kTimerlatPeriod
 };
 static_assert(sizeof(kErrTexts) / sizeof(kErrTexts[0]) == static_cast<size_t>(Err::kCount));
 constexpr size_t kMaxLoggedCommand = 256;
@@ -566,6 +572,8 @@ int open(std::string_view path, int flags, std::unique_ptr<File>* out) {
     case Kind::kSetFtraceNotracePid:
     case Kind::kMaxGraphDepth:
     case Kind::kTracingThresh:
+    case Kind::kTracingMaxLatency:
+    case Kind::kTimerlatPeriodUs:
     case Kind::kFunctionProfileEnabled:
     case Kind::kFunctionStat:
       f = detail::open_function_file(std::move(n), flags, &err);

@@ -1,0 +1,130 @@
+/*
+ * Latency sections and wake-ups: what the latency tracers measure (the
+ * user-space irqsoff/preemptoff and wakeup; README "Latency tracers").
+ *
+ * A section is a stretch of code of some kind ("lock", "request",
+ * "frame", any name of [A-Za-z0-9_], up to 23 bytes). While an instance's
+ * current_tracer is `section` (every kind) or `section_KIND` (one kind),
+ * the longest section is kept with the trace of what happened during it;
+ * otherwise a section costs one load and one predicted branch.
+ *
+ *   static struct usrtrace_section_kind *lock_kind = usrtrace_section_kind_get("lock");
+ *   uint64_t s = usrtrace_section_begin(lock_kind);
+ *   ...                                      // the critical section
+ *   usrtrace_section_end(lock_kind, s);
+ *
+ * or in C++, a scope guard:
+ *
+ *   { USRTRACE_SECTION("lock"); ... }
+ *
+ * Sections nest per thread: a section of a kind inside one of the same
+ * kind is part of it (as irqs disabled twice are one irqs-off section),
+ * and the `section` tracer measures the outermost section of any kind.
+ *
+ * Context of begin/end: any thread, signal handlers included; no lock, no
+ * allocation, no system call; two clock reads (rdtsc) while a tracer
+ * watches the kind. A section that is the new worst case also swaps the
+ * instance's buffer into its max buffer (lock-free, O(1)).
+ */
+#ifndef USRTRACE_LATENCY_H_
+#define USRTRACE_LATENCY_H_
+
+#include <stdint.h>
+
+#ifndef USRTRACE_EXPORT
+#define USRTRACE_EXPORT __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+#include <atomic>
+extern "C" {
+#endif
+
+/* A kind of section. Opaque in C. */
+struct usrtrace_section_kind;
+
+/*
+ * The kind NAME, registered on first use (it then shows as the tracer
+ * section_NAME in available_tracers). NULL with errno EINVAL for a bad
+ * name, ENOSPC past 32 kinds. Context: not a signal handler (it may
+ * allocate and lock the first time); keep the pointer, as above.
+ */
+USRTRACE_EXPORT struct usrtrace_section_kind *usrtrace_section_kind_get(const char *name);
+
+/*
+ * Starts a section of KIND; returns the token to give to
+ * usrtrace_section_end(): 0 when no tracer watches KIND (end then does
+ * nothing). A NULL KIND is ignored.
+ */
+USRTRACE_EXPORT uint64_t usrtrace_section_begin(struct usrtrace_section_kind *kind);
+USRTRACE_EXPORT void usrtrace_section_end(struct usrtrace_section_kind *kind, uint64_t token);
+
+/*
+ * Wake-ups for the wakeup and wakeup_rt tracers, for synchronisation that
+ * the preloaded runtime does not hook (it hooks pthread_cond_*, sem_* and
+ * eventfd_read/eventfd_write). OBJ is the address both sides use (the
+ * futex word, the queue). usrtrace_wake() is the notifier's call, just
+ * before (or after) the notification; usrtrace_wait_begin() the waiter's,
+ * before it blocks, and usrtrace_wait_end() when it runs again. Each wake
+ * is measured once, by the first waiter to run after it (among real-time
+ * waiters only, for wakeup_rt). Context: any thread; no lock, no
+ * allocation; wait_begin makes two system calls while wakeup_rt runs (the
+ * thread's scheduling policy).
+ */
+USRTRACE_EXPORT void usrtrace_wake(const void *obj);
+USRTRACE_EXPORT uint64_t usrtrace_wait_begin(const void *obj);
+USRTRACE_EXPORT void usrtrace_wait_end(const void *obj, uint64_t token);
+
+/*
+ * timerlat for a program's own periodic thread: sleeps until WHEN
+ * (CLOCK_MONOTONIC, absolute) as clock_nanosleep(TIMER_ABSTIME) does, and
+ * reports how late the thread woke to the instances running timerlat
+ * (their trace gets a "#N context thread timer_latency L ns" line). Returns
+ * clock_nanosleep's result (0, EINTR, EINVAL). Context: any thread, not a
+ * signal handler.
+ */
+struct timespec;
+USRTRACE_EXPORT int usrtrace_timerlat_sleep_until(const struct timespec *when);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+
+struct usrtrace_section_kind {
+  /* Instances whose tracer watches this kind (bit = instance slot). */
+  std::atomic<uint64_t> watched;
+};
+
+namespace usrtrace {
+
+/* A section for the scope's lifetime; the check is inline. */
+class Section {
+ public:
+  __attribute__((always_inline)) explicit Section(usrtrace_section_kind* kind)
+      : kind_(kind),
+        token_(kind != nullptr && __builtin_expect(kind->watched.load(std::memory_order_relaxed) != 0, 0)
+                   ? usrtrace_section_begin(kind)
+                   : 0) {}
+  __attribute__((always_inline)) ~Section() {
+    if (__builtin_expect(token_ != 0, 0)) usrtrace_section_end(kind_, token_);
+  }
+  Section(const Section&) = delete;
+  Section& operator=(const Section&) = delete;
+
+ private:
+  usrtrace_section_kind* kind_;
+  uint64_t token_;
+};
+
+}  // namespace usrtrace
+
+#define USRTRACE_SECTION_CAT2_(a, b) a##b
+#define USRTRACE_SECTION_CAT_(a, b) USRTRACE_SECTION_CAT2_(a, b)
+/* A section of kind NAME (a string literal) until the end of the scope. */
+#define USRTRACE_SECTION(name)                                                               \
+  static usrtrace_section_kind* const USRTRACE_SECTION_CAT_(usrtrace_kind_, __LINE__) =      \
+      usrtrace_section_kind_get(name);                                                           \
+  ::usrtrace::Section USRTRACE_SECTION_CAT_(usrtrace_section_, __LINE__)(                    \
+      USRTRACE_SECTION_CAT_(usrtrace_kind_, __LINE__))
+#endif /* __cplusplus */
+
+#endif /* USRTRACE_LATENCY_H_ */
