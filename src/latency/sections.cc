@@ -52,7 +52,8 @@ uint64_t ticks_to_ns(uint64_t ticks) {
 uint64_t ns_to_ticks(uint64_t ns) {
   const clock::TscCalibration& c = clock::tsc_calibration();
   if (c.mult == 0) return ns;
-  const u128 t = (static_cast<u128>(ns) << 32) / c.mult;
+  // Rounded up, so that a bar written in microseconds reads back the same.
+  const u128 t = ((static_cast<u128>(ns) << 32) + c.mult - 1) / c.mult;
   return t > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(t);
 }
 

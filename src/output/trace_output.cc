@@ -581,9 +581,10 @@ void put_header(const Opts& o, std::string_view tracer, rb::RingBuffer& rb, int 
   if (o.graph_text) return put_graph_header(o, out);
   Totals t = max != nullptr ? window_totals(rb, latency::window_of(*max)) : totals(rb);
   if (o.latency) {
-    // Nothing more for an empty buffer (kernel: trace_empty()).
+    // Nothing more for an empty buffer (kernel: trace_empty()), but a max
+    // trace's head says its latency even when nothing was recorded in it.
     uint64_t here = cpu < 0 || max != nullptr ? t.entries : rb.stats(cpu).entries;
-    if (here == 0) return;
+    if (here == 0 && (max == nullptr || max->window_end == 0)) return;
     put_lat_header(tracer, t, max, out);
   } else {
     put_event_info(t, out);

@@ -94,7 +94,7 @@ class FunctionTest : public ::testing::Test {
 uint64_t addr(int (*f)(int)) { return reinterpret_cast<uint64_t>(f); }
 
 TEST_F(FunctionTest, TracersAndFilesAreListed) {
-  EXPECT_EQ(rd(p("available_tracers")), "function_graph function nop\n");
+  EXPECT_EQ(rd(p("available_tracers")), "timerlat function_graph wakeup_rt wakeup sigsoff section function nop\n");
   EXPECT_EQ(rd(p("current_tracer")), "nop\n");
   const std::string avail = rd("available_filter_functions");
   for (const char* f : {"fxt_leaf\n", "fxt_outer\n", "fxt_recurse\n", "fxt_catcher\n"})

@@ -224,7 +224,7 @@ TEST_P(TracefsTest, TraceOptionsAndOptionFiles) {
 
 TEST_P(TracefsTest, CurrentTracerIsNop) {
   EXPECT_EQ(rd(path("current_tracer")), "nop\n");
-  EXPECT_EQ(rd(path("available_tracers")), "function_graph function nop\n");
+  EXPECT_EQ(rd(path("available_tracers")), "timerlat function_graph wakeup_rt wakeup sigsoff section function nop\n");
   EXPECT_EQ(wr(path("current_tracer"), "nop\n"), 4);
   const int before = error_lines();
   EXPECT_EQ(wr(path("current_tracer"), "blk"), -EINVAL);
