@@ -101,7 +101,7 @@ cmake -S "$ROOT" -B "$BUILD" -G Ninja \
 grep '^-- bench:' "$TMP/cmake.log" >&2 || true
 log "building"
 cmake --build "$BUILD" --target ring_buffer_bench instr_count event_bench snapshot_bench trigger_bench record_bench control_bench \
-  function_bench function_instr function_uftrace_target
+  function_bench function_instr function_uftrace_target latency_bench latency_instr
 
 BENCH="$BUILD/bench/ring_buffer_bench"
 INSTR="$BUILD/bench/instr_count"
@@ -569,4 +569,48 @@ if "graph" in ir and "ideal" in ir:
     print(f"- instructions per call: function_graph {ir['graph']:.1f}, ideal hooks {ir['ideal']:.1f} "
           f"({ir['graph'] / ir['ideal']:.2f}x), plain {ir.get('plain', float('nan')):.1f}")
 PY
-log "JSON: $RESULTS, $EVENT_RESULTS, $SNAP_RESULTS, $TRIG_RESULTS, $REC_RESULTS, $CTL_RESULTS, $FN_RESULTS; callgrind profiles: $CG_DIR"
+# ---------------------------------------------------------------------------
+# 11. Latency sections against two rdtsc (latency_bench, latency_instr).
+
+LAT_RESULTS="$BUILD/latency_results.json"
+log "running $BUILD/bench/latency_bench ($REPS repetitions)"
+"$BUILD/bench/latency_bench" --benchmark_repetitions="$REPS" \
+  --benchmark_enable_random_interleaving=true --benchmark_min_time="$MIN_TIME" \
+  --benchmark_display_aggregates_only=true \
+  --benchmark_out="$LAT_RESULTS" --benchmark_out_format=json >/dev/null &
+BENCH_PID=$!
+wait "$BENCH_PID"
+BENCH_PID=""
+LAT_IR=()
+for mode in rdtsc2 section unwatched; do
+  for n in "$INSTR_N" $((2 * INSTR_N)); do
+    out="$CG_DIR/lat_$mode.$n.out"
+    valgrind --tool=callgrind --callgrind-out-file="$out" \
+      --toggle-collect="usrtrace_bench_lat_${mode}_loop" "$BUILD/bench/latency_instr" "$mode" "$n" \
+      >"$CG_DIR/lat_$mode.$n.log" 2>&1 || { cat "$CG_DIR/lat_$mode.$n.log" >&2; exit 1; }
+    LAT_IR+=("$mode.$n=$(awk '/^summary:/ { print $2 }' "$out")")
+  done
+done
+python3 - "$LAT_RESULTS" "$INSTR_N" "${LAT_IR[@]}" <<'PY'
+import json, sys
+data = json.load(open(sys.argv[1]))
+n = int(sys.argv[2])
+ir = dict(a.split("=") for a in sys.argv[3:])
+per = {m: (int(ir[f"{m}.{2 * n}"]) - int(ir[f"{m}.{n}"])) / n for m in ("rdtsc2", "section", "unwatched")}
+med = {b["run_name"]: b["cpu_time"] for b in data["benchmarks"] if b.get("aggregate_name") == "median"}
+base = med["BM_TwoRdtsc"]
+print()
+print("## Latency sections (medians, ns cpu; ratios to two rdtsc of the same run)")
+print()
+print("| Benchmark | median ns | x two rdtsc |")
+print("|---|---:|---:|")
+for name in ["BM_TwoRdtsc", "BM_SectionUnwatched", "BM_SectionNotMax", "BM_SectionNotMaxAnyKind",
+             "BM_SectionNested", "BM_WakeAndWait"]:
+    print(f"| {name} | {med[name]:.2f} | {med[name] / base:.2f} |")
+print()
+r = med["BM_SectionNotMax"] / base
+print(f"- a section that is not the new max: {r:.2f}x two timestamps (target <= 1.1x) {'ok' if r <= 1.1 else 'MISSED'}")
+print(f"- instructions per section (callgrind): {per['section']:.1f} watched, {per['unwatched']:.1f} unwatched, "
+      f"two rdtsc {per['rdtsc2']:.1f}")
+PY
+log "JSON: $RESULTS, $EVENT_RESULTS, $SNAP_RESULTS, $TRIG_RESULTS, $REC_RESULTS, $CTL_RESULTS, $FN_RESULTS, $LAT_RESULTS; callgrind profiles: $CG_DIR"
