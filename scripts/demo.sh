@@ -6,13 +6,15 @@
 # runs; the end shows that file as usrtrace report and trace-cmd report read it,
 # then records the same program from outside (usrtrace record -- COMMAND), and
 # last traces the functions of a program that has no usrtrace in it
-# (examples/graph_demo.cc, built with patchable entries) with function_graph.
+# (examples/graph_demo.cc, built with patchable entries) with function_graph,
+# and the latency tracer's worst request of a small service
+# (examples/latency_demo.cc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DUSRTRACE_BUILD_TESTS=OFF -DUSRTRACE_BUILD_BENCH=OFF >/dev/null
-cmake --build build --target service_demo graph_demo usrtrace_cli usrtrace_preload
+cmake --build build --target service_demo graph_demo latency_demo usrtrace_cli usrtrace_preload
 ./build/examples/service_demo build/service_demo.dat "$@"
 set +o pipefail  # head closes the pipe early
 echo
@@ -34,3 +36,6 @@ echo "(a program without usrtrace, built with -fpatchable-function-entry; trace-
 ./build/tools/usrtrace record -p function_graph -o build/graph.dat -- ./build/examples/graph_demo >/dev/null
 trace-cmd report build/graph.dat 2>/dev/null | awk '{ i = index($0, "funcgraph_"); if (i) print substr($0, i + 16) }' |
   head -n 24
+echo
+echo "=== latency_demo: current_tracer section_request, the worst request with its trace ==="
+./build/examples/latency_demo | head -n 36
