@@ -51,6 +51,8 @@ const char* const kFiles[] = {
     "set_ftrace_pid", "set_ftrace_notrace_pid", "max_graph_depth", "tracing_thresh",
     "function_profile_enabled", "trace_stat/function0", "enabled_functions",
     "available_filter_functions", "trace_stat",
+    // The latency tracers' (src/latency/control.cc).
+    "tracing_max_latency", "timerlat_period_us", "options/function-trace", "snapshot",
 };
 constexpr size_t kNumFiles = sizeof(kFiles) / sizeof(kFiles[0]);
 
@@ -102,6 +104,8 @@ void reset() {
   tracefs::write_file("set_event_pid", "");
   tracefs::write_file("set_event_notrace_pid", "");
   tracefs::write_file("ftrace_dump_on_oops", "0");  // the fuzzer's own handlers back
+  tracefs::write_file("current_tracer", "nop");      // a latency tracer's thread stops
+  tracefs::write_file("tracing_thresh", "0");
   top->set_tracing_on(true);
   top->set_cpumask({});
   for (int i = 0; i < usrtrace::instance::kNumOptions; ++i)

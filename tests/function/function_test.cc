@@ -18,6 +18,7 @@
 #include "instance/instance.h"
 #include "tracefs/tracefs.h"
 #include "tracefs/tracefs_test_util.h"
+#include "usrtrace/latency.h"
 
 namespace usrtrace {
 namespace {
@@ -127,6 +128,27 @@ TEST_F(FunctionTest, FunctionTracerRecordsEachCallWithItsParent) {
   EXPECT_EQ(t.rfind("# tracer: function\n", 0), 0u) << t;
   EXPECT_EQ(count(t, ": fxt_leaf <-fxt_outer\n"), 3) << t;
   EXPECT_EQ(count(t, " fxt_leaf <-fxt_other\n"), 1) << t;
+}
+
+// irqsoff's function-trace: a latency tracer traces the functions of its
+// instance as `function` does, and the max trace holds those of the section.
+TEST_F(FunctionTest, ALatencyTracersMaxTraceHoldsTheSectionsFunctions) {
+  usrtrace_section_kind* k = usrtrace_section_kind_get("fn_section");
+  ASSERT_NE(k, nullptr);
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_leaf"), 8);
+  ASSERT_GT(wr(p("current_tracer"), "section_fn_section"), 0);
+  fxt_other(1);  // before the section: not in its trace
+  const uint64_t s = usrtrace_section_begin(k);
+  fxt_outer(3);
+  usrtrace_section_end(k, s);
+  fxt_other(1);  // after it
+  const std::string t = rd(p("trace"));
+  EXPECT_EQ(t.rfind("# tracer: section_fn_section\n", 0), 0u) << t;
+  EXPECT_EQ(count(t, ": fxt_leaf <-fxt_outer\n"), 3) << t;
+  EXPECT_EQ(count(t, "fxt_leaf <-fxt_other"), 0) << t;
+  EXPECT_NE(t.find("# latency: "), std::string::npos) << t;
+  // The live buffer goes on from the swap: the call after the section.
+  EXPECT_EQ(function_records(addr(fxt_leaf)), 1);
 }
 
 TEST_F(FunctionTest, GraphNestsCallsAndFoldsLeaves) {
