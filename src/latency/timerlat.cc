@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <thread>
 
@@ -66,12 +67,22 @@ void timer_loop() {
   }
 }
 
+// A process that exits with the tracer set: the thread stops first, before
+// static destructors run under it.
+void stop_at_exit() {
+  if (g_thread == nullptr) return;
+  g_stop.store(true, std::memory_order_relaxed);
+  g_thread->join();
+}
+
 }  // namespace
 
 void timerlat_update(uint64_t period_ns) {
   g_period_ns.store(period_ns, std::memory_order_relaxed);
   const bool want = g_timerlat_slots.load(std::memory_order_relaxed) != 0;
   if (want && g_thread == nullptr) {
+    static const bool registered = atexit(stop_at_exit) == 0;
+    (void)registered;
     g_stop.store(false, std::memory_order_relaxed);
     g_thread = new std::thread(timer_loop);
   } else if (!want && g_thread != nullptr) {
