@@ -76,6 +76,16 @@ USRTRACE_EXPORT uint64_t usrtrace_wait_begin(const void *obj);
 USRTRACE_EXPORT void usrtrace_wait_end(const void *obj, uint64_t token);
 
 /*
+ * futex(2) with the wake-up measured: FUTEX_WAKE_PRIVATE of up to N
+ * waiters, and FUTEX_WAIT_PRIVATE while *UADDR == VAL (TIMEOUT relative,
+ * NULL: none). They return what the system call returns (-1 with errno
+ * set on error), as syscall(SYS_futex, ...) does.
+ */
+struct timespec;
+USRTRACE_EXPORT long usrtrace_futex_wake(uint32_t *uaddr, int n);
+USRTRACE_EXPORT long usrtrace_futex_wait(uint32_t *uaddr, uint32_t val, const struct timespec *timeout);
+
+/*
  * timerlat for a program's own periodic thread: sleeps until WHEN
  * (CLOCK_MONOTONIC, absolute) as clock_nanosleep(TIMER_ABSTIME) does, and
  * reports how late the thread woke to the instances running timerlat
@@ -83,7 +93,6 @@ USRTRACE_EXPORT void usrtrace_wait_end(const void *obj, uint64_t token);
  * clock_nanosleep's result (0, EINTR, EINVAL). Context: any thread, not a
  * signal handler.
  */
-struct timespec;
 USRTRACE_EXPORT int usrtrace_timerlat_sleep_until(const struct timespec *when);
 
 #ifdef __cplusplus

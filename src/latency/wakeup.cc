@@ -14,7 +14,10 @@
 // address and measures nothing. Each field is its own atomic; a waiter
 // reads the stamp, then the rest, then the stamp again, and measures only
 // if nothing moved (the claim's CAS checks the stamp too).
+#include <linux/futex.h>
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "clock/trace_clock.h"
 #include "latency/internal.h"
@@ -88,6 +91,22 @@ USRTRACE_EXPORT void usrtrace_wait_end(const void* obj, uint64_t token) {
   const uintptr_t ip = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
   if (slots_fair != 0) report(slots_fair, Measure{ts, now, wake_ip, ip, "wakeup", 0});
   if (slots_rt != 0) report(slots_rt, Measure{ts, now, wake_ip, ip, "wakeup_rt", 0});
+}
+
+}  // extern "C"
+
+extern "C" {
+
+USRTRACE_EXPORT long usrtrace_futex_wake(uint32_t* uaddr, int n) {
+  usrtrace_wake(uaddr);
+  return syscall(SYS_futex, uaddr, FUTEX_WAKE_PRIVATE, n, nullptr, nullptr, 0);
+}
+
+USRTRACE_EXPORT long usrtrace_futex_wait(uint32_t* uaddr, uint32_t val, const struct timespec* timeout) {
+  const uint64_t t = usrtrace_wait_begin(uaddr);
+  const long rc = syscall(SYS_futex, uaddr, FUTEX_WAIT_PRIVATE, val, timeout, nullptr, 0);
+  usrtrace_wait_end(uaddr, t);
+  return rc;
 }
 
 }  // extern "C"

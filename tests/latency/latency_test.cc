@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstring>
 #include <condition_variable>
 #include <mutex>
 #include <regex>
@@ -377,6 +379,41 @@ TEST_F(LatencyTest, WakeupKeepsTheLongestWakeToRun) {
   const std::string trace = rd(p("trace"));
   EXPECT_NE(trace.find("# tracer: wakeup\n"), std::string::npos) << trace;
   EXPECT_EQ(header_latency(trace), static_cast<long>(max_us));
+}
+
+TEST_F(LatencyTest, WakeupMeasuresTheFutexWrappers) {
+  ASSERT_GT(wr(p("current_tracer"), "wakeup"), 0);
+  uint32_t word = 0;
+  std::atomic<int> tid{0};
+  std::atomic<uint64_t> woke{0};
+  std::thread waiter([&] {
+    tid = base::gettid_cached();
+    while (__atomic_load_n(&word, __ATOMIC_ACQUIRE) == 0) usrtrace_futex_wait(&word, 0, nullptr);
+    woke = clock::rdtsc();
+  });
+  while (tid == 0) std::this_thread::yield();
+  // Woken only once it sleeps in the kernel (else the wait would not block).
+  const std::string stat = "/proc/self/task/" + std::to_string(tid.load()) + "/stat";
+  for (;;) {
+    FILE* f = fopen(stat.c_str(), "r");
+    ASSERT_NE(f, nullptr);
+    char buf[512] = {};
+    const size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    const char* cp = strrchr(buf, ')');
+    if (n > 0 && cp != nullptr && cp[1] == ' ' && cp[2] == 'S') break;
+    std::this_thread::yield();
+  }
+  const uint64_t t0 = clock::rdtsc();
+  __atomic_store_n(&word, 1, __ATOMIC_RELEASE);
+  EXPECT_GE(usrtrace_futex_wake(&word, 1), 0);
+  waiter.join();
+  const double max_us = static_cast<double>(num(p("tracing_max_latency")));
+  EXPECT_LE(max_us, ticks_us(woke - t0) + 1.0);
+  const std::string trace = rd(p("trace"));
+  EXPECT_NE(trace.find("# latency: "), std::string::npos) << trace;
+  EXPECT_NE(trace.find("| task: "), std::string::npos) << trace;
+  EXPECT_EQ(inst_->snapshots().taken(), 1u);  // the one wake-up, measured once
 }
 
 TEST_F(LatencyTest, WakeupRtCountsOnlyRealTimeWaiters) {
