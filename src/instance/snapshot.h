@@ -48,6 +48,7 @@ struct SnapshotInfo {
   // in raw clock values (window_end 0: not a max trace), where it began and
   // ended, the CPU it ended on and the task, as the kernel's max_data.
   uint64_t window_start = 0, window_end = 0;
+  uint64_t latency_ticks = 0;  // what was measured (the window may end later)
   uintptr_t start_ip = 0, end_ip = 0;
   int end_cpu = -1;
   int uid = 0, nice = 0, policy = 0, rt_prio = 0;

@@ -213,6 +213,10 @@ Window window_of(const instance::SnapshotInfo& info) {
   return w;
 }
 
+uint64_t latency_ns(const instance::SnapshotInfo& info) {
+  return ticks_to_ns(info.latency_ticks);
+}
+
 uint64_t timerlat_period_us(const instance::Instance& inst) {
   base::MutexLock l(&g_mu);
   return g_config[inst.slot()].timerlat_period_us;

@@ -67,6 +67,8 @@ struct Window {
   uint64_t start = 0, end = UINT64_MAX;
 };
 Window window_of(const instance::SnapshotInfo& info);
+// The latency a max trace measured, in nanoseconds (0 for another snapshot).
+uint64_t latency_ns(const instance::SnapshotInfo& info);
 
 // timerlat_period_us (the timer thread's period).
 uint64_t timerlat_period_us(const instance::Instance& inst);

@@ -79,6 +79,7 @@ void report_slow(int slot, const Measure& m) {
     info.tid = m.tid != 0 ? m.tid : t->tid;
     info.window_start = m.start;
     info.window_end = m.shown_end != 0 ? m.shown_end : m.end;
+    info.latency_ticks = delta;
     info.start_ip = m.start_ip;
     info.end_ip = m.end_ip;
     info.end_cpu = base::rseq_cpu_id();

@@ -491,8 +491,6 @@ void put_func_help(const Opts& o, std::string* out) {
   }
 }
 
-__extension__ typedef unsigned __int128 u128;
-
 // Kernel: print_trace_header() + print_lat_help_header(). `max`: a latency
 // tracer's max trace, whose latency, CPU, task and ends the head shows.
 void put_lat_header(std::string_view tracer, const Totals& t, const instance::SnapshotInfo* max,
@@ -506,11 +504,8 @@ void put_lat_header(std::string_view tracer, const Totals& t, const instance::Sn
   out->append("# --------------------------------------------------------------------\n");
   uint64_t latency_us = 0;
   int cpu = 0;
-  if (max != nullptr && max->window_end > max->window_start) {
-    // A TSC difference: the calibration's rate without its offset.
-    const uint64_t ticks = max->window_end - max->window_start;
-    const clock::TscCalibration& c = clock::tsc_calibration();
-    latency_us = static_cast<uint64_t>((static_cast<u128>(ticks) * c.mult) >> 32) / 1000;
+  if (max != nullptr && max->window_end != 0) {
+    latency_us = latency::latency_ns(*max) / 1000;
     cpu = max->end_cpu < 0 ? 0 : max->end_cpu;
   }
   // User-space threads can be preempted anywhere: the "full" model.

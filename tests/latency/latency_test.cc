@@ -454,6 +454,7 @@ TEST_F(LatencyTest, TimerlatReportsHowLateAThreadWoke) {
   std::smatch m;
   ASSERT_TRUE(std::regex_search(trace, m, std::regex("context thread timer_latency +([0-9]+) ns"))) << trace;
   EXPECT_EQ(std::stoull(m[1]) / 1000, max_us);
+  EXPECT_EQ(header_latency(trace), static_cast<long>(max_us)) << trace;
   // The tracer's own thread samples too: its lines reach the live buffer.
   std::string pipe;
   std::unique_ptr<tracefs::File> f;
