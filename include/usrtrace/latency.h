@@ -45,9 +45,11 @@ struct usrtrace_section_kind;
 
 /*
  * The kind NAME, registered on first use (it then shows as the tracer
- * section_NAME in available_tracers). NULL with errno EINVAL for a bad
- * name, ENOSPC past 32 kinds. Context: not a signal handler (it may
- * allocate and lock the first time); keep the pointer, as above.
+ * section_NAME in available_tracers; register kinds at start-up so that a
+ * tracer set before the first section can name them). USRTRACE_SECTION's
+ * kinds register themselves when the program is loaded. NULL with errno
+ * EINVAL for a bad name, ENOSPC past 32 kinds. Context: not a signal
+ * handler (it may allocate and lock the first time); keep the pointer.
  */
 USRTRACE_EXPORT struct usrtrace_section_kind *usrtrace_section_kind_get(const char *name);
 
@@ -126,14 +128,32 @@ class Section {
 
 }  // namespace usrtrace
 
+namespace usrtrace::internal {
+
+// A string literal as a template argument: one kind per name, registered
+// when the program (or shared object) is loaded, as events are, so that a
+// tracer can name it before the first section of the kind runs (a
+// recorder sets the tracer up before main()).
+template <unsigned long N>
+struct KindName {
+  char text[N];
+  constexpr KindName(const char (&s)[N]) {  // NOLINT: implicit on purpose
+    for (unsigned long i = 0; i < N; ++i) text[i] = s[i];
+  }
+};
+template <KindName Name>
+struct SectionKindOf {
+  static inline usrtrace_section_kind* const kind = usrtrace_section_kind_get(Name.text);
+};
+
+}  // namespace usrtrace::internal
+
 #define USRTRACE_SECTION_CAT2_(a, b) a##b
 #define USRTRACE_SECTION_CAT_(a, b) USRTRACE_SECTION_CAT2_(a, b)
 /* A section of kind NAME (a string literal) until the end of the scope. */
-#define USRTRACE_SECTION(name)                                                               \
-  static usrtrace_section_kind* const USRTRACE_SECTION_CAT_(usrtrace_kind_, __LINE__) =      \
-      usrtrace_section_kind_get(name);                                                           \
-  ::usrtrace::Section USRTRACE_SECTION_CAT_(usrtrace_section_, __LINE__)(                    \
-      USRTRACE_SECTION_CAT_(usrtrace_kind_, __LINE__))
+#define USRTRACE_SECTION(name)                             \
+  ::usrtrace::Section USRTRACE_SECTION_CAT_(usrtrace_section_, __LINE__)( \
+      ::usrtrace::internal::SectionKindOf<name>::kind)
 #endif /* __cplusplus */
 
 #endif /* USRTRACE_LATENCY_H_ */

@@ -119,6 +119,17 @@ class LatencyTest : public ::testing::Test {
   instance::Instance* inst_ = nullptr;
 };
 
+// Never called: its kind is registered when the program loads, so a tracer
+// can be set for it before the first such section runs (as `usrtrace record`
+// sets tracing up before main()).
+[[gnu::noinline]] void never_run() { USRTRACE_SECTION("lt_never_run"); }
+
+TEST_F(LatencyTest, ASectionsKindExistsFromTheStart) {
+  EXPECT_NE(rd("available_tracers").find(" section_lt_never_run "), std::string::npos) << rd("available_tracers");
+  EXPECT_GT(wr(p("current_tracer"), "section_lt_never_run"), 0);
+  (void)&never_run;
+}
+
 TEST_F(LatencyTest, AKindShowsAsATracerAndIsFreeWhileUnwatched) {
   usrtrace_section_kind* k = usrtrace_section_kind_get("lt_free");
   ASSERT_NE(k, nullptr);
