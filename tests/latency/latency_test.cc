@@ -462,9 +462,13 @@ TEST_F(LatencyTest, TimerlatReportsHowLateAThreadWoke) {
   const uint64_t max_us = num(p("tracing_max_latency"));
   EXPECT_GE(max_us, 40000u);
   const std::string trace = rd(p("trace"));
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(trace, m, std::regex("context thread timer_latency +([0-9]+) ns"))) << trace;
-  EXPECT_EQ(std::stoull(m[1]) / 1000, max_us);
+  // The window may hold the tracer's own thread's samples too: the kept
+  // one is the latest of them all.
+  static const std::regex re("context thread timer_latency +([0-9]+) ns");
+  uint64_t worst_ns = 0;
+  for (auto it = std::sregex_iterator(trace.begin(), trace.end(), re); it != std::sregex_iterator(); ++it)
+    worst_ns = std::max<uint64_t>(worst_ns, std::stoull((*it)[1]));
+  EXPECT_EQ(worst_ns / 1000, max_us) << trace;
   EXPECT_EQ(header_latency(trace), static_cast<long>(max_us)) << trace;
   // The tracer's own thread samples too: its lines reach the live buffer.
   std::string pipe;
