@@ -5,6 +5,7 @@
 //   rare N        N clitest:rare events
 //   marker TEXT   TEXT into the top instance's trace_marker (printk)
 //   spin          a thread writing clitest:tick without pause until "stop"
+//                 (answered once its first tick is written)
 //   stop          ends the spinning thread
 //   name NAME     pthread_setname_np on this thread (usrtrace:thread_rename)
 //   spawn N       runs another cli_target (exec'ed) that writes N ticks and
@@ -70,11 +71,17 @@ int main() {
     } else if (cmd == "spin") {
       if (!spinner.joinable()) {
         g_spin.store(true);
-        spinner = std::thread([] {
+        std::atomic<bool> first{false};
+        spinner = std::thread([&first] {
           pthread_setname_np(pthread_self(), "spinner");
-          for (uint32_t seq = 0; g_spin.load(std::memory_order_relaxed); ++seq)
+          for (uint32_t seq = 0; g_spin.load(std::memory_order_relaxed); ++seq) {
             trace_clitest_tick(seq, static_cast<uint32_t>(gettid()), "spin");
+            if (seq == 0) first.store(true);
+          }
         });
+        // Answered once it has written: a Ctrl-C right after "ok" then
+        // finds events to keep, however late the thread was scheduled.
+        while (!first.load()) std::this_thread::yield();
       }
     } else if (cmd == "stop") {
       g_spin.store(false);
