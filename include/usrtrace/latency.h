@@ -24,7 +24,9 @@
  * Context of begin/end: any thread, signal handlers included; no lock, no
  * allocation, no system call; two clock reads (rdtsc) while a tracer
  * watches the kind. A section that is the new worst case also swaps the
- * instance's buffer into its max buffer (lock-free, O(1)).
+ * instance's buffer into its max buffer (lock-free, O(1)) and reads the
+ * thread's uid, nice value and scheduling policy for the trace's head
+ * (four system calls).
  */
 #ifndef USRTRACE_LATENCY_H_
 #define USRTRACE_LATENCY_H_
@@ -66,11 +68,12 @@ USRTRACE_EXPORT void usrtrace_section_end(struct usrtrace_section_kind *kind, ui
  * the preloaded runtime does not hook (it hooks pthread_cond_*, sem_* and
  * eventfd_read/eventfd_write). OBJ is the address both sides use (the
  * futex word, the queue). usrtrace_wake() is the notifier's call, just
- * before (or after) the notification; usrtrace_wait_begin() the waiter's,
+ * before the notification (a waiter that runs before the stamp measures
+ * nothing); usrtrace_wait_begin() the waiter's,
  * before it blocks, and usrtrace_wait_end() when it runs again. Each wake
  * is measured once, by the first waiter to run after it (among real-time
  * waiters only, for wakeup_rt). Context: any thread; no lock, no
- * allocation; wait_begin makes two system calls while wakeup_rt runs (the
+ * allocation; wait_begin makes one system call while wakeup_rt runs (the
  * thread's scheduling policy).
  */
 USRTRACE_EXPORT void usrtrace_wake(const void *obj);

@@ -6,8 +6,8 @@
 // wait began before it claims the stamp (one CAS: each wake is measured
 // once, by the first waiter to run) and reports the time since. wakeup_rt
 // counts only waiters with a real-time policy, which the waiter reads when
-// it starts waiting (two system calls, only while wakeup_rt runs; a thread
-// about to block pays little for them).
+// it starts waiting (one system call, only while wakeup_rt runs; a thread
+// about to block pays little for it).
 //
 // Entries are shared by objects whose addresses hash alike: the newest
 // notification wins and a waiter of another object finds a different
