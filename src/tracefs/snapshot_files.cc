@@ -62,6 +62,8 @@ long write_enabled(Instance& inst, std::string_view s) {
   instance::Snapshots& snaps = inst.snapshots();
   if (v == 1) {
     if (snaps.allocate() < 0) return fail(inst, kSub, Err::kNoMemory, s, 0, ENOMEM);
+  } else if (latency::uses_max_buffer(inst)) {
+    return fail(inst, kSub, Err::kMaxBufferBusy, s, 0, EBUSY);  // it is the max buffer
   } else if (snaps.release() == -EBUSY) {
     return fail(inst, kSub, Err::kSnapshotBusy, s, 0, EBUSY);
   }

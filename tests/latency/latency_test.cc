@@ -300,6 +300,9 @@ TEST_F(LatencyTest, TheMaxBufferIsBusyAndTheClockMustBeTsc) {
   ASSERT_GT(wr(p("trace_clock"), "local"), 0);
   ASSERT_GT(wr(p("current_tracer"), "section_lt_busy"), 0);
   EXPECT_EQ(wr(p("snapshot"), "1"), -EBUSY);
+  EXPECT_EQ(wr(p("snapshot"), "0"), -EBUSY);
+  EXPECT_EQ(wr(p("snapshot_enabled"), "0"), -EBUSY);  // the max buffer stays
+  EXPECT_EQ(rd(p("snapshot_enabled")), "1\n");
   EXPECT_EQ(wr(p("trace_clock"), "mono"), -EBUSY);
   EXPECT_EQ(wr(p("trace_clock"), "global") > 0, true);  // another TSC clock is fine
   EXPECT_NE(rd(p("error_log")).find("A latency tracer uses the max buffer"), std::string::npos);
