@@ -154,24 +154,29 @@ uint64_t after_change(int how, uint64_t before, const sigset_t* set) {
 extern "C" {
 void usrtrace_internal_sigmask_changed(uint64_t before, uint64_t after, uintptr_t ip);
 
-__attribute__((visibility("default"))) int pthread_sigmask(int how, const sigset_t* set, sigset_t* old) {
+}  // extern "C"
+
+namespace {
+// Either call, with the change it made reported (`ip`: the program's call).
+int change_mask(int (*real)(int, const sigset_t*, sigset_t*), int how, const sigset_t* set, sigset_t* old,
+                uintptr_t ip) {
   sigset_t mine;
   sigset_t* o = old != nullptr ? old : &mine;
-  const int rc = USRTRACE_NEXT(pthread_sigmask)(how, set, o);
-  if (rc == 0 && set != nullptr)
-    usrtrace_internal_sigmask_changed(mask_bits(o), after_change(how, mask_bits(o), set),
-                                      reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
+  const int rc = real(how, set, o);
+  if (rc == 0 && set != nullptr) usrtrace_internal_sigmask_changed(mask_bits(o), after_change(how, mask_bits(o), set), ip);
   return rc;
+}
+}  // namespace
+
+extern "C" {
+__attribute__((visibility("default"))) int pthread_sigmask(int how, const sigset_t* set, sigset_t* old) {
+  return change_mask(USRTRACE_NEXT(pthread_sigmask), how, set, old,
+                     reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
 }
 
 __attribute__((visibility("default"))) int sigprocmask(int how, const sigset_t* set, sigset_t* old) {
-  sigset_t mine;
-  sigset_t* o = old != nullptr ? old : &mine;
-  const int rc = USRTRACE_NEXT(sigprocmask)(how, set, o);
-  if (rc == 0 && set != nullptr)
-    usrtrace_internal_sigmask_changed(mask_bits(o), after_change(how, mask_bits(o), set),
-                                      reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
-  return rc;
+  return change_mask(USRTRACE_NEXT(sigprocmask), how, set, old,
+                     reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
 }
 
 __attribute__((visibility("default"))) int pthread_cond_signal(pthread_cond_t* c) {
