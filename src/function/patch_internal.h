@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-// The trampoline and the return hook (trampoline.S). Hidden: never exported
+// The trampoline and the return hook (trampoline.cc). Hidden: never exported
 // from libusrtrace.so. Neither is a C function: only their addresses are used.
 extern "C" void usrtrace_function_trampoline();
 extern "C" void usrtrace_function_return_hook();
@@ -19,6 +19,14 @@ namespace usrtrace::function::patch::internal {
 // prefixes), and `0f 1f /0` (nop Ev, any ModRM/SIB/displacement) with
 // 0x66 / segment-override / REX prefixes.
 size_t nop_length(const uint8_t* p, size_t avail);
+
+// How wide the trampoline and the return hook save vector registers 0-7
+// (trampoline.cc): 0 xmm, 1 ymm, 2 zmm, 3 as XINUSE says per call. Detected
+// at load; tests set each mode this CPU can run (not while other threads
+// pass through patched entries).
+uint8_t detect_vector_mode();
+uint8_t vector_mode();
+void set_vector_mode(uint8_t mode);
 
 // How the patchable bytes at a function's entry look.
 struct SiteShape {

@@ -76,9 +76,26 @@ class PatchTest : public ::testing::Test {
     for (uint64_t fn : sites_in_object_of(addr(&fixture_count)))
       EXPECT_EQ(internal::classify(internal::read_site(fn, 5).data(), 5).len, 5) << std::hex << fn;
     EXPECT_EQ(standin::depth(), 0);
+    EXPECT_EQ(standin::misaligned_calls(), 0u);
     standin::set_redirect(false);
+    standin::set_clobber(false);
+    internal::set_vector_mode(internal::detect_vector_mode());
   }
 };
+
+// The vector modes this CPU can run (trampoline.cc): 0 (xmm) always, 1
+// (ymm) with AVX, 2 (zmm) with AVX-512, 3 (by XINUSE) where detected.
+std::vector<uint8_t> runnable_vector_modes() {
+  std::vector<uint8_t> modes{0};
+  if (__builtin_cpu_supports("avx")) modes.push_back(1);
+  if (__builtin_cpu_supports("avx512f")) modes.push_back(2);
+  if (internal::detect_vector_mode() == 3) modes.push_back(3);
+  return modes;
+}
+// Whether mode `m` keeps arguments of `bytes`-byte vectors whole.
+bool mode_keeps(uint8_t m, int bytes) {
+  return m == 3 || (bytes == 32 && m >= 1) || (bytes == 64 && m == 2);
+}
 
 // ---- Nop decoding --------------------------------------------------------
 
@@ -220,6 +237,139 @@ TEST_F(PatchTest, TrampolineKeepsArgumentsAndResults) {
   EXPECT_EQ(standin::exits(addr(&fixture_ld)), 1u);
   // The parent is the return address in this test.
   EXPECT_EQ(object_of(standin::last_parent()), object_of(addr(&internal::classify)));
+}
+
+// Calls fn(a, b) with rsp = 0 mod 16 at fn's entry, where the ABI has 8:
+// what gcc's -fipa-stack-alignment does for a leaf of the same unit, so
+// that the leaf's patched entry reaches the trampoline "misaligned".
+extern "C" int misaligned_call2(int (*fn)(int, int), int a, int b);
+asm(R"(
+    .pushsection .text
+    .globl misaligned_call2
+    .hidden misaligned_call2
+    .type misaligned_call2, @function
+misaligned_call2:
+    .cfi_startproc
+    pushq %rbx
+    .cfi_adjust_cfa_offset 8
+    .cfi_rel_offset rbx, 0
+    movq %rsp, %rbx
+    .cfi_def_cfa_register rbx
+    andq $-16, %rsp
+    subq $8, %rsp
+    movq %rdi, %rax
+    movl %esi, %edi
+    movl %edx, %esi
+    call *%rax
+    movq %rbx, %rsp
+    .cfi_def_cfa_register rsp
+    popq %rbx
+    .cfi_adjust_cfa_offset -8
+    .cfi_restore rbx
+    ret
+    .cfi_endproc
+    .size misaligned_call2, .-misaligned_call2
+    .popsection
+)");
+
+TEST_F(PatchTest, EntryWithTheStackMisalignedAsGccLeavesIt) {
+  const uint64_t fn = addr(&fixture_add);
+  standin::watch(fn);
+  standin::set_redirect(true);
+  standin::set_clobber(true);
+  ASSERT_EQ(apply({fn}), 0);
+  uint64_t calls = 0;
+  for (uint8_t m : runnable_vector_modes()) {
+    SCOPED_TRACE("vector mode " + std::to_string(m));
+    internal::set_vector_mode(m);
+    EXPECT_EQ(misaligned_call2(&fixture_add, 40, 2), 42);
+    EXPECT_EQ(fixture_add(1, 2), 3);  // and aligned, as the ABI has it
+    calls += 2;
+  }
+  ASSERT_EQ(apply({}), 0);
+  EXPECT_EQ(standin::entries(fn), calls);
+  EXPECT_EQ(standin::exits(fn), calls);
+  // The core was called with the stack the ABI promises it (TearDown).
+}
+
+// Whole vector registers: the core may clobber every call-clobbered bit of
+// them (the stand-in does, as glibc's AVX2 functions would), and the
+// function must still get its __m256 / __m512 arguments and its caller the
+// result, in every mode that the CPU's features select.
+__attribute__((target("avx2"), noinline)) bool check_v256() {
+  FixtureV4 v[8];
+  FixtureV4 want = {0, 0, 0, 0};
+  for (int i = 0; i < 8; ++i) {
+    for (int l = 0; l < 4; ++l) v[i][l] = 0x0101010101010101LL * (i + 1) + l * 0x100000001LL;
+    want += v[i] << i;
+  }
+  const FixtureV4 got = fixture_v256(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
+  bool ok = true;
+  for (int l = 0; l < 4; ++l) ok = ok && got[l] == want[l];
+  return ok;
+}
+__attribute__((target("avx512f"), noinline)) bool check_v512() {
+  FixtureV8 v[8];
+  FixtureV8 want = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int i = 0; i < 8; ++i) {
+    for (int l = 0; l < 8; ++l) v[i][l] = 0x0101010101010101LL * (i + 1) + l * 0x100000001LL;
+    want += v[i] << i;
+  }
+  const FixtureV8 got = fixture_v512(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
+  bool ok = true;
+  for (int l = 0; l < 8; ++l) ok = ok && got[l] == want[l];
+  return ok;
+}
+
+TEST_F(PatchTest, TrampolineKeepsWholeVectorRegistersInEveryMode) {
+  const bool avx2 = __builtin_cpu_supports("avx2"), avx512 = __builtin_cpu_supports("avx512f");
+  if (!avx2) GTEST_SKIP() << "this CPU has no AVX2: no __m256 argument can be passed in a register";
+  const std::vector<uint64_t> all = sites_in_object_of(addr(&fixture_count));
+  standin::watch(addr(&fixture_v256));
+  standin::watch(addr(&fixture_v512));
+  standin::set_clobber(true);
+  // The clobber itself is real: a plain call after it would see garbage.
+  // Without the return hook the results are the function's own, so only
+  // arguments are at stake; with it, results too.
+  for (bool redirect : {false, true}) {
+    standin::set_redirect(redirect);
+    ASSERT_EQ(apply(all), 0);
+    for (uint8_t m : runnable_vector_modes()) {
+      SCOPED_TRACE(std::string(redirect ? "return hook" : "entry only") + ", vector mode " + std::to_string(m));
+      internal::set_vector_mode(m);
+      if (mode_keeps(m, 32)) {
+        EXPECT_TRUE(check_v256());
+      }
+      if (avx512 && mode_keeps(m, 64)) {
+        EXPECT_TRUE(check_v512());
+      }
+      // And the scalar contract in the same mode.
+      EXPECT_DOUBLE_EQ(fixture_mix(1, 2, 3, 4, 5, 6, 7, 0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5),
+                       7654321 + 0.5 + 3 + 10 + 28 + 72 + 176 + 416 + 960 + 2176);
+      EXPECT_DOUBLE_EQ(fixture_sum_variadic(4, 1.25, 2.5, 3.75, 5.0), 12.5);
+      EXPECT_EQ(fixture_ld(1.5L), 4.5L);
+    }
+    ASSERT_EQ(apply({}), 0);
+  }
+  EXPECT_GT(standin::entries(addr(&fixture_v256)), 0u);
+  EXPECT_GT(standin::exits(addr(&fixture_v256)), 0u);
+  if (avx512) {
+    EXPECT_GT(standin::exits(addr(&fixture_v512)), 0u);
+  }
+}
+
+// The test above would pass with a trampoline that saved nothing if the
+// clobber did not reach the registers: show that it does, with the mode
+// that saves only xmm (the one a CPU without AVX runs).
+TEST_F(PatchTest, TheClobberReachesWhatXmmModeDoesNotSave) {
+  if (!__builtin_cpu_supports("avx2")) GTEST_SKIP() << "this CPU has no AVX2";
+  standin::watch(addr(&fixture_v256));
+  standin::set_clobber(true);
+  standin::set_redirect(true);
+  ASSERT_EQ(apply({addr(&fixture_v256)}), 0);
+  internal::set_vector_mode(0);
+  EXPECT_FALSE(check_v256());
+  ASSERT_EQ(apply({}), 0);
 }
 
 TEST_F(PatchTest, RecursionTenThousandDeep) {

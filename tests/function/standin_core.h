@@ -10,6 +10,17 @@ namespace standin {
 
 // When true, patched_entry() redirects returns through the return hook.
 void set_redirect(bool on);
+// When true, patched_entry() and patched_return() overwrite every vector
+// register a call may clobber, as glibc's AVX2 string functions do (they
+// end in vzeroupper, which zeroes the upper halves of ymm0-15 / zmm0-15):
+// all of zmm0-15 where the CPU has AVX-512, ymm0-15 then vzeroupper where
+// it has AVX, xmm0-15 otherwise. What the trampoline does not save is then
+// lost, whatever the real core happens to call.
+void set_clobber(bool on);
+// Calls of patched_entry() / patched_return() made with the stack not
+// 16-aligned, as the ABI wants it at every call (their frame address,
+// rsp at the call - 16, tells).
+uint64_t misaligned_calls();
 // Entries of `fn` seen by patched_entry (all threads). Only functions
 // passed to watch() are counted (at most 16).
 void watch(uint64_t fn);
