@@ -60,12 +60,32 @@ void Registry::add_locked(EventDesc* ev) {
   by_id_[id].store(ev, std::memory_order_release);
 }
 
+namespace {
+
+// Set when this library's own destructors begin. A destructor function runs
+// before the object's C++ static destructors: ld.so runs .fini_array last
+// entry first, and crtbegin's __do_global_dtors_aux, which runs them
+// (__cxa_finalize), is the first entry. From then on an event's removal
+// (the Registrar of an event defined in this library, or in an object
+// finalized after it) only unlinks the event: the remove hooks' state
+// (function commands in src/function, triggers) may already be destroyed,
+// and nothing reads it again. Before this, a program that exited with a
+// function command set crashed in the function hook (found by
+// tests/realworld: `record -l 'FUNC:stacktrace'`).
+// order: relaxed: written and read by the exiting thread (ld.so's fini runs
+// on the thread that called exit()).
+std::atomic<bool> g_finalizing{false};
+__attribute__((destructor)) void mark_finalizing() { g_finalizing.store(true, std::memory_order_relaxed); }
+
+}  // namespace
+
 void Registry::remove(EventDesc* ev) {
   {
     base::MutexLock l(&mu_);
     if (!ev->registered) return;
     remove_locked(ev);
   }
+  if (g_finalizing.load(std::memory_order_relaxed)) return;
   for (auto& h : remove_hooks_)
     if (auto* hook = h.load(std::memory_order_acquire)) hook(ev);
   changed();

@@ -679,10 +679,16 @@ uint64_t patched_return(uint64_t* slot) {
   abort();
 }
 
+// Both walk the frames from the top down: a function entered by a tail call
+// from a traced function shares its caller's slot, and its frame's `ret` is
+// the return hook that slot already held. The deepest frame of a slot, the
+// one that saw the real return address, must write last. (Bottom-up, an
+// exception thrown under such a pair found the hook in the slot, where the
+// unwinder stops: std::terminate. Found by tests/realworld.)
 void shadow_unhook_all() {
   ShadowStack* ss = t_fn.ss;
   if (ss == nullptr) return;
-  for (uint32_t i = 0; i < ss->depth; ++i) {
+  for (uint32_t i = ss->depth; i-- > 0;) {
     ShadowFrame& f = ss->frames[i];
     if ((f.flags & kFrameRedirected) == 0) continue;
     *f.slot = f.ret;
@@ -693,7 +699,8 @@ void shadow_unhook_all() {
 void unwind_stack_begin() {
   ShadowStack* ss = t_fn.ss;
   if (ss == nullptr) return;
-  for (uint32_t i = 0; i < ss->depth; ++i) {
+  for (uint32_t i = ss->depth; i-- > 0;) {  // top down: see shadow_unhook_all
+
     ShadowFrame& f = ss->frames[i];
     if ((f.flags & kFrameRedirected) == 0) continue;
     *f.slot = f.ret;

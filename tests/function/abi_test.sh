@@ -9,6 +9,9 @@
 # alone (exit 0: its sums are right), then under
 # `usrtrace record -p function_graph` and `-p function`: it must exit 0 again,
 # and trace-cmd must show its 2001 calls (main, 1000 x mid, 1000 x leaf).
+# abi/tail_throw.cc, C++ built the same ways but with the ABI's stack: a
+# traced function entered by a tail call (sharing its caller's return slot)
+# throws to a catch above both, 500 times: 3001 calls, exit 0.
 #
 #   abi_test.sh WORKDIR USRTRACE_CLI
 #
@@ -17,7 +20,6 @@ set -euo pipefail
 work=$1/abi
 cli=$2
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-src=$here/abi/stack_boundary.c
 
 skip() { echo "abi_test: SKIP: $*"; exit 77; }
 fail() { echo "abi_test: FAILED: $*" >&2; exit 1; }
@@ -32,19 +34,25 @@ fi
 export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0
 
 builds=()
-declare -A flags
+declare -A flags want
 for cc in gcc clang; do
   command -v $cc >/dev/null || { echo "abi_test: note: no $cc"; continue; }
+  cxx=g++
   narrow=-mpreferred-stack-boundary=3
-  [[ $cc == clang ]] && narrow=-mstack-alignment=8
+  [[ $cc == clang ]] && { narrow=-mstack-alignment=8; cxx=clang++; }
   for kind in instrument patchable; do
     k=-finstrument-functions
     [[ $kind == patchable ]] && k=-fpatchable-function-entry=5
     for opt in -O0 -O2 -O3; do
       builds+=("$cc$opt-$kind-narrow")
-      flags["$cc$opt-$kind-narrow"]="$cc $opt $k $narrow -mgeneral-regs-only"
+      flags["$cc$opt-$kind-narrow"]="$cc $opt $k $narrow -mgeneral-regs-only $here/abi/stack_boundary.c"
+      want["$cc$opt-$kind-narrow"]=2001
       builds+=("$cc$opt-$kind")
-      flags["$cc$opt-$kind"]="$cc $opt $k"
+      flags["$cc$opt-$kind"]="$cc $opt $k $here/abi/stack_boundary.c"
+      want["$cc$opt-$kind"]=2001
+      builds+=("$cxx$opt-$kind-tailthrow")
+      flags["$cxx$opt-$kind-tailthrow"]="$cxx $opt $k $here/abi/tail_throw.cc"
+      want["$cxx$opt-$kind-tailthrow"]=3001
     done
   done
 done
@@ -54,8 +62,9 @@ for b in "${builds[@]}"; do
   d=$work/$b
   mkdir -p "$d"
   read -r -a f <<<"${flags[$b]}"
-  "${f[@]}" -g -o "$d/prog" "$src" 2>"$d/build.log" || { cat "$d/build.log" >&2; fail "$b: building"; }
+  "${f[@]}" -g -o "$d/prog" 2>"$d/build.log" || { cat "$d/build.log" >&2; fail "$b: building"; }
   "$d/prog" || fail "$b: the program alone exited $?"
+  n_want=${want[$b]}
   for tracer in function_graph function; do
     rc=0
     "$cli" record -p "$tracer" -o "$d/$tracer.dat" -- "$d/prog" >"$d/$tracer.out" 2>&1 || rc=$?
@@ -67,10 +76,10 @@ for b in "${builds[@]}"; do
     if [[ $tracer == function_graph ]]; then
       n=$(grep -c 'funcgraph_entry' "$d/$tracer.txt" || true)
     else
-      n=$(grep -cE 'function: +(main|mid|leaf)' "$d/$tracer.txt" || true)
+      n=$(grep -cE 'function: +(main|mid|leaf|thrower|tail|outer)' "$d/$tracer.txt" || true)
     fi
-    ((n == 2001)) || fail "$b: -p $tracer recorded $n calls, the program made 2001 (see $d/$tracer.txt)"
+    ((n == n_want)) || fail "$b: -p $tracer recorded $n calls, the program made $n_want (see $d/$tracer.txt)"
   done
-  echo "abi_test: $b: 2001 calls under function_graph and function, exit 0"
+  echo "abi_test: $b: $n_want calls under function_graph and function, exit 0"
 done
 echo "abi_test: all ${#builds[@]} builds passed"

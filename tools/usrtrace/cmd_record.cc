@@ -196,7 +196,7 @@ class Follower {
     auto c = connect_to("record", pid);
     if (!c) return;
     Setup::Undo undo;
-    if (setup->apply("record", *c, &undo) != 0) return;
+    if (setup->apply("record", *c, &undo, pid) != 0) return;
     for (const std::string& inst : setup->instances()) c->write_file(instance_dir(inst) + "tracing_on", "1");
     std::string err;
     if (rec->add_process(pid, &err) < 0) {
@@ -230,6 +230,8 @@ Runner add_record(CLI::App& app) {
   o->setup.add_options(sub);
   add_file_options(sub, &o->file);
   sub->add_flag("-k", o->keep, "Keep the tracing set up after recording (default: take it back)");
+  sub->add_flag("-F", o->setup.main_thread_only,
+                "With -- COMMAND: function tracers trace only its main thread (set_ftrace_pid), as trace-cmd's -F");
   sub->add_flag("-c", o->children,
                 "With -- COMMAND: also record the programs it starts, and theirs (into the same file)");
   sub->add_option("command", o->command, "-- COMMAND ARGS: start and record this program");
@@ -237,6 +239,8 @@ Runner add_record(CLI::App& app) {
   return [o] {
     if ((o->pid != 0) == !o->command.empty())
       return fail("record", "give either -P PID or -- COMMAND ARGS");
+    if (o->setup.main_thread_only && o->command.empty())
+      return fail("record", "-F traces only the command record starts: give -- COMMAND ARGS");
     if (o->children && o->command.empty())
       return fail("record", "-c follows the programs a COMMAND starts: give -- COMMAND ARGS");
     o->setup.missing_events_ok = o->children;
@@ -282,7 +286,7 @@ Runner add_record(CLI::App& app) {
     auto c = connect_to("record", pid);
     if (!c) return finish_child(1);
     Setup::Undo undo;
-    if (o->setup.apply("record", *c, &undo) != 0) {
+    if (o->setup.apply("record", *c, &undo, pid) != 0) {
       Setup::revert(*c, undo);
       return finish_child(1);
     }

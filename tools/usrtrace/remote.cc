@@ -73,6 +73,12 @@ void Setup::add_options(CLI::App* sub, bool with_instances) {
   add("-b", 'b', "Buffer size per CPU in KB (buffer_size_kb)");
   add("-O", 'O', "Option for trace_options (OPTION or noOPTION)");
   add("-C", 'C', "Trace clock (trace_clock)");
+  // trace-cmd's function-tracer options, with its meanings: each appends to
+  // the instance's file (globs, !FUNC and FUNC:COMMAND[:ARG] as there).
+  add("-l", 'l', "Function to trace (set_ftrace_filter; globs; FUNC:COMMAND for a function command)");
+  add("-n", 'n', "Function not to trace (set_ftrace_notrace)");
+  add("-g", 'g', "Function whose calls function_graph graphs, with its callees (set_graph_function)");
+  add("--max-graph-depth", 'd', "Deepest call function_graph records (max_graph_depth; 0: no limit)");
 }
 
 std::vector<std::string> Setup::instances() const {
@@ -84,7 +90,7 @@ std::vector<std::string> Setup::instances() const {
   return out;
 }
 
-int Setup::apply(const std::string& verb, control::Client& c, Undo* undo) const {
+int Setup::apply(const std::string& verb, control::Client& c, Undo* undo, int pid) const {
   std::string dir;
   std::string last_event_filter;  // where -f goes: the previous -e's filter file
   auto write = [&](const std::string& path, const std::string& text, bool append) -> bool {
@@ -174,8 +180,31 @@ int Setup::apply(const std::string& verb, control::Client& c, Undo* undo) const 
         if (!before.empty()) undo->writes.push_back({dir + "trace_clock", before});
         break;
       }
+      case 'l':
+      case 'n':
+      case 'g': {
+        const char* file = a.opt == 'l' ? "set_ftrace_filter" : a.opt == 'n' ? "set_ftrace_notrace" : "set_graph_function";
+        if (!write(dir + file, a.value, true)) return 1;
+        // "!X" takes X back out (a function, a glob or a command).
+        if (a.value.rfind('!', 0) != 0) undo->writes.push_back({dir + file, "!" + a.value});
+        break;
+      }
+      case 'd': {
+        const std::string before = trim(read(dir + "max_graph_depth"));
+        if (!write(dir + "max_graph_depth", a.value, false)) return 1;
+        if (!before.empty()) undo->writes.push_back({dir + "max_graph_depth", before});
+        break;
+      }
       default:
         break;
+    }
+  }
+  if (main_thread_only) {
+    if (pid <= 0) return fail(verb, "-F needs the process's pid");
+    for (const std::string& inst : instances()) {
+      const std::string path = instance_dir(inst) + "set_ftrace_pid";
+      if (!write(path, std::to_string(pid), false)) return 1;
+      undo->writes.push_back({path, ""});
     }
   }
   return 0;
@@ -183,7 +212,9 @@ int Setup::apply(const std::string& verb, control::Client& c, Undo* undo) const 
 
 void Setup::revert(control::Client& c, const Undo& undo) {
   for (auto it = undo.writes.rbegin(); it != undo.writes.rend(); ++it)
-    c.write_file(it->first, it->second, it->first.ends_with("set_event"));
+    c.write_file(it->first, it->second,
+                 it->first.ends_with("set_event") || it->first.ends_with("set_ftrace_filter") ||
+                     it->first.ends_with("set_ftrace_notrace") || it->first.ends_with("set_graph_function"));
   for (const std::string& name : undo.created) c.rmdir("instances/" + name);
 }
 

@@ -33,15 +33,20 @@ bool interrupted();
 // the options after it apply there; -f applies to the -e before it.
 struct Setup {
   struct Action {
-    char opt;            // 'B', 'e', 'f', 'p', 'b', 'O', 'C'
+    char opt;            // 'B', 'e', 'f', 'p', 'b', 'O', 'C', 'l', 'n', 'g', 'd' (--max-graph-depth)
     std::string value;
   };
   std::vector<Action> actions;
+  // record -F: the function tracers of every instance the setup names trace
+  // only the process's main thread (set_ftrace_pid = its pid), as trace-cmd's
+  // -F traces only the command it starts.
+  bool main_thread_only = false;
   // -c: the processes of a tree need not all have every event; an -e that
   // names none of a process's events (and its -f) is skipped there.
   bool missing_events_ok = false;
 
-  // Adds -B -e -f -p -b -O -C to a subcommand (with or without -B).
+  // Adds -B -e -f -p -b -O -C -l -n -g --max-graph-depth to a subcommand
+  // (with or without -B).
   void add_options(CLI::App* sub, bool with_instances = true);
   // The instances the setup names: "" (the top) when some option comes
   // before the first -B or there is no -B at all, then each -B.
@@ -56,7 +61,8 @@ struct Setup {
     std::vector<std::pair<std::string, std::string>> writes;  // path, text
     std::vector<std::string> created;                         // instances made
   };
-  int apply(const std::string& verb, control::Client& c, Undo* undo) const;
+  // `pid`: the process being set up (for main_thread_only).
+  int apply(const std::string& verb, control::Client& c, Undo* undo, int pid = 0) const;
   static void revert(control::Client& c, const Undo& undo);
 };
 
