@@ -21,9 +21,9 @@ namespace usrtrace::function::patch::internal {
 size_t nop_length(const uint8_t* p, size_t avail);
 
 // How wide the trampoline and the return hook save vector registers 0-7
-// (trampoline.cc): 0 xmm, 1 ymm, 2 zmm, 3 as XINUSE says per call. Detected
-// at load; tests set each mode this CPU can run (not while other threads
-// pass through patched entries).
+// (trampoline.cc): 0 xmm, 1 ymm, 2 zmm. Detected at load; tests set each
+// mode this CPU can run (not while other threads pass through patched
+// entries).
 uint8_t detect_vector_mode();
 uint8_t vector_mode();
 void set_vector_mode(uint8_t mode);

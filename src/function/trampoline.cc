@@ -32,22 +32,27 @@
 // instructions do without touching the upper bits; but whatever it calls
 // in glibc (memcpy, strlen, ...: chosen by ifunc for this CPU) may be AVX2
 // code that ends in vzeroupper, which clears the upper halves of ymm0-15
-// and zmm0-15. So the upper halves are saved too, when they hold anything:
+// and zmm0-15. So the registers are saved whole, at the width the CPU and
+// the OS enable (usrtrace_function_vector_mode, set at load from cpuid and
+// XCR0): 0 xmm0-7 (no AVX state), 1 ymm0-7 (AVX), 2 zmm0-7 (AVX-512).
 //
-//   g_vector_mode (set at load from cpuid and xgetbv):
-//     0  no AVX state enabled: xmm0-7 only
-//     1  AVX: ymm0-7 always (the CPU cannot say what is in use)
-//     2  AVX-512: zmm0-7 always (the same)
-//     3  the CPU has XGETBV(ECX=1), XINUSE: ask it. ZMM_Hi256 in use (bit 6):
-//        zmm0-7; else AVX in use (bit 2): ymm0-7; else xmm0-7.
-//
-// Why ask rather than always save the widest (as glibc's lazy-binding
-// trampoline does with xsavec): restoring a ymm register with a VEX.256
-// load marks the upper state dirty even when the bits are zero, and on
-// Intel cores every later legacy-SSE instruction of a program that never
-// used AVX then pays a merge (a false dependency) until the next vzeroupper.
-// Restoring only what was in use leaves the state as the program had it.
-// XINUSE is the glibc 2.26 _dl_runtime_resolve_avx_opt test.
+// The upper state. Restoring a ymm register with a VEX.256 load (and
+// saving it, on some cores) marks the upper state dirty even when the bits
+// are zero, and on Intel cores every later legacy-SSE instruction of a
+// program that never used AVX would then pay a merge (a false dependency)
+// until the next vzeroupper. So the saves also OR together the upper bits
+// of the live registers (0-7 at entry, 0-1 at return; into ymm8-11 /
+// zmm8-11, which are call-clobbered and hold no argument or result), and
+// when they were all zero the restore ends with vzeroupper: the values are
+// unchanged (it zeroes bits that were zero, and those of registers 8-15,
+// dead at a call and at a return) and the state is clean, as it was.
+// (Asking XGETBV(ECX=1) which state is in use, glibc 2.26's
+// _dl_runtime_resolve_avx_opt test, costs about 30 cycles per call on the
+// machines we measured: twice what the rest of the trampoline costs.)
+// This relies on the caller treating the call as clobbering every
+// call-clobbered register, as the ABI has it: gcc turns its interprocedural
+// register allocation (-fipa-ra) off for calls to functions with patchable
+// entries, and clang's is off by default.
 //
 // Not saved: k0-7 and zmm16-31 (call-clobbered and never arguments), the
 // x87 stack (empty at every call by the ABI; long double arguments go in
@@ -61,6 +66,7 @@
 //     0 .. 511   vector registers 0-7, at 16, 32 or 64 bytes a register
 //   512 .. 583   rdi rsi rdx rcx r8 r9 rax r10 r11
 //   584          the width used (0 xmm, 1 ymm, 2 zmm), for the restore
+//   588          nonzero when the upper bits of a live register were set
 // 640 bytes in all, so that rsp stays 64-aligned. rbp: the entry rsp - 8,
 // so 8(%rbp) = fn + 5 and 16(%rbp) = the slot. Symbols:
 // _ZN8usrtrace8function13patched_entryEmmPm and ...14patched_returnEPm are
@@ -75,7 +81,8 @@
 
 // Read by the trampoline and the return hook; written once, by the
 // constructor below, before anything can be patched (patching needs a
-// tracer, set long after load). Hidden: the asm reaches it rip-relative.
+// tracer, set long after load); 0 until then, which any CPU runs. Hidden:
+// the asm reaches it rip-relative.
 extern "C" {
 __attribute__((visibility("hidden"))) uint8_t usrtrace_function_vector_mode = 0;
 }
@@ -89,11 +96,7 @@ uint8_t detect_vector_mode() {
   if (!osxsave || !avx) return 0;  // no AVX state: xmm is all there is
   uint32_t xcr0_lo = 0, xcr0_hi = 0;
   __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-  if ((xcr0_lo & 0x6) != 0x6) return 0;  // the OS keeps no ymm state: none is usable
-  if (__get_cpuid_max(0, nullptr) >= 0xd) {
-    __cpuid_count(0xd, 1, a, b, c, d);
-    if (a & (1u << 2)) return 3;  // XGETBV with ECX=1 (XINUSE)
-  }
+  if ((xcr0_lo & 0x6) != 0x6) return 0;   // the OS keeps no ymm state: none is usable
   return (xcr0_lo & 0xe0) == 0xe0 ? 2 : 1;  // opmask, ZMM_Hi256, Hi16_ZMM: AVX-512
 }
 
@@ -130,43 +133,60 @@ asm(R"(
     .endr
     .endm
 
-/* usrtrace_vwidth: %r11d := the width to save (0 xmm, 1 ymm, 2 zmm), per
- * usrtrace_function_vector_mode. Clobbers eax, ecx, edx. */
-    .macro usrtrace_vwidth
-    movzbl usrtrace_function_vector_mode(%rip), %r11d
-    cmpl $3, %r11d
-    jne 9f
-    movl $1, %ecx
-    xgetbv                          /* edx:eax = XINUSE */
-    xorl %r11d, %r11d
-    testb $0x04, %al                /* AVX (ymm upper halves) in use */
-    setnz %r11b
-    testb $0x40, %al                /* ZMM_Hi256 in use */
-    jz 9f
-    movl $2, %r11d
-9:
-    .endm
-
-/* usrtrace_vsave_all N / usrtrace_vload_all N: registers 0..N-1 at the
- * width in %r11d (kept by the caller), from 0(%rsp). */
-    .macro usrtrace_vsave_all n
+/* usrtrace_vsave_all N, FLAG: saves registers 0..N-1 (N = 8 or 2) at the
+ * width in %r11d (usrtrace_function_vector_mode, kept by the caller) from
+ * 0(%rsp), and for ymm/zmm stores into FLAG(%rsp) whether any of their
+ * bits above 127 is set (see "The upper state"). Clobbers 8-11. */
+    .macro usrtrace_vsave_all n, flag
     cmpl $1, %r11d
     jb 1f
     je 2f
     usrtrace_vsave vmovdqu64, zmm, 64, \n
-    jmp 3f
+    .if \n == 8
+    vpord %zmm1, %zmm0, %zmm8
+    vpord %zmm3, %zmm2, %zmm9
+    vpord %zmm5, %zmm4, %zmm10
+    vpord %zmm7, %zmm6, %zmm11
+    vpord %zmm9, %zmm8, %zmm8
+    vpord %zmm11, %zmm10, %zmm10
+    vpord %zmm10, %zmm8, %zmm8
+    .else
+    vpord %zmm1, %zmm0, %zmm8
+    .endif
+    vextracti64x4 $1, %zmm8, %ymm9  /* bits 256-511 */
+    vorps %ymm9, %ymm8, %ymm8
+    jmp 4f
 2:  usrtrace_vsave vmovdqu, ymm, 32, \n
+    .if \n == 8
+    vorps %ymm1, %ymm0, %ymm8
+    vorps %ymm3, %ymm2, %ymm9
+    vorps %ymm5, %ymm4, %ymm10
+    vorps %ymm7, %ymm6, %ymm11
+    vorps %ymm9, %ymm8, %ymm8
+    vorps %ymm11, %ymm10, %ymm10
+    vorps %ymm10, %ymm8, %ymm8
+    .else
+    vorps %ymm1, %ymm0, %ymm8
+    .endif
+4:  vextractf128 $1, %ymm8, %xmm8   /* bits 128-255 (and 256-511, or-ed in) */
+    vptest %xmm8, %xmm8
+    setnz \flag(%rsp)
     jmp 3f
 1:  usrtrace_vsave movups, xmm, 16, \n
 3:
     .endm
-    .macro usrtrace_vload_all n
+/* usrtrace_vload_all N, FLAG: the restore, at the width in %r11d; ends
+ * with vzeroupper when FLAG(%rsp) says the upper bits were all zero. */
+    .macro usrtrace_vload_all n, flag
     cmpl $1, %r11d
     jb 1f
     je 2f
     usrtrace_vload vmovdqu64, zmm, 64, \n
-    jmp 3f
+    jmp 4f
 2:  usrtrace_vload vmovdqu, ymm, 32, \n
+4:  cmpb $0, \flag(%rsp)
+    jne 3f
+    vzeroupper
     jmp 3f
 1:  usrtrace_vload movups, xmm, 16, \n
 3:
@@ -194,9 +214,9 @@ usrtrace_function_trampoline:
     movq %rax, 560(%rsp)
     movq %r10, 568(%rsp)
     movq %r11, 576(%rsp)
-    usrtrace_vwidth
+    movzbl usrtrace_function_vector_mode(%rip), %r11d
     movl %r11d, 584(%rsp)
-    usrtrace_vsave_all 8
+    usrtrace_vsave_all 8, 588
 
     movq 8(%rbp), %rdi              /* fn + 5 */
     subq $5, %rdi                   /* fn */
@@ -204,12 +224,12 @@ usrtrace_function_trampoline:
     movq (%rdx), %rsi               /* parent: the return address in the caller */
     call _ZN8usrtrace8function13patched_entryEmmPm@PLT
     testb %al, %al
-    jz 4f
+    jz 5f
     leaq usrtrace_function_return_hook(%rip), %rax
     movq %rax, 16(%rbp)             /* redirect the function's return */
-4:
+5:
     movl 584(%rsp), %r11d
-    usrtrace_vload_all 8
+    usrtrace_vload_all 8, 588
     movq 512(%rsp), %rdi
     movq 520(%rsp), %rsi
     movq 528(%rsp), %rdx
@@ -250,7 +270,8 @@ usrtrace_function_trampoline:
  * hook-1, where an unwinder looks up a return address's FDE, inside it.
  *
  * The frame, from the 64-aligned rsp: 0..127 vector registers 0-1,
- * 128 rax, 136 rdx, 144 the width, 152 where to return.
+ * 128 rax, 136 rdx, 144 the width, 148 the upper-bits flag, 152 where to
+ * return.
  */
     .globl usrtrace_function_return_hook
     .hidden usrtrace_function_return_hook
@@ -270,14 +291,14 @@ usrtrace_function_return_hook:
     subq $192, %rsp
     movq %rax, 128(%rsp)
     movq %rdx, 136(%rsp)
-    usrtrace_vwidth                 /* rcx and r11: free at a return (neither saved nor a result) */
+    movzbl usrtrace_function_vector_mode(%rip), %r11d  /* free at a return: neither saved nor a result */
     movl %r11d, 144(%rsp)
-    usrtrace_vsave_all 2
+    usrtrace_vsave_all 2, 148
     movq %rbp, %rdi                 /* slot = rsp at entry - 8 = rbp */
     call _ZN8usrtrace8function14patched_returnEPm@PLT
     movq %rax, 152(%rsp)
     movl 144(%rsp), %r11d
-    usrtrace_vload_all 2
+    usrtrace_vload_all 2, 148
     movq 128(%rsp), %rax
     movq 136(%rsp), %rdx
     movq 152(%rsp), %r11
