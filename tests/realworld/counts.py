@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Per-function call counts from a trace, for tests/realworld.
+
+  counts.py graph REPORT OUT     trace-cmd report of a function_graph recording:
+                                 funcgraph_entry lines counted per function and
+                                 per buffer; every exit must close the innermost
+                                 open entry of its thread (exit status 1 and the
+                                 first problems on stderr otherwise)
+  counts.py function REPORT OUT  trace-cmd report of a function recording
+  counts.py uftrace REPORT OUT   `uftrace report -f call` text
+  counts.py stacks REPORT        prints how many user_stack events there are
+
+OUT gets "NAME COUNT" lines. Names are normalized the same way on every side:
+everything from the first '(' is dropped and template arguments <...> are
+removed (uftrace's default demangling prints "ns::f", our kallsyms
+"ns::f(int) const"), so overloads are summed alike. With several buffers
+(trace-cmd's -i of a file with instances prints them all), the counts are per
+buffer: OUT gets "BUFFER NAME COUNT" when BUFFER is not the top one.
+"""
+import re
+import sys
+
+
+def norm(name):
+    name = name.strip()
+    out, depth = [], 0
+    for ch in name:
+        if ch == "<":
+            depth += 1
+        elif ch == ">" and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    name = "".join(out)
+    i = name.find("(")
+    if i > 0:
+        name = name[:i]
+    return name.strip()
+
+
+def write(path, counts):
+    with open(path, "w") as f:
+        for (buf, fn), n in sorted(counts.items()):
+            f.write(f"{fn} {n}\n" if not buf else f"{buf} {fn} {n}\n")
+
+
+def graph(report, out):
+    # "COMM-TID [CPU] TS: funcgraph_entry: ... |  <indent>NAME() {" or "NAME();"
+    # "...: funcgraph_exit: ... |  <indent>}" [/* NAME */]
+    # trace-cmd prefixes lines of an instance with its name when the file has several buffers.
+    line_re = re.compile(r"^\s*(?:(\S+):\s+)?\S*-(\d+)\s+\[\d+\].*?\s(funcgraph_entry|funcgraph_exit):.*?\|  ( *)(\S.*?)\s*$")
+    counts, stacks, errors, seen = {}, {}, [], 0
+    for line in open(report, errors="replace"):
+        if "UNKNOWN EVENT" in line:
+            errors.append("an [UNKNOWN EVENT] line")
+            continue
+        m = line_re.search(line)
+        if not m:
+            continue
+        seen += 1
+        buf = m.group(1) or ""
+        tid, kind, depth, text = int(m.group(2)), m.group(3), len(m.group(4)) // 2, m.group(5)
+        st = stacks.setdefault((buf, tid), [])
+        if kind == "funcgraph_entry":
+            leaf = text.endswith("();")
+            if not leaf and not text.endswith("() {"):
+                errors.append(f"thread {tid}: unexpected entry line: {text}")
+                continue
+            fn = norm(text[:-3] if leaf else text[:-4])
+            counts[(buf, fn)] = counts.get((buf, fn), 0) + 1
+            if depth != len(st):
+                errors.append(f"{buf} thread {tid}: entry of {fn} at depth {depth}, {len(st)} frames open")
+                del st[depth:]
+            if not leaf:
+                st.append((fn, depth))
+        else:
+            if not text.startswith("}"):
+                errors.append(f"thread {tid}: unexpected exit line: {text}")
+                continue
+            if not st:
+                errors.append(f"{buf} thread {tid}: exit at depth {depth} with no open entry")
+                continue
+            top = st.pop()
+            if top[1] != depth:
+                errors.append(f"{buf} thread {tid}: exit at depth {depth} closes {top[0]} at depth {top[1]}")
+    # Frames still open at the end: only the outermost ones a thread never
+    # left while recorded (main, a thread's start routine, exit()).
+    write(out, counts)
+    if not seen:
+        errors.insert(0, "no funcgraph_entry/funcgraph_exit line")
+    for e in errors[:15]:
+        print(e, file=sys.stderr)
+    return 1 if errors else 0
+
+
+def function(report, out):
+    # trace-cmd indents the name by the call depth it infers, and may add "<-- PARENT".
+    line_re = re.compile(r"^\s*(?:(\S+):\s+)?\S*-\d+\s+\[\d+\].*?\sfunction:\s+(\S+)")
+    counts = {}
+    for line in open(report, errors="replace"):
+        m = line_re.search(line)
+        if m:
+            key = (m.group(1) or "", norm(m.group(2)))
+            counts[key] = counts.get(key, 0) + 1
+    write(out, counts)
+    return 0 if counts else 1
+
+
+def uftrace(report, out):
+    counts = {}
+    for line in open(report, errors="replace"):
+        m = re.match(r"^\s*(\d+)\s+(\S.*?)\s*$", line)
+        if m:
+            key = ("", norm(m.group(2)))
+            counts[key] = counts.get(key, 0) + int(m.group(1))
+    write(out, counts)
+    return 0 if counts else 1
+
+
+def stacks(report):
+    print(sum(1 for line in open(report, errors="replace") if "user_stack:" in line))
+    return 0
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    if mode == "stacks":
+        sys.exit(stacks(sys.argv[2]))
+    sys.exit({"graph": graph, "function": function, "uftrace": uftrace}[mode](sys.argv[2], sys.argv[3]))
