@@ -298,7 +298,7 @@ __attribute__((target("avx2"), noinline)) bool check_v256() {
   FixtureV4 v[8];
   FixtureV4 want = {0, 0, 0, 0};
   for (int i = 0; i < 8; ++i) {
-    for (int l = 0; l < 4; ++l) v[i][l] = 0x0101010101010101LL * (i + 1) + l * 0x100000001LL;
+    for (unsigned l = 0; l < 4; ++l) v[i][l] = 0x0101010101010101ULL * unsigned(i + 1) + l * 0x100000001ULL;
     want += v[i] << i;
   }
   const FixtureV4 got = fixture_v256(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
@@ -310,7 +310,7 @@ __attribute__((target("avx512f"), noinline)) bool check_v512() {
   FixtureV8 v[8];
   FixtureV8 want = {0, 0, 0, 0, 0, 0, 0, 0};
   for (int i = 0; i < 8; ++i) {
-    for (int l = 0; l < 8; ++l) v[i][l] = 0x0101010101010101LL * (i + 1) + l * 0x100000001LL;
+    for (unsigned l = 0; l < 8; ++l) v[i][l] = 0x0101010101010101ULL * unsigned(i + 1) + l * 0x100000001ULL;
     want += v[i] << i;
   }
   const FixtureV8 got = fixture_v512(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
