@@ -75,6 +75,12 @@ build() {
   local cxx=g++
   [[ $cc == clang ]] && cxx=clang++
   local f=("$opt" -g "${kind_flag[$kind]}" -w)
+  # The C++ flags. clang++ 14 -finstrument-functions against g++ 12's
+  # libstdc++ leaves std::string's always_inline _M_use_local_data out of
+  # line and the link fails (undefined reference): clang's own variant that
+  # instruments after inlining links, and is how clang users build.
+  local fx=("${f[@]}")
+  [[ $cc == clang && $kind == instrument ]] && fx=("$opt" -g -finstrument-functions-after-inlining -w)
   if [[ -f $d/.built && $d/.built -nt $0 && $d/.built -nt $here/sources/SHA256SUMS ]]; then return 0; fi
   rm -rf "$d"
   mkdir -p "$d/obj"
@@ -96,13 +102,13 @@ build() {
   {
     # pbzip2: C++ and pthreads, over the same library sources.
     for c in "${bz_lib[@]}"; do $cc "${f[@]}" -c "$bz_src/$c" -o "$d/obj/${c%.c}.o" || exit 1; done &&
-    $cxx -std=gnu++98 "${f[@]}" -pthread -D_LARGEFILE64_SOURCE -D_FILE_OFFSET_BITS=64 -DUSE_STACKSIZE_CUSTOMIZATION \
+    $cxx -std=gnu++98 "${fx[@]}" -pthread -D_LARGEFILE64_SOURCE -D_FILE_OFFSET_BITS=64 -DUSE_STACKSIZE_CUSTOMIZATION \
       -I"$bz_src" "$pb_src"/pbzip2.cpp "$pb_src"/BZ2StreamScanner.cpp "$pb_src"/ErrorContext.cpp \
       "$d"/obj/*.o -o "$d/pbzip2" &&
     # muparser: the library and its first sample, whose self-test runs the
     # parser's own test suite (thousands of expressions, the failing ones
     # throw mu::ParserError), with OpenMP for the bulk mode.
-    $cxx -std=c++11 "${f[@]}" -fopenmp -DMUP_USE_OPENMP -I"$mu_src/include" "$mu_src"/src/*.cpp \
+    $cxx -std=c++11 "${fx[@]}" -fopenmp -DMUP_USE_OPENMP -I"$mu_src/include" "$mu_src"/src/*.cpp \
       "$mu_src/samples/example1/example1.cpp" -o "$d/muparser"
   } >"$d/cxx.log" 2>&1 || {
     if [[ $cc == gcc && $kind == patchable && $opt != -O0 ]] && grep -q 'defined in discarded section' "$d/cxx.log"; then
