@@ -213,7 +213,13 @@ std::string hex(uint64_t v) {
 
 std::string object_label(const Object& o) { return o.name.empty() ? "(program)" : o.name; }
 
-// Reads o's __patchable_function_entries and adds its sites.
+// Reads o's lists of entry sites and adds the sites:
+// __patchable_function_entries (-fpatchable-function-entry; the section is
+// written by ld.so's relocations) and __mcount_loc (gcc's -pg -mfentry
+// -mnop-mcount -mrecord-mcount: the 5-byte nop that replaced the call to
+// __fentry__, at the function's first byte; gcc allows -mnop-mcount only
+// without -fPIC/-fPIE, so the addresses are final). Both list addresses of
+// nops; the same decoding applies.
 void discover(State& st, Object& o) USRTRACE_REQUIRES(st.mu) {
   const std::string path = o.name.empty() ? "/proc/self/exe" : o.name;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -233,7 +239,8 @@ void discover(State& st, Object& o) USRTRACE_REQUIRES(st.mu) {
       GElf_Shdr sh;
       if (gelf_getshdr(scn, &sh) == nullptr) continue;
       const char* name = elf_strptr(elf, shstrndx, sh.sh_name);
-      if (name != nullptr && std::strcmp(name, "__patchable_function_entries") == 0 &&
+      if (name != nullptr &&
+          (std::strcmp(name, "__patchable_function_entries") == 0 || std::strcmp(name, "__mcount_loc") == 0) &&
           (sh.sh_flags & SHF_ALLOC) && sh.sh_type == SHT_PROGBITS)
         entry_secs.push_back(sh);
       if (sh.sh_type == SHT_SYMTAB || (sh.sh_type == SHT_DYNSYM && symtab == nullptr)) {
@@ -259,8 +266,8 @@ void discover(State& st, Object& o) USRTRACE_REQUIRES(st.mu) {
   const uint64_t bias = o.base;
   size_t n_refused = 0;
   for (const GElf_Shdr& sh : entry_secs) {
-    // The section is SHF_ALLOC|SHF_WRITE and relocated by ld.so: read it in
-    // memory. An object still being relocated (dlopen in another thread)
+    // The section is SHF_ALLOC (|SHF_WRITE when relocated by ld.so): read
+    // it in memory. An object still being relocated (dlopen in another thread)
     // holds link-time values: both forms name the same site.
     const auto* entries = reinterpret_cast<const uint64_t*>(bias + sh.sh_addr);
     const size_t count = sh.sh_size / sizeof(uint64_t);

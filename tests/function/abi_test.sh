@@ -12,6 +12,8 @@
 # abi/tail_throw.cc, C++ built the same ways but with the ABI's stack: a
 # traced function entered by a tail call (sharing its caller's return slot)
 # throws to a catch above both, 500 times: 3001 calls, exit 0.
+# Three instrumentations: -finstrument-functions, -fpatchable-function-entry=5
+# and, with gcc, -pg -mfentry -mnop-mcount -mrecord-mcount (__mcount_loc).
 #
 #   abi_test.sh WORKDIR USRTRACE_CLI
 #
@@ -26,6 +28,9 @@ fail() { echo "abi_test: FAILED: $*" >&2; exit 1; }
 command -v trace-cmd >/dev/null || skip "trace-cmd is not installed"
 rm -rf "$work"
 mkdir -p "$work"
+work=$(cd "$work" && pwd)
+cli=$(realpath "$cli")
+cd "$work"  # where the -pg builds write their gmon.out
 if ! "$cli" record -p function -o "$work/probe.dat" -- true >"$work/probe.out" 2>&1; then
   grep -q 'Unknown tracer' "$work/probe.out" && skip "no function tracers in this build"
   cat "$work/probe.out" >&2
@@ -40,9 +45,15 @@ for cc in gcc clang; do
   cxx=g++
   narrow=-mpreferred-stack-boundary=3
   [[ $cc == clang ]] && { narrow=-mstack-alignment=8; cxx=clang++; }
-  for kind in instrument patchable; do
-    k=-finstrument-functions
-    [[ $kind == patchable ]] && k=-fpatchable-function-entry=5
+  kinds=(instrument patchable)
+  [[ $cc == gcc ]] && kinds+=(fentry)
+  for kind in "${kinds[@]}"; do
+    case $kind in
+      instrument) k=-finstrument-functions ;;
+      patchable) k=-fpatchable-function-entry=5 ;;
+      # gcc only (clang 14 has no -mnop-mcount on x86), and not with -fPIE.
+      fentry) k="-fno-pie -no-pie -pg -mfentry -mnop-mcount -mrecord-mcount" ;;
+    esac
     for opt in -O0 -O2 -O3; do
       builds+=("$cc$opt-$kind-narrow")
       flags["$cc$opt-$kind-narrow"]="$cc $opt $k $narrow -mgeneral-regs-only $here/abi/stack_boundary.c"

@@ -2,7 +2,7 @@
 # The real-programs corpus (tests/realworld/README.md): upstream releases of
 # programs nobody here wrote (sources/), built unmodified over
 # {gcc, clang} x {-O0, -O2, -O3} x {-finstrument-functions,
-# -fpatchable-function-entry=5}, run alone, under uftrace (the oracle) and
+# -fpatchable-function-entry=5, and for gcc -pg -mfentry -mnop-mcount}, run alone, under uftrace (the oracle) and
 # under `usrtrace record -p function_graph` and `-p function`. For every
 # build and workload:
 #   * the program's output and exit status are the same under each tracer;
@@ -23,7 +23,7 @@
 # trace-cmd or python3 is missing, or the build has no function tracers.
 set -euo pipefail
 work=$1
-cli=$2
+cli=$(realpath "$2")
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 counts=$here/counts.py
 t0=$SECONDS
@@ -56,12 +56,18 @@ pb_src=$src/pbzip2-1.1.13
 bz_lib=(blocksort.c huffman.c crctable.c randtable.c compress.c decompress.c bzlib.c)
 
 # ---- Builds.
-declare -A kind_flag=([instrument]=-finstrument-functions [patchable]=-fpatchable-function-entry=5)
+# fentry: gcc's -pg -mfentry -mnop-mcount -mrecord-mcount, whose sites are
+# listed in __mcount_loc (gcc only: clang 14 has no -mnop-mcount on x86-64;
+# and gcc allows it only without -fPIE).
+declare -A kind_flag=([instrument]=-finstrument-functions [patchable]=-fpatchable-function-entry=5
+  [fentry]="-fno-pie -no-pie -pg -mfentry -mnop-mcount -mrecord-mcount")
 all_builds=()
 for cc in gcc clang; do
   command -v $cc >/dev/null || { echo "realworld: note: no $cc, its builds are left out"; continue; }
+  kinds=(instrument patchable)
+  [[ $cc == gcc ]] && kinds+=(fentry)
   for opt in -O0 -O2 -O3; do
-    for kind in instrument patchable; do all_builds+=("$cc$opt-$kind"); done
+    for kind in "${kinds[@]}"; do all_builds+=("$cc$opt-$kind"); done
   done
 done
 read -r -a builds <<<"${RW_BUILDS:-${all_builds[*]}}"
@@ -74,7 +80,8 @@ build() {
   local opt=-${rest%%-*} kind=${rest#*-}
   local cxx=g++
   [[ $cc == clang ]] && cxx=clang++
-  local f=("$opt" -g "${kind_flag[$kind]}" -w)
+  local f
+  read -r -a f <<<"$opt -g ${kind_flag[$kind]} -w"
   # The C++ flags. clang++ 14 -finstrument-functions against g++ 12's
   # libstdc++ leaves std::string's always_inline _M_use_local_data out of
   # line and the link fails (undefined reference): clang's own variant that
@@ -190,7 +197,7 @@ nondeterministic() {
 # function of the executable).
 uftrace_opts() {
   local o=(--no-libcall --no-event -D 50000 --max-stack=50000)
-  [[ $1 == *patchable ]] && o+=(-P .)
+  [[ $1 == *patchable || $1 == *fentry ]] && o+=(-P .)
   printf '%s\n' "${o[@]}"
 }
 

@@ -638,8 +638,15 @@ TEST(CliRecord, DashCFollowsTheProgramsACommandStarts) {
   std::istringstream in(rep.out);
   std::string line;
   while (std::getline(in, line)) {
+    // The buffer names are right-aligned to the longest: with pids of
+    // different widths (after a wrap) the shorter name has spaces before it.
+    line.erase(0, line.find_first_not_of(' '));
     const size_t colon = line.find(": ");
-    if (line.rfind("cli_target-", 0) != 0 || colon == std::string::npos) continue;
+    // A buffer's line starts with its name and ": "; the top buffer's with
+    // the task ("cli_target-PID [CPU] TIME: ...").
+    if (line.rfind("cli_target-", 0) != 0 || colon == std::string::npos ||
+        line.find(' ') < colon)
+      continue;
     const std::string buf = line.substr(0, colon);
     for (unsigned s : seqs(line, "tick")) by_buffer[buf].push_back(s);
     rare[buf] += count(line, " rare: ");
