@@ -4,8 +4,8 @@
 -- traced), and shaped to reach deep into the C interpreter:
 --   recursion in Lua (fib) and deep recursion in C: a Lua function that
 --   recurses through string.gsub nests the interpreter's C frames
---   150 levels deep (over a thousand C frames, deeper than uftrace's default
---   1024), and the parser's recursive descent over a nested expression;
+--   hundreds deep, and the parser's recursive descent over a nested
+--   expression;
 --   closures and upvalues; C calling back into Lua (string.gsub with a
 --   function, table.sort with a comparator); errors raised with error() and
 --   caught by pcall, which the interpreter does with longjmp out of the frames
@@ -53,16 +53,21 @@ for i = 1, 200 do
 end
 
 -- Deep C recursion: at every level string.gsub (C) calls a Lua function
--- that goes one level deeper, 150 levels of C frames (luaD_call,
+-- that goes one level deeper, about eight C frames a level (luaD_call,
 -- luaV_execute, str_gsub, add_value, ...); unwound once by returns, once by
--- a single longjmp from the bottom to the pcall at the top.
+-- a single longjmp from the bottom to the pcall at the top. 60 levels
+-- (about 500 C frames) for the count comparison: uftrace 0.13 stops
+-- counting calls below some depth, --max-stack or not (seen: 126 levels of
+-- 150 alone, 70 of 80 under pcall); 180 levels when usrtrace records alone
+-- (RW_NO_ERRORS unset; Lua's own limit of nested C calls is 200).
 local function deep(n, fail)
   if n == 0 then if fail then error("bottom", 0) end return 0 end
   local s = ("x"):gsub("x", function() return tostring(deep(n - 1, fail) + 1) end)
   return tonumber(s)
 end
-local dsum = deep(150, false)
-local dok, dmsg = pcall(deep, 150, with_errors)
+local depth = with_errors and 180 or 60
+local dsum = deep(depth, false)
+local dok, dmsg = pcall(deep, depth, with_errors)
 
 -- The parser's recursive descent over ((((...)))).
 local nested = load("return " .. string.rep("(", 60) .. "1" .. string.rep(" + 1)", 60))
