@@ -4,15 +4,24 @@
 // tracing up, so that nothing the program does is missed and the events its
 // constructors registered can be enabled.
 //
-// The hold: __libc_start_main is wrapped (the program's own startup calls
-// it; only this preloaded object defines it besides libc) and calls main
-// through hold_then_main(), which runs after every constructor. The
-// recorder's end of USRTRACE_GATE_FD (a socketpair) gets "R"; the program
-// goes on when "G" comes or the recorder goes away (EOF): it can never hang
-// on a recorder that died. USRTRACE_GATE_FD is removed so that children the
-// program starts do not wait on a gate that is not theirs; with `record -c`,
-// USRTRACE_FOLLOW stays, and each descendant announces itself instead
-// (follow() below).
+// The hold, in two steps: __libc_start_main is wrapped (the program's own
+// startup calls it; only this preloaded object defines it besides libc).
+//  1. In the wrapper, before the real one runs the program's constructors
+//     (glibc >= 2.34 runs the executable's init_array there; the shared
+//     objects' ran before, in ld.so): the recorder's end of
+//     USRTRACE_GATE_FD (a socketpair) gets "E", and the recorder sets up
+//     everything but events (buffers, tracers, function filters) and starts
+//     recording, then answers "G". So the function tracers see the
+//     program's static constructors, as uftrace does.
+//  2. main is called through hold_then_main(), after every constructor:
+//     "R", and the recorder enables the events (the program's constructors
+//     registered its own), then "G".
+// At each step the program goes on when "G" comes or the recorder goes away
+// (EOF): it can never hang on a recorder that died. USRTRACE_GATE_FD is
+// removed at step 1 (and the descriptor closed on exec) so that children
+// the program starts do not wait on a gate that is not theirs; with
+// `record -c`, USRTRACE_FOLLOW stays, and each descendant announces itself
+// instead (follow() below).
 //
 // It also defines pthread_setname_np, for thread names in programs that do
 // not link usrtrace (see the definition), and hooks what the latency
@@ -20,6 +29,7 @@
 // notifications and waits of condition variables, semaphores and eventfds
 // (wakeup, wakeup_rt; usrtrace/latency.h).
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -73,27 +83,43 @@ void follow(const char* path) {
   close(fd);
 }
 
-void hold() {
-  const char* v = getenv("USRTRACE_GATE_FD");
-  if (!v || !*v) {
-    if (const char* f = getenv("USRTRACE_FOLLOW"); f && *f) follow(f);
-    return;
+int g_gate = -1;  // USRTRACE_GATE_FD, from step 1 until step 2
+
+// Says `what` on the gate and waits for "G" or EOF.
+void gate_step(const char* what) {
+  if (write(g_gate, what, 1) == 1) {
+    char c;
+    while (read(g_gate, &c, 1) < 0 && errno == EINTR) {
+    }  // "G", or EOF when the recorder is gone
   }
+}
+
+// Step 1, before the program's constructors.
+void early_hold() {
+  const char* v = getenv("USRTRACE_GATE_FD");
+  if (!v || !*v) return;
   char* end = nullptr;
   const long fd = strtol(v, &end, 10);
   unsetenv("USRTRACE_GATE_FD");
   if (*end || fd < 0 || fd > 1 << 20) return;
-  const int gate = static_cast<int>(fd);
-  // The recorder connects once it reads "R": the socket must be up. (This
+  g_gate = static_cast<int>(fd);
+  fcntl(g_gate, F_SETFD, FD_CLOEXEC);
+  // The recorder connects once it reads "E": the socket must be up. (This
   // call is also what makes libusrtrace.so a dependency that the linker's
   // --as-needed keeps.)
   usrtrace_control_start();
-  if (write(gate, "R", 1) == 1) {
-    char c;
-    while (read(gate, &c, 1) < 0 && errno == EINTR) {
-    }  // "G", or EOF when the recorder is gone
+  gate_step("E");
+}
+
+// Step 2, before main().
+void hold() {
+  if (g_gate < 0) {
+    if (const char* f = getenv("USRTRACE_FOLLOW"); f && *f) follow(f);
+    return;
   }
-  close(gate);
+  gate_step("R");
+  close(g_gate);
+  g_gate = -1;
 }
 
 int hold_then_main(int argc, char** argv, char** envp) {
@@ -250,6 +276,7 @@ extern "C" __attribute__((visibility("default"))) int __libc_start_main(
     void* stack_end) {
   auto real = reinterpret_cast<StartMainFn>(dlsym(RTLD_NEXT, "__libc_start_main"));
   g_main = main;
+  early_hold();
   return real(hold_then_main, argc, argv, init, fini, rtld_fini, stack_end);
 }
 

@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """Per-function call counts from a trace, for tests/realworld.
 
-  counts.py graph REPORT OUT     trace-cmd report of a function_graph recording:
+  counts.py graph REPORT OUT [PROGRAM]
+                                 trace-cmd report of a function_graph recording:
                                  funcgraph_entry lines counted per function and
                                  per buffer; every exit must close the innermost
                                  open entry of its thread (exit status 1 and the
                                  first problems on stderr otherwise)
-  counts.py function REPORT OUT  trace-cmd report of a function recording
+  counts.py function REPORT OUT [PROGRAM]
+                                 trace-cmd report of a function recording
+                                 (PROGRAM: the traced binary, whose names
+                                 nm -C gives with their blanks)
   counts.py uftrace REPORT OUT   `uftrace report -f call` text
   counts.py stacks REPORT        prints how many user_stack events there are
 
@@ -21,8 +25,18 @@ import re
 import sys
 
 
+def demangle(sym):
+    import subprocess
+    return subprocess.run(["c++filt", sym], capture_output=True, text=True).stdout.strip() or sym
+
+
 def norm(name):
     name = name.strip()
+    # A C++ unit's static initializer is named after its first function's
+    # mangled name; uftrace prints that demangled ("_GLOBAL__sub_I_f").
+    m = re.match(r"^(_GLOBAL__sub_[ID]_)(_Z\S+)$", name)
+    if m:
+        return m.group(1) + norm(demangle(m.group(2)))
     out, depth = [], 0
     for ch in name:
         if ch == "<":
@@ -35,7 +49,39 @@ def norm(name):
     i = name.find("(")
     if i > 0:
         name = name[:i]
-    return name.strip()
+    name = name.strip()
+    # A demangled function template carries its return type ("void
+    # std::_Construct", "outBuff* std::__addressof"); uftrace prints none.
+    # Keep the last word, or from the word that holds "operator" ("operator
+    # new", "Foo::operator bool").
+    words = name.split()
+    if len(words) > 1:
+        k = next((j for j, w in enumerate(words) if "operator" in w), len(words) - 1)
+        name = " ".join(words[k:])
+    return name
+
+
+SYMBOLS = {}
+
+
+def load_symbols(binary):
+    """Our traces name functions as kallsyms can (src/symbols: the demangled
+    name, blanks after commas dropped, other blanks turned into '_'), which
+    cannot be split back into words. nm -C gives the words: map each of the
+    program's names in our form to its normalized name."""
+    import subprocess
+    text = subprocess.run(["nm", "--defined-only", "-C", binary], capture_output=True, text=True).stdout
+    for line in text.splitlines():
+        parts = line.split(" ", 2)
+        if len(parts) != 3 or parts[1] not in "tTwW":
+            continue
+        demangled = parts[2]
+        ours = re.sub(r", ", ",", demangled).replace(" ", "_").replace("\t", "_")
+        SYMBOLS[ours] = norm(demangled)
+
+
+def norm_ours(name):
+    return SYMBOLS.get(name.strip()) or norm(name)
 
 
 def write(path, counts):
@@ -66,7 +112,7 @@ def graph(report, out):
             if not leaf and not text.endswith("() {"):
                 errors.append(f"thread {tid}: unexpected entry line: {text}")
                 continue
-            fn = norm(text[:-3] if leaf else text[:-4])
+            fn = norm_ours(text[:-3] if leaf else text[:-4])
             counts[(buf, fn)] = counts.get((buf, fn), 0) + 1
             if depth != len(st):
                 errors.append(f"{buf} thread {tid}: entry of {fn} at depth {depth}, {len(st)} frames open")
@@ -100,7 +146,7 @@ def function(report, out):
     for line in open(report, errors="replace"):
         m = line_re.search(line)
         if m:
-            key = (m.group(1) or "", norm(m.group(2)))
+            key = (m.group(1) or "", norm_ours(m.group(2)))
             counts[key] = counts.get(key, 0) + 1
     write(out, counts)
     return 0 if counts else 1
@@ -124,6 +170,8 @@ def stacks(report):
 
 if __name__ == "__main__":
     mode = sys.argv[1]
+    if len(sys.argv) > 4:
+        load_symbols(sys.argv[4])
     if mode == "stacks":
         sys.exit(stacks(sys.argv[2]))
     sys.exit({"graph": graph, "function": function, "uftrace": uftrace}[mode](sys.argv[2], sys.argv[3]))

@@ -77,10 +77,13 @@ std::string preload_library() {
 
 struct Child {
   pid_t pid = -1;
-  int gate = -1;  // our end: "R" comes when the program reaches main(); "G" lets it go on
+  // Our end of the gate (src/preload/preload.cc): "E" comes before the
+  // program's constructors, "R" before main(); "G" lets it go on each time.
+  int gate = -1;
 };
 
-// Starts the command with the runtime preloaded, held before main().
+// Starts the command with the runtime preloaded, held before its
+// constructors.
 // `follow`: the socket its descendants announce themselves on (-c).
 int spawn(const std::vector<std::string>& cmd, const std::string& follow, Child* out) {
   const std::string lib = preload_library();
@@ -115,10 +118,10 @@ int spawn(const std::vector<std::string>& cmd, const std::string& follow, Child*
   ::close(sv[1]);
   out->pid = pid;
   out->gate = sv[0];
-  // Until the program is at main() (its events registered), or gone.
+  // Until the program is before its constructors, or gone.
   pollfd p{out->gate, POLLIN, 0};
   char c = 0;
-  if (poll(&p, 1, 60000) <= 0 || ::read(out->gate, &c, 1) != 1 || c != 'R') {
+  if (poll(&p, 1, 60000) <= 0 || ::read(out->gate, &c, 1) != 1 || c != 'E') {
     int status = 0;
     if (waitpid(pid, &status, WNOHANG) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 127)
       return 1;  // the child said why
@@ -286,27 +289,51 @@ Runner add_record(CLI::App& app) {
     auto c = connect_to("record", pid);
     if (!c) return finish_child(1);
     Setup::Undo undo;
-    if (o->setup.apply("record", *c, &undo, pid) != 0) {
+    // A command is held before its constructors: everything but events now
+    // (the function tracers then see the constructors), the events when it
+    // reaches main() (its constructors registered them).
+    const auto first = child.pid > 0 ? Setup::Phase::kBeforeConstructors : Setup::Phase::kAll;
+    if (o->setup.apply("record", *c, &undo, pid, first) != 0) {
       Setup::revert(*c, undo);
       return finish_child(1);
+    }
+    const std::vector<std::string> instances = o->setup.instances();
+    for (const std::string& inst : instances) c->write_file(instance_dir(inst) + "tracing_on", "1");
+    catch_interrupts();
+    if (child.pid > 0) {
+      // Its constructors run, traced into its buffers (which keep them
+      // until the recorder starts below); then "R" at main(), or EOF (it
+      // ended in a constructor). The recorder starts after the events are
+      // on, so the formats it takes first have every event the
+      // constructors registered (a program that exits fast unregisters
+      // them before a later look could see them).
+      char r = 0;
+      ssize_t n = 0;
+      if (::write(child.gate, "G", 1) == 1)
+        while ((n = ::read(child.gate, &r, 1)) < 0 && errno == EINTR && !interrupted()) {
+        }
+      if (n == 1 && r == 'R' && o->setup.apply("record", *c, &undo, pid, Setup::Phase::kEvents) != 0) {
+        Setup::revert(*c, undo);
+        return finish_child(1);
+      }
     }
     RecordOptions ro;
     ro.output = o->file.output;
     ro.file_version = o->file.file_version;
     ro.compress = o->file.compress;
     ro.pid = pid;
-    ro.instances = o->setup.instances();
-    for (const std::string& inst : ro.instances) c->write_file(instance_dir(inst) + "tracing_on", "1");
+    ro.instances = instances;
     std::string err;
-    catch_interrupts();
     auto rec = TraceRecorder::start(ro, &err);
     if (!rec) {
       Setup::revert(*c, undo);
       return finish_child(fail("record", err));
     }
     if (o->children) follower.start(rec.get(), &o->setup);
-    if (child.pid > 0 && ::write(child.gate, "G", 1) != 1)
+    if (child.pid > 0 && ::write(child.gate, "G", 1) != 1) {
+      rec->stop(&err);
       return finish_child(fail("record", "the command went away before it started"));
+    }
     // As trace-cmd record says it: from here on, everything is recorded.
     fprintf(stderr, "usrtrace record: recording process %d to %s; hit Ctrl-C to stop\n", pid,
             ro.output.c_str());

@@ -90,7 +90,7 @@ std::vector<std::string> Setup::instances() const {
   return out;
 }
 
-int Setup::apply(const std::string& verb, control::Client& c, Undo* undo, int pid) const {
+int Setup::apply(const std::string& verb, control::Client& c, Undo* undo, int pid, Phase phase) const {
   std::string dir;
   std::string last_event_filter;  // where -f goes: the previous -e's filter file
   auto write = [&](const std::string& path, const std::string& text, bool append) -> bool {
@@ -112,6 +112,9 @@ int Setup::apply(const std::string& verb, control::Client& c, Undo* undo, int pi
     return s;
   };
   for (const Action& a : actions) {
+    const bool event = a.opt == 'e' || a.opt == 'f';
+    if (phase == Phase::kBeforeConstructors && event) continue;
+    if (phase == Phase::kEvents && !event && a.opt != 'B') continue;  // -B: where the events go
     switch (a.opt) {
       case 'B': {
         const int rc = c.mkdir("instances/" + a.value);
@@ -199,7 +202,7 @@ int Setup::apply(const std::string& verb, control::Client& c, Undo* undo, int pi
         break;
     }
   }
-  if (main_thread_only) {
+  if (main_thread_only && phase != Phase::kEvents) {
     if (pid <= 0) return fail(verb, "-F needs the process's pid");
     for (const std::string& inst : instances()) {
       const std::string path = instance_dir(inst) + "set_ftrace_pid";

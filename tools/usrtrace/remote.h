@@ -61,8 +61,14 @@ struct Setup {
     std::vector<std::pair<std::string, std::string>> writes;  // path, text
     std::vector<std::string> created;                         // instances made
   };
+  // What apply() sets: everything; or, for a command record starts (held
+  // before its constructors, then before main(): src/preload/preload.cc),
+  // everything but events first, so that the function tracers see the
+  // constructors, and then the events, which the constructors register.
+  enum class Phase { kAll, kBeforeConstructors, kEvents };
   // `pid`: the process being set up (for main_thread_only).
-  int apply(const std::string& verb, control::Client& c, Undo* undo, int pid = 0) const;
+  int apply(const std::string& verb, control::Client& c, Undo* undo, int pid = 0,
+            Phase phase = Phase::kAll) const;
   static void revert(control::Client& c, const Undo& undo);
 };
 

@@ -55,17 +55,19 @@ end
 -- Deep C recursion: at every level string.gsub (C) calls a Lua function
 -- that goes one level deeper, about eight C frames a level (luaD_call,
 -- luaV_execute, str_gsub, add_value, ...); unwound once by returns, once by
--- a single longjmp from the bottom to the pcall at the top. 60 levels
--- (about 500 C frames) for the count comparison: uftrace 0.13 stops
--- counting calls below some depth, --max-stack or not (seen: 126 levels of
--- 150 alone, 70 of 80 under pcall); 180 levels when usrtrace records alone
+-- a single longjmp from the bottom to the pcall at the top. 30 levels
+-- (about 250 C frames) for the count comparison: uftrace 0.13 stops
+-- counting calls below some depth, --max-stack or not, lower in some builds
+-- than others (seen, with gcc -O0: 126 levels of 150 alone, 70 of 80 under
+-- pcall; with clang -O2 patchable, 40 kept, 60 not); 180 levels when
+-- usrtrace records alone
 -- (RW_NO_ERRORS unset; Lua's own limit of nested C calls is 200).
 local function deep(n, fail)
   if n == 0 then if fail then error("bottom", 0) end return 0 end
   local s = ("x"):gsub("x", function() return tostring(deep(n - 1, fail) + 1) end)
   return tonumber(s)
 end
-local depth = with_errors and 180 or 60
+local depth = with_errors and 180 or 30
 local dsum = deep(depth, false)
 local dok, dmsg = pcall(deep, depth, with_errors)
 
