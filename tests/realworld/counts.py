@@ -11,7 +11,9 @@
                                  trace-cmd report of a function recording
                                  (PROGRAM: the traced binary, whose names
                                  nm -C gives with their blanks)
-  counts.py uftrace REPORT OUT   `uftrace report -f call` text
+  counts.py uftrace REPORT OUT [PROGRAM]
+                                 `uftrace report -f call` text (with PROGRAM:
+                                 only the functions it defines)
   counts.py stacks REPORT        prints how many user_stack events there are
 
 OUT gets "NAME COUNT" lines. Names are normalized the same way on every side:
@@ -153,10 +155,16 @@ def function(report, out):
 
 
 def uftrace(report, out):
+    # With PROGRAM: only the functions it defines. clang's
+    # -finstrument-functions hooks around an inlined extern-inline function
+    # of glibc (tolower in ctype.h) pass libc's address, and uftrace counts
+    # libc's tolower; usrtrace traces the functions of the objects that
+    # define them (available_filter_functions), and libc is not traced.
+    own = set(SYMBOLS.values())
     counts = {}
     for line in open(report, errors="replace"):
         m = re.match(r"^\s*(\d+)\s+(\S.*?)\s*$", line)
-        if m:
+        if m and (not own or norm(m.group(2)) in own):
             key = ("", norm(m.group(2)))
             counts[key] = counts.get(key, 0) + int(m.group(1))
     write(out, counts)

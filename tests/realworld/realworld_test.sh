@@ -307,7 +307,7 @@ for b in "${builds[@]}"; do
       echo "realworld: $b $w: NOTE: uftrace changed the program's output (see $d/$w.uftrace.err): counts not compared"
     else
       uftrace report -d "$d/$w.uftrace" -f call --no-pager >"$d/$w.uftrace.txt" 2>&1 || { cat "$d/$w.uftrace.txt" >&2; fail "$b $w: uftrace report"; }
-      python3 "$counts" uftrace "$d/$w.uftrace.txt" "$d/$w.uftrace.counts"
+      python3 "$counts" uftrace "$d/$w.uftrace.txt" "$d/$w.uftrace.counts" "$d/$(prog_of "$w")"
     fi
     # usrtrace, both tracers.
     record graph "$d" "$w" -p function_graph
@@ -370,7 +370,7 @@ echo "realworld: $b $w: -l and -n select what uftrace's counts say they should"
 # -g FUNC: the calls of FUNC and below, as uftrace -F FUNC records them.
 run_workload "$w" "$d" uftrace record "${uo[@]}" -F luaH_resize -d "$d/$w.uftrace-F" >/dev/null 2>&1 || true
 uftrace report -d "$d/$w.uftrace-F" -f call --no-pager >"$d/$w.uftrace-F.txt" 2>&1
-python3 "$counts" uftrace "$d/$w.uftrace-F.txt" "$d/$w.want-g.counts"
+python3 "$counts" uftrace "$d/$w.uftrace-F.txt" "$d/$w.want-g.counts" "$d/lua"
 record g "$d" "$w" -p function_graph -g luaH_resize
 python3 "$counts" graph "$d/$w.g.txt" "$d/$w.g.counts" 2>"$d/$w.g.check" || { cat "$d/$w.g.check" >&2; fail "$b $w -g: nesting"; }
 compare "$b $w -g luaH_resize" "$w" "$d/$w.want-g.counts" "$d/$w.g.counts" || fail "$b $w: -g counts (above)"
@@ -424,7 +424,7 @@ if [[ -n $pb ]]; then
   [[ -n $main_tid ]] || fail "$pb $w: no task list in uftrace info"
   uftrace report -d "$d/$w.uftrace" --tid "$main_tid" -f call --no-pager >"$d/$w.uftrace-main.txt" 2>&1 ||
     { cat "$d/$w.uftrace-main.txt" >&2; fail "$pb $w: uftrace report --tid"; }
-  python3 "$counts" uftrace "$d/$w.uftrace-main.txt" "$d/$w.want-F.counts"
+  python3 "$counts" uftrace "$d/$w.uftrace-main.txt" "$d/$w.want-F.counts" "$d/pbzip2"
   record F "$d" "$w" -p function_graph -F
   python3 "$counts" graph "$d/$w.F.txt" "$d/$w.F.counts" "$d/pbzip2" 2>"$d/$w.F.check" || { cat "$d/$w.F.check" >&2; fail "$pb $w -F: nesting"; }
   tasks=$(grep funcgraph_ "$d/$w.F.txt" | awk '{print $1}' | sort -u | wc -l)
