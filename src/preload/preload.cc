@@ -10,12 +10,12 @@
 //     (glibc >= 2.34 runs the executable's init_array there; the shared
 //     objects' ran before, in ld.so): the recorder's end of
 //     USRTRACE_GATE_FD (a socketpair) gets "E", and the recorder sets up
-//     everything but events (buffers, tracers, function filters) and starts
-//     recording, then answers "G". So the function tracers see the
-//     program's static constructors, as uftrace does.
+//     everything but events (buffers, tracers, function filters), then
+//     answers "G". So the function tracers see the program's static
+//     constructors, as uftrace does; their calls wait in the buffers.
 //  2. main is called through hold_then_main(), after every constructor:
 //     "R", and the recorder enables the events (the program's constructors
-//     registered its own), then "G".
+//     registered its own) and starts recording, then "G".
 // At each step the program goes on when "G" comes or the recorder goes away
 // (EOF): it can never hang on a recorder that died. USRTRACE_GATE_FD is
 // removed at step 1 (and the descriptor closed on exec) so that children

@@ -78,7 +78,9 @@ std::string preload_library() {
 struct Child {
   pid_t pid = -1;
   // Our end of the gate (src/preload/preload.cc): "E" comes before the
-  // program's constructors, "R" before main(); "G" lets it go on each time.
+  // program's constructors, "R" before main(); "G" lets it go on each time
+  // (sent with MSG_NOSIGNAL: a program that died in a constructor must not
+  // take us with it by SIGPIPE).
   int gate = -1;
 };
 
@@ -309,7 +311,7 @@ Runner add_record(CLI::App& app) {
       // them before a later look could see them).
       char r = 0;
       ssize_t n = 0;
-      if (::write(child.gate, "G", 1) == 1)
+      if (::send(child.gate, "G", 1, MSG_NOSIGNAL) == 1)
         while ((n = ::read(child.gate, &r, 1)) < 0 && errno == EINTR && !interrupted()) {
         }
       if (n == 1 && r == 'R' && o->setup.apply("record", *c, &undo, pid, Setup::Phase::kEvents) != 0) {
@@ -330,7 +332,7 @@ Runner add_record(CLI::App& app) {
       return finish_child(fail("record", err));
     }
     if (o->children) follower.start(rec.get(), &o->setup);
-    if (child.pid > 0 && ::write(child.gate, "G", 1) != 1) {
+    if (child.pid > 0 && ::send(child.gate, "G", 1, MSG_NOSIGNAL) != 1) {
       rec->stop(&err);
       return finish_child(fail("record", "the command went away before it started"));
     }
