@@ -320,6 +320,13 @@ void record_exit(ShadowStack* ss, const ShadowFrame& f, uint64_t tsc, writers::T
   }
 }
 
+// Where one call pops several frames (those a longjmp or an exception left),
+// each pop takes its own `tsc`: exits that share one time stamp but land in
+// two CPUs' buffers (the thread migrated between them) are a tie that a
+// reader merging the CPUs by time (trace-cmd report, KernelShark) breaks by
+// CPU number, so a parent's exit could come out before its child's. A
+// migration takes microseconds, so fresh stamps order them. Found by
+// tests/realworld (Lua's coroutine.yield longjmps out of eight frames).
 USRTRACE_ALWAYS_INLINE void pop_record(ShadowStack* ss, uint64_t tsc, writers::ThreadState& t) {
   const ShadowFrame f = ss->frames[ss->depth - 1];
   std::atomic_signal_fence(std::memory_order_seq_cst);
@@ -599,17 +606,17 @@ USRTRACE_NOINLINE void instrumented_entry_slow(uint64_t fn, uint64_t parent, uin
 USRTRACE_NOINLINE void instrumented_exit_slow(ShadowStack* ss, uint64_t fn, uint64_t sp) {
   Guard g;
   if (!g.enter()) return;
-  const uint64_t tsc = clock::rdtsc();
   // Frames deeper than this one whose exits never came (an exception
   // unwound them where the compiler calls no exit hook, or a longjmp).
+  // Each exit takes its own time stamp: see pop_record.
   while (ss->depth > 0) {
     const ShadowFrame& top = ss->frames[ss->depth - 1];
     if (top.fn == fn) {
-      pop_record(ss, tsc, *g.t);
+      pop_record(ss, clock::rdtsc(), *g.t);
       return;
     }
     if (reinterpret_cast<uint64_t>(top.slot) >= sp) return;  // not ours: fn's entry was not traced
-    pop_record(ss, tsc, *g.t);
+    pop_record(ss, clock::rdtsc(), *g.t);
   }
 }
 
@@ -654,12 +661,11 @@ uint64_t patched_return(uint64_t* slot) {
   // pop the frames above it (left by longjmp), then it. No nesting check: the
   // return must be taken even inside a hook.
   writers::ThreadState* t = writers::enter();
-  const uint64_t tsc = clock::rdtsc();
   while (ss != nullptr && ss->depth > 0) {
     const ShadowFrame f = ss->frames[ss->depth - 1];
     if ((f.flags & kFrameRedirected) != 0 && f.slot == slot) {
       if (t) {
-        pop_record(ss, tsc, *t);
+        pop_record(ss, clock::rdtsc(), *t);
       } else {
         ss->depth--;
       }
@@ -668,7 +674,7 @@ uint64_t patched_return(uint64_t* slot) {
     }
     if (reinterpret_cast<uint64_t>(f.slot) > reinterpret_cast<uint64_t>(slot)) break;
     if (t) {
-      pop_record(ss, tsc, *t);
+      pop_record(ss, clock::rdtsc(), *t);
     } else {
       ss->depth--;
     }
@@ -724,12 +730,11 @@ void shadow_rehook(uint64_t sp) {
   if (ss == nullptr) return;
   Guard g;
   const bool can_record = g.enter();
-  const uint64_t tsc = clock::rdtsc();
   while (ss->depth > 0) {
     const ShadowFrame& top = ss->frames[ss->depth - 1];
     if ((top.flags & kFrameUnhooked) == 0 || reinterpret_cast<uint64_t>(top.slot) >= sp) break;
     if (can_record) {
-      pop_record(ss, tsc, *g.t);
+      pop_record(ss, clock::rdtsc(), *g.t);
     } else {
       ss->depth--;
     }

@@ -2,10 +2,11 @@
 """Per-function call counts from a trace, for tests/realworld.
 
   counts.py graph REPORT OUT [PROGRAM]
-                                 trace-cmd report of a function_graph recording:
-                                 funcgraph_entry lines counted per function and
-                                 per buffer; every exit must close the innermost
-                                 open entry of its thread (exit status 1 and the
+                                 trace-cmd report -R of a function_graph
+                                 recording: funcgraph_entry records counted per
+                                 function and per buffer; every exit must close
+                                 the innermost open entry of its thread, same
+                                 function, same depth (exit status 1 and the
                                  first problems on stderr otherwise)
   counts.py function REPORT OUT [PROGRAM]
                                  trace-cmd report of a function recording
@@ -93,10 +94,14 @@ def write(path, counts):
 
 
 def graph(report, out):
-    # "COMM-TID [CPU] TS: funcgraph_entry: ... |  <indent>NAME() {" or "NAME();"
-    # "...: funcgraph_exit: ... |  <indent>}" [/* NAME */]
+    # trace-cmd report -R (the records' fields, not the folded graph: trace-cmd
+    # folds an entry with the next record of its thread into a leaf and then
+    # consumes the next record of the entry's CPU, which breaks the picture
+    # when the thread migrated inside the call):
+    # "COMM-TID [CPU] TS: funcgraph_entry: func=NAME depth=N"
+    # "COMM-TID [CPU] TS: funcgraph_exit: func=NAME depth=N overrun=..."
     # trace-cmd prefixes lines of an instance with its name when the file has several buffers.
-    line_re = re.compile(r"^\s*(?:(\S+):\s+)?\S*-(\d+)\s+\[\d+\].*?\s(funcgraph_entry|funcgraph_exit):.*?\|  ( *)(\S.*?)\s*$")
+    line_re = re.compile(r"^\s*(?:(\S+):\s+)?\S*-(\d+)\s+\[\d+\]\s+\S+\s+(funcgraph_entry|funcgraph_exit):\s+func=(\S+)\s+depth=(\d+)")
     counts, stacks, errors, seen = {}, {}, [], 0
     for line in open(report, errors="replace"):
         if "UNKNOWN EVENT" in line:
@@ -107,30 +112,21 @@ def graph(report, out):
             continue
         seen += 1
         buf = m.group(1) or ""
-        tid, kind, depth, text = int(m.group(2)), m.group(3), len(m.group(4)) // 2, m.group(5)
+        tid, kind, fn, depth = int(m.group(2)), m.group(3), norm_ours(m.group(4)), int(m.group(5))
         st = stacks.setdefault((buf, tid), [])
         if kind == "funcgraph_entry":
-            leaf = text.endswith("();")
-            if not leaf and not text.endswith("() {"):
-                errors.append(f"thread {tid}: unexpected entry line: {text}")
-                continue
-            fn = norm_ours(text[:-3] if leaf else text[:-4])
             counts[(buf, fn)] = counts.get((buf, fn), 0) + 1
             if depth != len(st):
                 errors.append(f"{buf} thread {tid}: entry of {fn} at depth {depth}, {len(st)} frames open")
                 del st[depth:]
-            if not leaf:
-                st.append((fn, depth))
+            st.append((fn, depth))
         else:
-            if not text.startswith("}"):
-                errors.append(f"thread {tid}: unexpected exit line: {text}")
-                continue
             if not st:
-                errors.append(f"{buf} thread {tid}: exit at depth {depth} with no open entry")
+                errors.append(f"{buf} thread {tid}: exit of {fn} at depth {depth} with no open entry")
                 continue
             top = st.pop()
-            if top[1] != depth:
-                errors.append(f"{buf} thread {tid}: exit at depth {depth} closes {top[0]} at depth {top[1]}")
+            if top != (fn, depth):
+                errors.append(f"{buf} thread {tid}: exit of {fn} at depth {depth} closes {top[0]} at depth {top[1]}")
     # Frames still open at the end: only the outermost ones a thread never
     # left while recorded (main, a thread's start routine, exit()).
     write(out, counts)

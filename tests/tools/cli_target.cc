@@ -15,7 +15,8 @@
 //   abort         dies by SIGABRT
 //
 // Each command is answered with "ok\n" once done; "ready PID\n" comes first.
-// End of input: exit 0.
+// End of input: exit 0. With CLI_TARGET_EXIT_IN_CONSTRUCTOR=CODE in its
+// environment it exits with CODE from a static constructor, before main().
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -40,6 +41,15 @@ USRTRACE_EVENT(clitest, rare, (uint64_t, n)(const char*, why), "n=%llu why=%s", 
 namespace {
 
 std::atomic<bool> g_spin{false};
+
+// A program that never reaches main(): a static constructor ends it.
+[[maybe_unused]] const int g_exit_in_constructor = [] {
+  if (const char* code = getenv("CLI_TARGET_EXIT_IN_CONSTRUCTOR")) {
+    fputs("constructor exits\n", stderr);
+    exit(atoi(code));
+  }
+  return 0;
+}();
 
 void ok() {
   fputs("ok\n", stdout);

@@ -597,6 +597,22 @@ TEST(CliRecord, ACommandThatSurvivesCtrlCIsKilledAfterTenSeconds) {
   ::rmdir(dir.c_str());
 }
 
+// A command that exits in a static constructor: record is held with it
+// before its constructors and says plainly that it never reached main().
+TEST(CliRecord, ACommandThatEndsInAConstructorIsSaidToHaveEndedBeforeMain) {
+  const std::string dir = temp_dir(), file = dir + "/ctor.dat";
+  const Result r = Proc::start({"/usr/bin/env", "CLI_TARGET_EXIT_IN_CONSTRUCTOR=3", USRTRACE_CLI, "record", "-e",
+                                "clitest:tick", "-o", file, "--", CLI_TARGET},
+                               false)
+                       .finish();
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find("constructor exits"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ended before main() (in a constructor): nothing was recorded"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("control socket"), std::string::npos) << r.err;
+  ::unlink(file.c_str());
+  ::rmdir(dir.c_str());
+}
+
 TEST(CliRecord, AProgramWithoutUsrtraceThroughThePreloadedRuntime) {
   const std::string dir = temp_dir(), file = dir + "/plain.dat";
   const Result r = usrtrace({"record", "-e", "usrtrace:thread_rename", "-o", file, "--", PLAIN_TARGET, "3"});

@@ -314,6 +314,13 @@ Runner add_record(CLI::App& app) {
       if (::send(child.gate, "G", 1, MSG_NOSIGNAL) == 1)
         while ((n = ::read(child.gate, &r, 1)) < 0 && errno == EINTR && !interrupted()) {
         }
+      if (n == 0) {
+        // EOF: it ended (exit() or a signal) before main(). Its buffers
+        // went with it: no recorder was attached yet.
+        fprintf(stderr, "usrtrace record: %s ended before main() (in a constructor): nothing was recorded\n",
+                o->command[0].c_str());
+        return finish_child(1);
+      }
       if (n == 1 && r == 'R' && o->setup.apply("record", *c, &undo, pid, Setup::Phase::kEvents) != 0) {
         Setup::revert(*c, undo);
         return finish_child(1);
