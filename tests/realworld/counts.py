@@ -65,6 +65,13 @@ def norm(name):
 
 
 SYMBOLS = {}
+DEFINED = set()  # the program's functions, demangled in full (canonical())
+
+
+def canonical(demangled):
+    """A demangled name as nm -C and uftrace --demangle=full both print it,
+    without GCC's clone suffixes (" [clone .isra.0]")."""
+    return re.sub(r"( \[clone [^]]*\])+$", "", demangled.strip())
 
 
 def load_symbols(binary):
@@ -81,6 +88,7 @@ def load_symbols(binary):
         demangled = parts[2]
         ours = re.sub(r", ", ",", demangled).replace(" ", "_").replace("\t", "_")
         SYMBOLS[ours] = norm(demangled)
+        DEFINED.add(canonical(demangled))
 
 
 def norm_ours(name):
@@ -151,18 +159,28 @@ def function(report, out):
 
 
 def uftrace(report, out):
-    # With PROGRAM: only the functions it defines. clang's
-    # -finstrument-functions hooks around an inlined extern-inline function
-    # of glibc (tolower in ctype.h) pass libc's address, and uftrace counts
-    # libc's tolower; usrtrace traces the functions of the objects that
-    # define them (available_filter_functions), and libc is not traced.
+    # With PROGRAM: only the functions it defines. The -finstrument-functions
+    # hooks around an inlined function that another object defines pass that
+    # object's address: clang's around glibc's extern-inline tolower (libc's
+    # tolower), g++'s around std::string's members at -O2 (extern templates:
+    # libstdc++'s basic_string<char>::size, while the program defines its own
+    # basic_string<unsigned char>::size). uftrace counts them; usrtrace traces
+    # the functions of the objects that define them
+    # (available_filter_functions), and the libraries are not traced. The
+    # report is uftrace's --demangle=full, so that a template's instances are
+    # told apart; a name without template arguments that the program defines
+    # in another spelling is kept by its normalized name.
     own = set(SYMBOLS.values())
     counts = {}
     for line in open(report, errors="replace"):
         m = re.match(r"^\s*(\d+)\s+(\S.*?)\s*$", line)
-        if m and (not own or norm(m.group(2)) in own):
-            key = ("", norm(m.group(2)))
-            counts[key] = counts.get(key, 0) + int(m.group(1))
+        if not m:
+            continue
+        full = m.group(2)
+        if own and canonical(full) not in DEFINED and ("<" in full or norm(full) not in own):
+            continue
+        key = ("", norm(full))
+        counts[key] = counts.get(key, 0) + int(m.group(1))
     write(out, counts)
     return 0 if counts else 1
 

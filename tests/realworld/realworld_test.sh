@@ -315,7 +315,7 @@ for b in "${builds[@]}"; do
       oracle=0
       echo "realworld: $b $w: NOTE: uftrace changed the program's output (see $d/$w.uftrace.err): counts not compared"
     else
-      uftrace report -d "$d/$w.uftrace" -f call --no-pager >"$d/$w.uftrace.txt" 2>&1 || { cat "$d/$w.uftrace.txt" >&2; fail "$b $w: uftrace report"; }
+      uftrace report -d "$d/$w.uftrace" -f call --demangle=full --no-pager >"$d/$w.uftrace.txt" 2>&1 || { cat "$d/$w.uftrace.txt" >&2; fail "$b $w: uftrace report"; }
       python3 "$counts" uftrace "$d/$w.uftrace.txt" "$d/$w.uftrace.counts" "$d/$(prog_of "$w")"
     fi
     # usrtrace, both tracers.
@@ -378,7 +378,7 @@ compare "$b $w -n luaH_*" "$w" "$d/$w.want-n.counts" "$d/$w.n.counts" || fail "$
 echo "realworld: $b $w: -l and -n select what uftrace's counts say they should"
 # -g FUNC: the calls of FUNC and below, as uftrace -F FUNC records them.
 run_workload "$w" "$d" uftrace record "${uo[@]}" -F luaH_resize -d "$d/$w.uftrace-F" >/dev/null 2>&1 || true
-uftrace report -d "$d/$w.uftrace-F" -f call --no-pager >"$d/$w.uftrace-F.txt" 2>&1
+uftrace report -d "$d/$w.uftrace-F" -f call --demangle=full --no-pager >"$d/$w.uftrace-F.txt" 2>&1
 python3 "$counts" uftrace "$d/$w.uftrace-F.txt" "$d/$w.want-g.counts" "$d/lua"
 record g "$d" "$w" -p function_graph -g luaH_resize
 python3 "$counts" graph "$d/$w.g.raw" "$d/$w.g.counts" 2>"$d/$w.g.check" || { cat "$d/$w.g.check" >&2; fail "$b $w -g: nesting"; }
@@ -431,7 +431,7 @@ if [[ -n $pb ]]; then
   w=pbzip2
   main_tid=$(uftrace info -d "$d/$w.uftrace" | sed -n 's/^# task list *: \([0-9]*\).*/\1/p')
   [[ -n $main_tid ]] || fail "$pb $w: no task list in uftrace info"
-  uftrace report -d "$d/$w.uftrace" --tid "$main_tid" -f call --no-pager >"$d/$w.uftrace-main.txt" 2>&1 ||
+  uftrace report -d "$d/$w.uftrace" --tid "$main_tid" -f call --demangle=full --no-pager >"$d/$w.uftrace-main.txt" 2>&1 ||
     { cat "$d/$w.uftrace-main.txt" >&2; fail "$pb $w: uftrace report --tid"; }
   python3 "$counts" uftrace "$d/$w.uftrace-main.txt" "$d/$w.want-F.counts" "$d/pbzip2"
   record F "$d" "$w" -p function_graph -F
