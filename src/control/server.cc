@@ -64,10 +64,9 @@ std::string prefix_of(const std::string& inst) { return inst.empty() ? "" : "ins
 // Deferred termination (USRTRACE_DEFER_SIGNALS=1, set by `usrtrace record
 // -- COMMAND`): SIGINT, SIGTERM and SIGHUP, where the program left them at
 // their default, do not kill the process at once: the handler (async-
-// signal-safe: one store, one write) tells the server, which turns the
-// recorded buffers off, lets the recorders take the last pages (as at exit)
-// and then lets the signal kill the process as it would have. A second one
-// kills at once.
+// signal-safe: one store, one write) tells the server, which lets the
+// recorders take the last pages (as at exit) and then lets the signal kill
+// the process as it would have. A second one kills at once.
 volatile sig_atomic_t g_pending_signal = 0;
 std::atomic<int> g_wake_fd{-1};
 
@@ -479,18 +478,7 @@ void Server::run() {
     if (const int sig = g_pending_signal; sig != 0 && !killed) {
       // The wait starts at the signal, even when the process had already
       // begun to exit (exit_hook set `exiting`) as it came.
-      if (!signalled) {
-        die_at = Clock::now() + std::chrono::milliseconds(exit_wait_ms());
-        // The trace ends at the signal, where it would have ended without
-        // the deferral: the buffers being recorded stop taking events, so
-        // the recorders take a finite rest. (A thread that kept writing
-        // would otherwise keep them reading until die_at, and a loaded
-        // machine past record's own patience.) As trace-cmd, whose Ctrl-C
-        // turns tracing_on off before it reads the last pages.
-        for (const auto& c : conns_)
-          if (c->recording)
-            for (auto& [name, inst] : c->readers) inst->set_tracing_on(false);
-      }
+      if (!signalled) die_at = Clock::now() + std::chrono::milliseconds(exit_wait_ms());
       signalled = true;
       exiting.store(true, std::memory_order_release);
       bool none;

@@ -578,6 +578,31 @@ TEST(CliRecord, ACommandStoppedByCtrlCKeepsWhatItWrote) {
   ::rmdir(dir.c_str());
 }
 
+// At the deferred Ctrl-C the recorder's last read ends by itself while the
+// spinning thread goes on writing, and the process dies as soon as the
+// recorder is done: not when the runtime's wait for recorders (here a
+// minute) runs out, and not by record's SIGKILL 10 s after the Ctrl-C.
+TEST(CliRecord, CtrlCEndsTheCommandWhenTheRecorderIsDoneNotAtTheExitWait) {
+#if USRTRACE_TEST_TSAN
+  GTEST_SKIP() << "signal delivery to a spinning thread is deferred by ThreadSanitizer";
+#endif
+  const std::string dir = temp_dir(), file = dir + "/stop.dat";
+  Proc rec = Proc::start({"/usr/bin/env", "USRTRACE_EXIT_WAIT_MS=60000", USRTRACE_CLI, "record", "-e",
+                          "clitest:tick", "-o", file, "--", CLI_TARGET},
+                         true);
+  ASSERT_NE(rec.wait_for("ready "), std::string::npos) << rec.err_text;
+  ASSERT_EQ(::write(rec.in, "spin\n", 5), 5);
+  ASSERT_NE(rec.wait_for("ok\n"), std::string::npos) << rec.err_text;
+  ASSERT_TRUE(recording(rec)) << rec.err_text;
+  kill(rec.pid, SIGINT);
+  const Result r = rec.finish(60, true);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("killed by signal 2"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("still runs 10 s after Ctrl-C"), std::string::npos) << r.err;
+  ::unlink(file.c_str());
+  ::rmdir(dir.c_str());
+}
+
 TEST(CliRecord, ACommandThatSurvivesCtrlCIsKilledAfterTenSeconds) {
   const std::string dir = temp_dir(), file = dir + "/stubborn.dat";
   Proc rec = Proc::start({USRTRACE_CLI, "record", "-e", "clitest:tick", "-o", file, "--", CLI_TARGET}, true);
