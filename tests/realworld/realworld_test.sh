@@ -253,13 +253,12 @@ sys.exit(1 if bad else 0)
 PY
 }
 
-# record NAME D W TRACER [OPTS...]: `usrtrace record` of workload W of build D
-# into D/W.TAG.dat, its report to D/W.TAG.txt; checks output and status
-# against the plain run and that nothing was lost. 256 MiB per CPU holds
-# the largest trace (muparser's function_graph, about 200 MB, nearly all
-# on one CPU) even when a loaded machine keeps the recorder behind: with
-# 128 MiB, CI's parallel tests made it lose events (the transport's pace
-# is issue 21, not this test's subject).
+# record TAG D W TRACER [OPTS...]: `usrtrace record` of workload W of build D
+# into D/W.TAG.dat; checks output and status against the plain run and that
+# nothing was lost. 256 MiB per CPU holds the largest trace (muparser's
+# function_graph, about 200 MB, nearly all on one CPU) even when a loaded
+# machine keeps the recorder behind: with 128 MiB, CI's parallel tests made
+# it lose events (the transport's pace is issue 21, not this test's subject).
 record() {
   local tag=$1 d=$2 w=$3
   shift 3
@@ -276,11 +275,32 @@ record() {
     fail "$d $w ($tag): the program exited 0, alone it $(cat "$d/$w.status")"
   fi
   cmp -s "$d/$w.out" "$d/$w.$tag.out" || { diff "$d/$w.out" "$d/$w.$tag.out" | head -5 >&2; fail "$d $w ($tag): the program's output changed"; }
-  trace-cmd report "$d/$w.$tag.dat" >"$d/$w.$tag.txt" 2>"$d/$w.$tag.rerr" ||
-    { cat "$d/$w.$tag.rerr" >&2; fail "$d $w ($tag): trace-cmd report"; }
-  # The records' own fields, which counts.py graph checks the nesting on.
-  trace-cmd report -R "$d/$w.$tag.dat" >"$d/$w.$tag.raw" 2>>"$d/$w.$tag.rerr" ||
-    { cat "$d/$w.$tag.rerr" >&2; fail "$d $w ($tag): trace-cmd report -R"; }
+}
+
+# tally MODE TAG D W [PROGRAM]: counts.py MODE of D/W.TAG.dat into
+# D/W.TAG.counts, its problems to D/W.TAG.check; returns counts.py's
+# status. counts.py reads trace-cmd's report through a pipe: the report of
+# muparser's graph is 2.6 GB (its -R form as much again), more than CI's
+# disk holds. graph reads the records' own fields (report -R), function
+# the names trace-cmd prints. A failing trace-cmd fails the test.
+tally() {
+  local mode=$1 f=$3/$4.$2 prog=${5:-}
+  local raw=() st
+  [[ $mode == graph ]] && raw=(-R)
+  set +e
+  trace-cmd report "${raw[@]}" "$f.dat" 2>"$f.rerr" |
+    python3 "$counts" "$mode" /dev/stdin "$f.counts" ${prog:+"$prog"} 2>"$f.check"
+  st=("${PIPESTATUS[@]}")
+  set -e
+  ((st[0] == 0)) || { cat "$f.rerr" >&2; fail "$3 $4 ($2): trace-cmd report ${raw[*]} exited ${st[0]}"; }
+  return "${st[1]}"
+}
+
+# text TAG D W: trace-cmd's report of D/W.TAG.dat into D/W.TAG.txt, for the
+# checks that read the text (stack traces, the graph's depth, the tasks).
+text() {
+  trace-cmd report "$2/$3.$1.dat" >"$2/$3.$1.txt" 2>"$2/$3.$1.rerr" ||
+    { cat "$2/$3.$1.rerr" >&2; fail "$2 $3 ($1): trace-cmd report"; }
 }
 
 checked=0
@@ -322,13 +342,13 @@ for b in "${builds[@]}"; do
     fi
     # usrtrace, both tracers.
     record graph "$d" "$w" -p function_graph
-    python3 "$counts" graph "$d/$w.graph.raw" "$d/$w.graph.counts" "$d/$(prog_of "$w")" 2>"$d/$w.graph.check" ||
+    tally graph graph "$d" "$w" "$d/$(prog_of "$w")" ||
       { cat "$d/$w.graph.check" >&2; fail "$b $w: the function_graph trace does not nest (above)"; }
     if ((oracle)); then
       compare "$b $w function_graph" "$w" "$d/$w.uftrace.counts" "$d/$w.graph.counts" || fail "$b $w: function_graph's counts differ from uftrace's (above)"
     fi
     record function "$d" "$w" -p function
-    python3 "$counts" function "$d/$w.function.txt" "$d/$w.function.counts" "$d/$(prog_of "$w")" || fail "$b $w: no function lines"
+    tally function function "$d" "$w" "$d/$(prog_of "$w")" || fail "$b $w: no function lines"
     if ((oracle)); then
       compare "$b $w function" "$w" "$d/$w.uftrace.counts" "$d/$w.function.counts" || fail "$b $w: function's counts differ from uftrace's (above)"
       checked=$((checked + 1))
@@ -338,6 +358,8 @@ for b in "${builds[@]}"; do
       compare "$b $w function vs function_graph" "$w" "$d/$w.graph.counts" "$d/$w.function.counts" || fail "$b $w: function's and function_graph's counts differ (above)"
       echo "realworld: $b $w: output, status, nesting, nothing lost; function and function_graph agree on $(wc -l <"$d/$w.graph.counts") functions' counts (no oracle)"
     fi
+    # Checked: their files go (muparser's are 280 MB), a failure keeps them.
+    rm -f "$d/$w.graph.dat" "$d/$w.function.dat"
   done
   # The whole Lua script, errors and all (pcall: longjmp out of traced
   # frames), under usrtrace only: output, status, nesting, nothing lost.
@@ -345,9 +367,10 @@ for b in "${builds[@]}"; do
   run_workload "$w" "$d" >"$d/$w.out" 2>/dev/null || true
   : >"$d/$w.status"
   record graph "$d" "$w" -p function_graph
-  python3 "$counts" graph "$d/$w.graph.raw" "$d/$w.graph.counts" 2>"$d/$w.graph.check" ||
+  tally graph graph "$d" "$w" ||
     { cat "$d/$w.graph.check" >&2; fail "$b $w: the function_graph trace does not nest (above)"; }
   echo "realworld: $b lua with errors: output and status kept, the graph nests"
+  rm -f "$d/$w.graph.dat"
 done
 
 # ---- The general path: options against the same oracle, on Lua (the
@@ -371,11 +394,11 @@ PY2
 }
 pick only 'luaH_*' "$d/$w.uftrace.counts" "$d/$w.want-l.counts"
 record l "$d" "$w" -p function_graph -l 'luaH_*'
-python3 "$counts" graph "$d/$w.l.raw" "$d/$w.l.counts" 2>/dev/null || true
+tally graph l "$d" "$w" || true
 compare "$b $w -l luaH_*" "$w" "$d/$w.want-l.counts" "$d/$w.l.counts" || fail "$b $w: -l counts (above)"
 pick without 'luaH_*' "$d/$w.uftrace.counts" "$d/$w.want-n.counts"
 record n "$d" "$w" -p function_graph -n 'luaH_*'
-python3 "$counts" graph "$d/$w.n.raw" "$d/$w.n.counts" 2>"$d/$w.n.check" || { cat "$d/$w.n.check" >&2; fail "$b $w -n: nesting"; }
+tally graph n "$d" "$w" || { cat "$d/$w.n.check" >&2; fail "$b $w -n: nesting"; }
 compare "$b $w -n luaH_*" "$w" "$d/$w.want-n.counts" "$d/$w.n.counts" || fail "$b $w: -n counts (above)"
 echo "realworld: $b $w: -l and -n select what uftrace's counts say they should"
 # -g FUNC: the calls of FUNC and below, as uftrace -F FUNC records them.
@@ -383,12 +406,12 @@ run_workload "$w" "$d" uftrace record "${uo[@]}" -F luaH_resize -d "$d/$w.uftrac
 uftrace report -d "$d/$w.uftrace-F" -f call --demangle=full --no-pager >"$d/$w.uftrace-F.txt" 2>&1
 python3 "$counts" uftrace "$d/$w.uftrace-F.txt" "$d/$w.want-g.counts" "$d/lua"
 record g "$d" "$w" -p function_graph -g luaH_resize
-python3 "$counts" graph "$d/$w.g.raw" "$d/$w.g.counts" 2>"$d/$w.g.check" || { cat "$d/$w.g.check" >&2; fail "$b $w -g: nesting"; }
+tally graph g "$d" "$w" || { cat "$d/$w.g.check" >&2; fail "$b $w -g: nesting"; }
 compare "$b $w -g luaH_resize" "$w" "$d/$w.want-g.counts" "$d/$w.g.counts" || fail "$b $w: -g counts (above)"
 echo "realworld: $b $w: -g luaH_resize graphs what uftrace -F luaH_resize records"
 # Two instances at once: each buffer has every call.
 record two "$d" "$w" -b 262144 -p function_graph -B two -p function_graph
-python3 "$counts" graph "$d/$w.two.raw" "$d/$w.two.counts" 2>"$d/$w.two.check" || { cat "$d/$w.two.check" >&2; fail "$b $w two instances: nesting"; }
+tally graph two "$d" "$w" || { cat "$d/$w.two.check" >&2; fail "$b $w two instances: nesting"; }
 grep -v '^two ' "$d/$w.two.counts" >"$d/$w.two-top.counts" || true
 grep '^two ' "$d/$w.two.counts" | cut -d' ' -f2- >"$d/$w.two-two.counts" || true
 compare "$b $w top of two instances" "$w" "$d/$w.uftrace.counts" "$d/$w.two-top.counts" || fail "$b $w: two instances, top (above)"
@@ -396,8 +419,9 @@ compare "$b $w instance two" "$w" "$d/$w.uftrace.counts" "$d/$w.two-two.counts" 
 echo "realworld: $b $w: two function_graph instances each hold every call"
 # A function command: counts unchanged, and its stack traces are there.
 record cmd "$d" "$w" -p function_graph -l 'luaH_resize:stacktrace:5'
-python3 "$counts" graph "$d/$w.cmd.raw" "$d/$w.cmd.counts" 2>"$d/$w.cmd.check" || { cat "$d/$w.cmd.check" >&2; fail "$b $w stacktrace: nesting"; }
+tally graph cmd "$d" "$w" || { cat "$d/$w.cmd.check" >&2; fail "$b $w stacktrace: nesting"; }
 compare "$b $w with a stacktrace command" "$w" "$d/$w.uftrace.counts" "$d/$w.cmd.counts" || fail "$b $w: stacktrace command (above)"
+text cmd "$d" "$w"
 n=$(python3 "$counts" stacks "$d/$w.cmd.txt")
 ((n == 5)) || fail "$b $w: luaH_resize:stacktrace:5 recorded $n stack traces"
 grep -A3 'user_stack:' "$d/$w.cmd.txt" | grep -q usrtrace_function_return_hook && fail "$b $w: a stack trace stops at the return hook"
@@ -405,18 +429,18 @@ echo "realworld: $b $w: a stacktrace:5 command: 5 stacks, counts unchanged"
 # --max-graph-depth: nothing deeper, and the depth-limited calls are those
 # of the full graph at those depths (trace-cmd shows the depth).
 record depth "$d" "$w" -p function_graph --max-graph-depth 3
-python3 "$counts" graph "$d/$w.depth.raw" "$d/$w.depth.counts" 2>"$d/$w.depth.check" || { cat "$d/$w.depth.check" >&2; fail "$b $w depth: nesting"; }
+tally graph depth "$d" "$w" || { cat "$d/$w.depth.check" >&2; fail "$b $w depth: nesting"; }
+text depth "$d" "$w"
 deep=$(grep -cE 'funcgraph_entry:.*\|        [^ ]' "$d/$w.depth.txt" || true)
 ((deep == 0)) || fail "$b $w: --max-graph-depth 3 recorded $deep entries deeper than 3"
 echo "realworld: $b $w: --max-graph-depth 3 keeps three levels"
 # record -c: a program that starts another (os.execute: fork, sh, exec lua).
 rc=0
-(cd "$d" && "$cli" record -c -p function_graph -b 65536 -o "$d/fork.dat" -- ./lua "$here/lua/fork.lua") >"$d/fork.out" 2>"$d/fork.err" || rc=$?
+(cd "$d" && "$cli" record -c -p function_graph -b 65536 -o "$d/lua.fork.dat" -- ./lua "$here/lua/fork.lua") >"$d/fork.out" 2>"$d/fork.err" || rc=$?
 ((rc == 0)) || { cat "$d/fork.err" >&2; fail "$b: record -c exited $rc"; }
 grep -q '^child' "$d/fork.out" && grep -q '^parent.*true' "$d/fork.out" || { cat "$d/fork.out" "$d/fork.err" >&2; fail "$b: record -c changed the programs' output"; }
 grep -qE 'followed [1-9][0-9]* process' "$d/fork.err" || { cat "$d/fork.err" >&2; fail "$b: record -c did not follow the child lua"; }
-trace-cmd report -R "$d/fork.dat" >"$d/fork.raw" 2>/dev/null
-python3 "$counts" graph "$d/fork.raw" "$d/fork.counts" 2>"$d/fork.check" || { cat "$d/fork.check" >&2; fail "$b: record -c graph nesting"; }
+tally graph fork "$d" lua || { cat "$d/lua.fork.check" >&2; fail "$b: record -c graph nesting"; }
 echo "realworld: $b: record -c followed the child lua (fork + exec), both graphs nest"
 # -F (set_ftrace_pid: the command's main thread only) on pbzip2, in the
 # first build of the list that has it: its main thread reads and queues
@@ -437,7 +461,8 @@ if [[ -n $pb ]]; then
     { cat "$d/$w.uftrace-main.txt" >&2; fail "$pb $w: uftrace report --tid"; }
   python3 "$counts" uftrace "$d/$w.uftrace-main.txt" "$d/$w.want-F.counts" "$d/pbzip2"
   record F "$d" "$w" -p function_graph -F
-  python3 "$counts" graph "$d/$w.F.raw" "$d/$w.F.counts" "$d/pbzip2" 2>"$d/$w.F.check" || { cat "$d/$w.F.check" >&2; fail "$pb $w -F: nesting"; }
+  tally graph F "$d" "$w" "$d/pbzip2" || { cat "$d/$w.F.check" >&2; fail "$pb $w -F: nesting"; }
+  text F "$d" "$w"
   tasks=$(grep funcgraph_ "$d/$w.F.txt" | awk '{print $1}' | sort -u | wc -l)
   ((tasks == 1)) || fail "$pb $w: -F recorded $tasks threads"
   compare "$pb $w -F" "$w" "$d/$w.want-F.counts" "$d/$w.F.counts" || fail "$pb $w: -F counts (above)"
