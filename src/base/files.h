@@ -1,0 +1,53 @@
+// The file and environment policy (docs/security.md): every file usrtrace
+// creates or opens for writing, and every input file it reads, goes through
+// these, so that the rules hold in one place:
+//
+//   * a symbolic link is followed only when it belongs to the process's
+//     effective user or to root: in a shared directory (/tmp), another
+//     user's planted link cannot redirect a write (fs.protected_symlinks
+//     does the same in sticky directories only, and only when enabled);
+//   * files are created 0600: a trace holds the program's data;
+//   * only regular files (and, for writes that say so, character devices
+//     such as /dev/null or a terminal) are opened: a FIFO with no reader
+//     would block the caller (the control thread, a signal handler);
+//   * the environment is not read at all when the process runs with more
+//     privileges than its user (setuid, setgid, file capabilities).
+//
+// Context for all: may block on the file system; not async-signal-safe
+// (they format error text); never on the event write path.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+namespace usrtrace::base {
+
+// getenv for usrtrace's own variables: nullptr when the process is
+// privileged (AT_SECURE: secure_getenv), so that whoever runs a setuid
+// program linked with usrtrace cannot point it at files or sockets.
+const char* env(const char* name);
+
+struct OpenForWrite {
+  int flags = 0;                  // O_RDWR or O_WRONLY, plus O_APPEND / O_EXCL / O_TRUNC
+  mode_t mode = 0600;             // for a file created now
+  bool allow_char_device = false; // /dev/null, a terminal
+};
+
+// Opens (creating if needed) PATH for writing under the rules above.
+// Returns a descriptor (O_CLOEXEC, blocking) or -errno, with `why` (if
+// given) saying what was refused in words: "PATH: a symbolic link owned by
+// another user", "PATH: a FIFO, not a regular file", or strerror.
+int open_for_write(const std::string& path, const OpenForWrite& o, std::string* why = nullptr);
+
+// Opens PATH for reading when it is a regular file (after following
+// symlinks: what a user names to read is theirs to name). A FIFO is refused
+// without blocking; a directory, a device or a socket too. Returns a
+// descriptor (O_CLOEXEC, blocking) and its size in *size, or -errno with
+// `why`.
+int open_regular_for_read(const std::string& path, off_t* size, std::string* why = nullptr);
+
+// What a non-regular file is, in words ("a FIFO", "a directory", ...).
+const char* file_type_name(mode_t st_mode);
+
+}  // namespace usrtrace::base
