@@ -51,7 +51,13 @@ int open_for_write(const std::string& path, const OpenForWrite& o, std::string* 
   }
   if (fd < 0) {
     const int e = errno;
-    if (e == ENXIO) return refuse(e, why, path, "a FIFO, not a regular file");
+    // A FIFO without a reader (or a socket) under O_NONBLOCK: what it is,
+    // refused as any other file that is not regular.
+    struct stat st;
+    if (e == ENXIO && ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+      const std::string text = std::string(file_type_name(st.st_mode)) + ", not a regular file";
+      return refuse(EINVAL, why, path, text.c_str());
+    }
     return refuse(e, why, path, nullptr);
   }
   struct stat st;
@@ -68,6 +74,46 @@ int open_for_write(const std::string& path, const OpenForWrite& o, std::string* 
   const int fl = ::fcntl(fd, F_GETFL);
   if (fl >= 0) (void)::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
   return fd;
+}
+
+int replace_file(const std::string& path, const std::function<int(int fd, std::string* err)>& fill,
+                 std::string* err) {
+  std::string out = path;
+  struct stat ls;
+  if (::lstat(out.c_str(), &ls) == 0 && S_ISLNK(ls.st_mode)) {
+    if (ls.st_uid != geteuid() && ls.st_uid != 0) return refuse(ELOOP, err, path, "a symbolic link owned by another user");
+    char* real = ::realpath(out.c_str(), nullptr);
+    if (!real && errno != ENOENT) return refuse(errno, err, path, nullptr);
+    if (real) {
+      out = real;
+      ::free(real);
+    }
+  }
+  if (::stat(out.c_str(), &ls) == 0 && !S_ISREG(ls.st_mode)) {
+    const std::string text = std::string(file_type_name(ls.st_mode)) + ", not a regular file";
+    return refuse(S_ISDIR(ls.st_mode) ? EISDIR : EINVAL, err, path, text.c_str());
+  }
+  const size_t slash = out.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : out.substr(0, slash));
+  const std::string name = slash == std::string::npos ? out : out.substr(slash + 1);
+  std::string tmp = dir + "/." + name + ".usrtrace-XXXXXX";
+  const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);  // O_EXCL, 0600
+  if (fd < 0) {
+    const int e = errno;
+    if (err) *err = "cannot create a file in " + dir + ": " + std::strerror(e);
+    return -e;
+  }
+  std::string fill_err;
+  int r = fill(fd, &fill_err);
+  if (::close(fd) != 0 && r == 0) r = -errno;
+  if (r == 0 && ::rename(tmp.c_str(), out.c_str()) != 0) r = -errno;
+  if (r < 0) {
+    ::unlink(tmp.c_str());
+    std::string text = fill_err.empty() ? out + ": " + std::strerror(-r) : fill_err;
+    if (r == -ENOSPC || r == -EDQUOT) text += " (the previous " + out + ", if any, is unchanged)";
+    if (err) *err = text;
+  }
+  return r;
 }
 
 int open_regular_for_read(const std::string& path, off_t* size, std::string* why) {

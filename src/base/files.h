@@ -19,6 +19,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
 
 namespace usrtrace::base {
@@ -46,6 +47,16 @@ int open_for_write(const std::string& path, const OpenForWrite& o, std::string* 
 // descriptor (O_CLOEXEC, blocking) and its size in *size, or -errno with
 // `why`.
 int open_regular_for_read(const std::string& path, off_t* size, std::string* why = nullptr);
+
+// Writes PATH whole or not at all: `fill` writes a new file (0600, O_EXCL)
+// beside PATH, which is then renamed over it. A full disk, an error of
+// `fill` or a death half-way leaves the previous PATH as it was (and no
+// temporary file, but for a death). PATH as a symlink is written through
+// when the link is the user's own or root's, refused (ELOOP) otherwise.
+// `fill` returns 0 or -errno, and may set *err; the error in *err says
+// when the previous file is unchanged for a full disk. Returns 0 or -errno.
+int replace_file(const std::string& path, const std::function<int(int fd, std::string* err)>& fill,
+                 std::string* err);
 
 // What a non-regular file is, in words ("a FIFO", "a directory", ...).
 const char* file_type_name(mode_t st_mode);

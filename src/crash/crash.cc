@@ -20,6 +20,7 @@
 #include <ctime>
 #include <new>
 
+#include "base/files.h"
 #include "base/mutex.h"
 #include "base/sys.h"
 #include "clock/trace_clock.h"
@@ -50,7 +51,9 @@ struct sigaction g_prev[NSIG];
 // before the crash by a control call, or the one before it; either is a
 // valid choice of destination and mode.
 std::atomic<uint8_t> g_mode{static_cast<uint8_t>(DumpMode::kOff)};
-std::atomic<int> g_fd{-1};  // -1: stderr
+std::atomic<int> g_fd{-1};  // -1: stderr; else g_file_fd
+// The descriptor of the dump file, kept open once opened (set_file).
+int g_file_fd USRTRACE_GUARDED_BY(g_mu) = -1;
 
 // The crash dump, once per process: the first fatal signal, the thread
 // dumping it, and whether it is done.
@@ -254,7 +257,7 @@ int prepare_locked() USRTRACE_REQUIRES(g_mu) {
 // Reads USRTRACE_DUMP_ON_CRASH when the library is loaded.
 struct EnvInit {
   EnvInit() {
-    const char* v = getenv("USRTRACE_DUMP_ON_CRASH");
+    const char* v = base::env("USRTRACE_DUMP_ON_CRASH");
     if (!v || !*v) return;
     size_t bad = 0;
     const int err = configure(v, &bad);
@@ -325,17 +328,34 @@ int set_mode(DumpMode mode) {
 
 DumpMode mode() { return static_cast<DumpMode>(g_mode.load(std::memory_order_relaxed)); }
 
-int set_file(std::string_view path) {
+int set_file(std::string_view path, std::string* why) {
   if (path.size() >= PATH_MAX || path.find('\0') != std::string_view::npos) return -EINVAL;
   base::MutexLock l(&g_mu);
-  int fd = -1;
-  if (!path.empty()) {
-    const std::string p(path);
-    fd = open(p.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0) return -errno;
+  if (path.empty()) {
+    g_fd.store(-1, std::memory_order_relaxed);
+    g_path.clear();
+    return 0;
   }
-  // The old descriptor stays open: a handler may be writing to it.
-  g_fd.store(fd, std::memory_order_relaxed);
+  // A FIFO is refused, never opened for a reader to come: the control
+  // thread would wait, and a crash dump would block in its handler. A
+  // terminal or /dev/null is fine.
+  const int fd = base::open_for_write(std::string(path), {O_WRONLY | O_APPEND, 0600, true}, why);
+  if (fd < 0) return fd;
+  // One descriptor number for every dump file, never closed: a handler
+  // may have loaded it and be writing. dup3 replaces the file behind it
+  // in one step (a write in progress finishes on the file it started
+  // on), so a thousand writes of this file hold one descriptor.
+  if (g_file_fd < 0) {
+    g_file_fd = fd;
+  } else {
+    if (::dup3(fd, g_file_fd, O_CLOEXEC) < 0) {
+      const int e = errno;
+      ::close(fd);
+      return -e;
+    }
+    ::close(fd);
+  }
+  g_fd.store(g_file_fd, std::memory_order_relaxed);
   g_path.assign(path);
   return 0;
 }

@@ -57,10 +57,13 @@ int set_mode(DumpMode mode);
 DumpMode mode();
 
 // ftrace_dump_on_oops_file: the file the dump is written to, opened (and
-// created, 0644) now with O_APPEND so that the handler only write()s; ""
-// is stderr. Returns 0 or -errno from open(2) (-EINVAL for a NUL byte or a
-// path over PATH_MAX). Context: as set_mode().
-int set_file(std::string_view path);
+// created, 0600) now with O_APPEND so that the handler only write()s; ""
+// is stderr. base::open_for_write's rules: a regular file or a character
+// device (a terminal, /dev/null), not a FIFO; another user's symlink is not
+// followed. Every file set shares one descriptor. Returns 0 or -errno
+// (-EINVAL for a NUL byte, a path over PATH_MAX, or a FIFO, a socket, ...),
+// with the reason in *why. Context: as set_mode().
+int set_file(std::string_view path, std::string* why = nullptr);
 std::string file();
 
 // USRTRACE_DUMP_ON_CRASH: "MODE" or "MODE:PATH" (MODE as parse_mode()).

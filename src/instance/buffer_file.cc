@@ -14,6 +14,7 @@
 #include <cstring>
 #include <map>
 
+#include "base/files.h"
 #include "events/registry.h"
 #include "instance/instance.h"
 #include "instance/writers.h"
@@ -92,6 +93,13 @@ void detach(persist::FileStore* fs) {
 
 int Instance::set_buffer_file(const std::string& path, int max_refs, std::string* why) {
   base::MutexLock sl(&g_switch_mu);
+  // The file it already is: nothing to do. Making a second store of the
+  // same file would be refused (FileStore::create: one owner), and the
+  // write means "keep this file", not "start it over".
+  {
+    base::MutexLock l(&mu_);
+    if (path == buffer_file_) return 0;
+  }
   rb::RingBuffer* old = rb_.load(std::memory_order_acquire);
   rb::Options o;
   o.page_size = old->page_size(0);
@@ -102,9 +110,10 @@ int Instance::set_buffer_file(const std::string& path, int max_refs, std::string
   std::shared_ptr<persist::FileStore> fs;
   int err = 0;
   if (!path.empty()) {
-    fs = persist::FileStore::create(path, o.page_size, old->nr_cpus(), name_, &err);
+    std::string reason;
+    fs = persist::FileStore::create(path, o.page_size, old->nr_cpus(), name_, &err, &reason);
     if (!fs) {
-      if (why) *why = std::string("cannot create ") + path + ": " + std::strerror(err);
+      if (why) *why = "cannot create " + reason;
       return -err;
     }
     if (int rc = fs->write_formats(formats_blob(o.page_size)); rc < 0) {
@@ -170,7 +179,7 @@ std::string Instance::buffer_file() const {
 }
 
 void Instance::apply_buffer_dir() {
-  const char* dir = getenv("USRTRACE_BUFFER_DIR");
+  const char* dir = base::env("USRTRACE_BUFFER_DIR");
   if (!dir || !*dir) return;
   std::string path = std::string(dir) + "/usrtrace-" + std::to_string(getpid()) + "-" +
                      (name_.empty() ? std::string("top") : name_) + ".buf";

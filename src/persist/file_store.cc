@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -11,6 +12,7 @@
 #include <cstring>
 #include <new>
 
+#include "base/files.h"
 #include "ring_buffer/page_format.h"
 
 namespace usrtrace::persist {
@@ -54,9 +56,11 @@ void copy_str(char* dst, size_t cap, std::string_view s) {
 CpuLayout cpu_layout() { return own_cpu_layout(); }
 
 std::shared_ptr<FileStore> FileStore::create(const std::string& path, uint32_t page_size,
-                                             int nr_cpus, std::string_view instance, int* err) {
-  auto fail = [&](int e) {
+                                             int nr_cpus, std::string_view instance, int* err,
+                                             std::string* why) {
+  auto fail = [&](int e, const std::string& text = {}) {
     if (err) *err = e;
+    if (why) *why = text.empty() ? path + ": " + std::strerror(e) : text;
     return std::shared_ptr<FileStore>();
   };
   if (page_size < rb::kMinPageSize || page_size > rb::kMaxPageSize ||
@@ -65,8 +69,22 @@ std::shared_ptr<FileStore> FileStore::create(const std::string& path, uint32_t p
   std::shared_ptr<FileStore> fs(new (std::nothrow) FileStore);
   if (!fs) return fail(ENOMEM);
   fs->path_ = path;
-  fs->fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fs->fd_ < 0) return fail(errno);
+  std::string open_why;
+  fs->fd_ = base::open_for_write(path, {O_RDWR}, &open_why);
+  if (fs->fd_ < 0) return fail(-fs->fd_, open_why);
+  // One owner (see the header). The lock goes with the descriptor: with
+  // the process's death, or the store's.
+  if (::flock(fs->fd_, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK)
+      return fail(EBUSY, path + ": in use by another buffer (of this process or another)");
+    return fail(errno);
+  }
+  struct stat st;
+  if (::fstat(fs->fd_, &st) != 0) return fail(errno);
+  if (st.st_uid != geteuid())
+    return fail(EPERM, path + ": owned by uid " + std::to_string(st.st_uid) + ", not by this process's user");
+  if (st.st_size != 0)
+    return fail(EEXIST, path + ": already holds data (a trace to recover with `usrtrace recover`?): remove it first");
   // Per CPU: a CpuBuffer and its pages, for the live buffer, a snapshot and
   // a resize in progress; plus format blobs.
   const uint32_t capacity = static_cast<uint32_t>(nr_cpus) * 6 + 64;
@@ -74,9 +92,15 @@ std::shared_ptr<FileStore> FileStore::create(const std::string& path, uint32_t p
   const uint64_t cmd_off = round_up(table_off + uint64_t{capacity} * sizeof(RegionDesc), kFileAlign);
   constexpr uint32_t kCmdlines = 1024;
   const uint64_t end = round_up(cmd_off + kCmdlines * sizeof(CmdlineSlot), kFileAlign);
-  if (int e = posix_fallocate(fs->fd_, 0, static_cast<off_t>(end))) return fail(e);
+  // From here the file is ours and was empty: a failure empties it again,
+  // so that the same path can be tried once more (it is not a trace).
+  auto fail_empty = [&](int e) {
+    (void)!::ftruncate(fs->fd_, 0);
+    return fail(e);
+  };
+  if (int e = posix_fallocate(fs->fd_, 0, static_cast<off_t>(end))) return fail_empty(e);
   void* m = mmap(nullptr, end, PROT_READ | PROT_WRITE, MAP_SHARED, fs->fd_, 0);
-  if (m == MAP_FAILED) return fail(errno);
+  if (m == MAP_FAILED) return fail_empty(errno);
   fs->head_bytes_ = end;
   fs->hdr_ = static_cast<FileHeader*>(m);
   fs->table_ = reinterpret_cast<RegionDesc*>(static_cast<char*>(m) + table_off);

@@ -19,12 +19,24 @@ namespace usrtrace::persist {
 
 class FileStore final : public rb::BufferStore {
  public:
-  // Creates (or truncates) `path` for buffers of `page_size`-byte pages on
-  // `nr_cpus` CPUs, for the instance named `instance` ("" = top). Returns
-  // nullptr with *err an errno (EINVAL: bad page size; open/fallocate's).
-  // Context: control plane; allocates, system calls.
+  // Creates `path` for buffers of `page_size`-byte pages on `nr_cpus` CPUs,
+  // for the instance named `instance` ("" = top). The file is new or empty,
+  // and this store its one owner for as long as it lives:
+  //   * it is opened by base::open_for_write (0600, another user's symlink
+  //     not followed, regular files only);
+  //   * it is locked (flock, LOCK_EX): a second store on the same file, in
+  //     this process or another, fails with EBUSY. Two stores on one file
+  //     would map each other's offsets, and a release punches holes there
+  //     (SIGBUS on the write path);
+  //   * a file that already holds something is never truncated: it may be
+  //     a crashed program's trace that nobody recovered yet (EEXIST), or a
+  //     file the process did not create for itself (EPERM if another user
+  //     owns it).
+  // Returns nullptr with *err an errno and *why (if given) the reason in
+  // words. Context: control plane; allocates, system calls.
   static std::shared_ptr<FileStore> create(const std::string& path, uint32_t page_size,
-                                           int nr_cpus, std::string_view instance, int* err);
+                                           int nr_cpus, std::string_view instance, int* err,
+                                           std::string* why = nullptr);
   ~FileStore() override;
   FileStore(const FileStore&) = delete;
   FileStore& operator=(const FileStore&) = delete;

@@ -7,7 +7,13 @@
 //   1. header: magic, version, sizes, and the CpuBuffer layout must be ours;
 //   2. region table: each live region inside the file;
 //   3. per CPU buffer (role word != 0): its pages region found by the
-//      addresses the CpuBuffer holds; w0 inside those pages;
+//      addresses the CpuBuffer holds, by binary search in the pages
+//      regions sorted (the table may have 2^20 entries: a scan per CPU
+//      buffer would be quadratic); a pages region is read for one CPU
+//      buffer only (in a real file no two share one: a resize gives a
+//      CpuBuffer new pages, a swap moves whole CpuBuffers), so that a
+//      crafted table cannot multiply the work and the events; w0 inside
+//      those pages;
 //   4. per page, from the oldest possible seq to the tail's (the page w0 is
 //      in): its meta seq must be the one expected in that slot (else the page
 //      was being reused at the death, or is gone), its length is w0's for the
@@ -17,16 +23,20 @@
 //      A page that fails is left out whole.
 //
 // Bytes past the committed w0 (a write cut by the death) are never walked.
-#include <fcntl.h>
-#include <sys/stat.h>
+//
+// open() reads only a regular file (base/files.h: a FIFO would block, a
+// device such as /dev/zero never ends), and no more than its size.
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <new>
 #include <string>
+#include <tuple>
 
+#include "base/files.h"
 #include "clock/trace_clock.h"
 #include "persist/file_format.h"
 #include "ring_buffer/page_format.h"
@@ -59,7 +69,49 @@ std::string cstr(const char* s, size_t cap) { return std::string(s, strnlen(s, c
 struct PagesRegion {
   uint64_t offset, size, base, pages_off;
   uint32_t nr_pages, page_size;
+  uint32_t index;        // in the region table
+  bool claimed = false;  // read for a CPU buffer already
+  // What a CpuBuffer's fields must equal: meta, pages, nr_pages, page_size
+  // (pages as the dead process computed it, wrapping), then the table
+  // index, so that of equal keys the last in the table is found, as the
+  // scan this index replaced found it.
+  auto key() const { return std::make_tuple(base, base + pages_off, nr_pages, page_size, index); }
 };
+
+// The checks of the header alone, before anything else is read.
+bool check_header(const FileHeader& h, std::string* why) {
+  auto fail = [&](const std::string& w) {
+    if (why) *why = w;
+    return false;
+  };
+  if (std::memcmp(h.magic, persist::kMagic, sizeof h.magic) != 0)
+    return fail("not a usrtrace buffer file (bad magic)");
+  if (h.version != persist::kVersion)
+    return fail("unsupported buffer file version " + std::to_string(h.version));
+  if (h.header_size != sizeof(FileHeader)) return fail("corrupt header (header size)");
+  const CpuLayout own = persist::cpu_layout();
+  if (std::memcmp(&h.cpu_layout, &own, sizeof own) != 0)
+    return fail("written by a usrtrace build with another buffer layout; use that build's reader");
+  if (h.page_size < rb::kMinPageSize || h.page_size > rb::kMaxPageSize ||
+      (h.page_size & (h.page_size - 1)))
+    return fail("corrupt header (page size " + std::to_string(h.page_size) + ")");
+  if (h.nr_cpus == 0 || h.nr_cpus > 65536) return fail("corrupt header (nr_cpus)");
+  return true;
+}
+
+// Reads up to `len` bytes at `off`; what was read (less at the end of the
+// file), or -errno.
+ssize_t read_at(int fd, uint8_t* to, size_t len, off_t off) {
+  size_t done = 0;
+  while (done < len) {
+    const ssize_t n = ::pread(fd, to + done, len - done, off + static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return -errno;
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  return static_cast<ssize_t>(done);
+}
 
 }  // namespace
 
@@ -90,7 +142,7 @@ struct Recovery::Impl {
   void parse_formats(const FileHeader& h);
   void parse_cmdlines(const FileHeader& h);
   void read_cpu(const FileHeader& h, const RegionDesc& d, uint32_t idx,
-                const std::vector<PagesRegion>& pages);
+                std::vector<PagesRegion>* pages);
 };
 
 bool Recovery::Impl::parse(std::string* error) {
@@ -101,18 +153,8 @@ bool Recovery::Impl::parse(std::string* error) {
   };
   FileHeader h;
   if (!b.get(0, &h)) return fail("not a usrtrace buffer file: shorter than its header");
-  if (std::memcmp(h.magic, persist::kMagic, sizeof h.magic) != 0)
-    return fail("not a usrtrace buffer file (bad magic)");
-  if (h.version != persist::kVersion)
-    return fail("unsupported buffer file version " + std::to_string(h.version));
-  if (h.header_size != sizeof(FileHeader)) return fail("corrupt header (header size)");
+  if (!check_header(h, error)) return false;
   const CpuLayout own = persist::cpu_layout();
-  if (std::memcmp(&h.cpu_layout, &own, sizeof own) != 0)
-    return fail("written by a usrtrace build with another buffer layout; use that build's reader");
-  if (h.page_size < rb::kMinPageSize || h.page_size > rb::kMaxPageSize ||
-      (h.page_size & (h.page_size - 1)))
-    return fail("corrupt header (page size " + std::to_string(h.page_size) + ")");
-  if (h.nr_cpus == 0 || h.nr_cpus > 65536) return fail("corrupt header (nr_cpus)");
   if (h.region_capacity == 0 || h.region_capacity > (1u << 20) ||
       !b.in(h.region_table, uint64_t{h.region_capacity} * sizeof(RegionDesc)))
     return fail("truncated or corrupt file: region table out of bounds");
@@ -151,7 +193,7 @@ bool Recovery::Impl::parse(std::string* error) {
         warn("region " + std::to_string(i) + ": corrupt page region, left out");
         continue;
       }
-      pages.push_back({d.offset, d.size, d.base, d.pages_off, d.nr_pages, d.page_size});
+      pages.push_back({d.offset, d.size, d.base, d.pages_off, d.nr_pages, d.page_size, i});
     } else if (d.kind == persist::kRegionCpu) {
       if (d.size < own.size) {
         warn("region " + std::to_string(i) + ": corrupt cpu region, left out");
@@ -160,12 +202,14 @@ bool Recovery::Impl::parse(std::string* error) {
       if (d.role != 0) cpus.push_back({d, i});
     }
   }
+  std::sort(pages.begin(), pages.end(),
+            [](const PagesRegion& x, const PagesRegion& y) { return x.key() < y.key(); });
   std::map<uint64_t, int> seen;  // role -> count
   for (auto& [d, i] : cpus) {
     if (++seen[d.role] == 2)
       warn("two buffers claim cpu " + std::to_string(d.role & 0xffffffff) + " of buffer " +
            std::to_string((d.role >> 32) - 1) + " (the process died during a swap); both kept");
-    read_cpu(h, d, i, pages);
+    read_cpu(h, d, i, &pages);
   }
   for (auto& [tag, evs] : by_tag)
     std::stable_sort(evs.begin(), evs.end(), [](const Event& a, const Event& b2) { return a.ts < b2.ts; });
@@ -234,7 +278,7 @@ void Recovery::Impl::parse_cmdlines(const FileHeader& h) {
 }
 
 void Recovery::Impl::read_cpu(const FileHeader& h, const RegionDesc& d, uint32_t idx,
-                              const std::vector<PagesRegion>& regions) {
+                              std::vector<PagesRegion>* regions) {
   const Bytes b{bytes};
   const CpuLayout& l = h.cpu_layout;
   const uint32_t tag = static_cast<uint32_t>((d.role >> 32) - 1);
@@ -258,14 +302,24 @@ void Recovery::Impl::read_cpu(const FileHeader& h, const RegionDesc& d, uint32_t
     warn(who + ": cpu field disagrees with its role word, left out");
     return;
   }
-  const PagesRegion* pr = nullptr;
-  for (const PagesRegion& r : regions)
-    if (r.base == meta_va && r.base + r.pages_off == pages_va && r.nr_pages == nr && r.page_size == ps)
-      pr = &r;
+  // The last region (by table index) with these addresses and sizes: the
+  // one before the first with a greater key (`regions` is sorted by key()).
+  const auto past = std::upper_bound(
+      regions->begin(), regions->end(), std::make_tuple(meta_va, pages_va, nr, ps, UINT32_MAX),
+      [](const auto& k, const PagesRegion& r) { return k < r.key(); });
+  PagesRegion* pr = past == regions->begin() ? nullptr : &*(past - 1);
+  if (pr && std::make_tuple(pr->base, pr->base + pr->pages_off, pr->nr_pages, pr->page_size) !=
+                std::make_tuple(meta_va, pages_va, nr, ps))
+    pr = nullptr;
   if (!pr) {
     warn(who + ": its pages are not in the file (died during a resize?), left out");
     return;
   }
+  if (pr->claimed) {
+    warn(who + ": its pages are another buffer's (a corrupt file), left out");
+    return;
+  }
+  pr->claimed = true;
   const uint64_t wp = w0 >> 16;
   const uint64_t span = uint64_t{nr} * ps;
   if (wp < pages_va || wp - pages_va >= span) {
@@ -348,36 +402,51 @@ Recovery::Recovery(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Recovery::~Recovery() = default;
 
 std::unique_ptr<Recovery> Recovery::parse(std::vector<uint8_t> bytes, std::string* error) {
-  auto impl = std::make_unique<Impl>();
-  impl->bytes = std::move(bytes);
-  if (!impl->parse(error)) return nullptr;
-  return std::unique_ptr<Recovery>(new Recovery(std::move(impl)));
+  // Out of memory (a file of many events on a small machine) is an error
+  // like the others, not an exception out of a reader of untrusted files.
+  try {
+    auto impl = std::make_unique<Impl>();
+    impl->bytes = std::move(bytes);
+    if (!impl->parse(error)) return nullptr;
+    return std::unique_ptr<Recovery>(new Recovery(std::move(impl)));
+  } catch (const std::bad_alloc&) {
+    if (error) *error = "out of memory";
+    return nullptr;
+  }
 }
 
 std::unique_ptr<Recovery> Recovery::open(const std::string& path, std::string* error) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  off_t size = 0;
+  std::string why;
+  const int fd = base::open_regular_for_read(path, &size, &why);
   if (fd < 0) {
-    if (error) *error = path + ": " + std::strerror(errno);
+    if (error) *error = why;
     return nullptr;
   }
-  std::vector<uint8_t> bytes;
-  struct stat st;
-  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) bytes.reserve(static_cast<size_t>(st.st_size));
-  uint8_t buf[1 << 16];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int e = errno;
-      ::close(fd);
-      if (error) *error = path + ": " + std::strerror(e);
-      return nullptr;
-    }
-    if (n == 0) break;
-    bytes.insert(bytes.end(), buf, buf + n);
+  auto fail = [&](const std::string& w) {
+    ::close(fd);
+    if (error) *error = path + ": " + w;
+    return nullptr;
+  };
+  // The header first: a file that is not ours (a large one by mistake) is
+  // refused before its size is allocated.
+  if (static_cast<uint64_t>(size) >= sizeof(FileHeader)) {
+    FileHeader h;
+    const ssize_t n = read_at(fd, reinterpret_cast<uint8_t*>(&h), sizeof h, 0);
+    if (n < 0) return fail(std::strerror(static_cast<int>(-n)));
+    if (static_cast<size_t>(n) == sizeof h && !check_header(h, &why)) return fail(why);
   }
+  std::vector<uint8_t> bytes;
+  try {
+    bytes.resize(static_cast<size_t>(size));
+  } catch (const std::bad_alloc&) {
+    return fail("out of memory reading " + std::to_string(size) + " bytes");
+  }
+  // No more than the size: a file still growing is read as it was.
+  const ssize_t n = read_at(fd, bytes.data(), bytes.size(), 0);
+  if (n < 0) return fail(std::strerror(static_cast<int>(-n)));
   ::close(fd);
-  std::string why;
+  bytes.resize(static_cast<size_t>(n));  // shorter if it shrank meanwhile
   auto r = parse(std::move(bytes), &why);
   if (!r && error) *error = path + ": " + why;
   return r;

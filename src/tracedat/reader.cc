@@ -4,9 +4,7 @@
 // bounded before anything is allocated. Metadata that does not check out
 // makes open() fail with a message naming the part; CPU data that does not
 // is skipped page by page, with a warning.
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <zstd.h>
 
@@ -16,6 +14,7 @@
 #include <cstdlib>
 #include <set>
 
+#include "base/files.h"
 #include "ring_buffer/page_format.h"
 #include "tracedat/format.h"
 #include "usrtrace/tracedat.h"
@@ -481,26 +480,20 @@ std::unique_ptr<TraceFile::Impl> finish(std::unique_ptr<TraceFile::Impl> impl, c
 
 std::unique_ptr<TraceFile> TraceFile::open(const std::string& path, std::string* err) {
   auto impl = std::make_unique<Impl>();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    *err = path + ": " + std::strerror(errno);
-    return nullptr;
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    *err = path + ": not a regular file";
-    ::close(fd);
-    return nullptr;
-  }
-  if (st.st_size > 0) {
-    impl->map = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+  // A regular file only (base/files.h): open() of a FIFO would wait for a
+  // writer, and a device has no size to map.
+  off_t size = 0;
+  const int fd = base::open_regular_for_read(path, &size, err);
+  if (fd < 0) return nullptr;
+  if (size > 0) {
+    impl->map = mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_PRIVATE, fd, 0);
     if (impl->map == MAP_FAILED) {
       impl->map = nullptr;
       *err = path + ": mmap: " + std::strerror(errno);
       ::close(fd);
       return nullptr;
     }
-    impl->map_len = static_cast<size_t>(st.st_size);
+    impl->map_len = static_cast<size_t>(size);
   }
   ::close(fd);
   impl->base = static_cast<const uint8_t*>(impl->map);

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #include <cstring>
 #include <thread>
 
+#include "base/files.h"
 #include "base/sys.h"
 #include "clock/trace_clock.h"
 #include "function/function.h"
@@ -55,6 +57,12 @@ std::string read_text(const std::string& path) {
 }
 
 }  // namespace
+
+std::string staging_error(const RecordOptions& o, int e) {
+  std::string s = std::string("writing the recorded pages: ") + std::strerror(e);
+  if (e == ENOSPC || e == EDQUOT) s += " (the previous " + o.output + ", if any, is unchanged)";
+  return s;
+}
 
 int temp_file(const std::string& dir, std::string* err) {
   int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
@@ -215,6 +223,31 @@ int check_options(const RecordOptions& o, std::string* dir, std::string* err) {
   }
   const size_t slash = o.output.rfind('/');
   *dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : o.output.substr(0, slash));
+  // What would fail at the end fails now, before the program runs: the
+  // output is written beside itself and renamed over (write_output).
+  if (o.output.empty() || o.output.back() == '/') {
+    *err = "no output file name";
+    return -EINVAL;
+  }
+  struct stat st;
+  if (::stat(dir->c_str(), &st) != 0) {
+    const int e = errno;
+    *err = *dir + ": " + std::strerror(e);
+    return -e;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    *err = *dir + ": " + std::strerror(ENOTDIR);
+    return -ENOTDIR;
+  }
+  if (::access(dir->c_str(), W_OK | X_OK) != 0) {
+    const int e = errno;
+    *err = *dir + ": cannot create files there: " + std::strerror(e);
+    return -e;
+  }
+  if (::stat(o.output.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    *err = o.output + ": " + base::file_type_name(st.st_mode) + ", not a regular file";
+    return S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+  }
   const std::vector<std::string>& in = o.instances;
   for (size_t i = 0; i < in.size(); ++i)
     for (size_t j = 0; j < i; ++j)
@@ -242,21 +275,17 @@ int write_output(const RecordOptions& opts, Metadata meta, std::vector<BufferDat
   WriteOptions wo;
   wo.version = opts.file_version;
   wo.compression = opts.compress ? Compression::kZstd : Compression::kNone;
-  const int fd = ::open(opts.output.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    const int e = errno;
-    *err = opts.output + ": " + std::strerror(e);
-    return -e;
-  }
-  int r = write_file(fd, meta, ordered, wo, err);
-  if (::close(fd) != 0 && r == 0) r = -errno;
-  if (r < 0 && err->empty()) *err = opts.output + ": " + std::strerror(-r);
-  return r;
+  // Written whole or not at all (base::replace_file): a full disk or a
+  // death half-way leaves the previous file as it was (trace-cmd truncates
+  // it first).
+  return base::replace_file(
+      opts.output, [&](int fd, std::string* e) { return write_file(fd, meta, ordered, wo, e); }, err);
 }
 
 // One instance being recorded.
 struct Source {
   std::string name;
+  const RecordOptions* opts = nullptr;  // the recording's, which outlives its sources
   Instance* inst = nullptr;  // holds a reader reference (get_reader)
   rb::RingBuffer* rb = nullptr;
   uint32_t page_size = 0;
@@ -284,7 +313,7 @@ struct Source {
       if (w < 0 && errno == EINTR) continue;
       if (w <= 0) {
         error = w < 0 ? errno : EIO;
-        error_text = std::string("writing the recorded pages: ") + std::strerror(error);
+        error_text = staging_error(*opts, error);
         break;
       }
       off += static_cast<size_t>(w);
@@ -339,6 +368,7 @@ class Recording {
     for (const std::string& name : opts_.instances) {
       auto s = std::make_unique<Source>();
       s->name = name;
+      s->opts = &opts_;
       int e = 0;
       s->inst = Instance::get(name, Instance::GetMode::kExisting, &e);
       if (!s->inst) {

@@ -31,6 +31,10 @@ bool take_page(rb::RingBuffer& rb, int cpu, uint8_t* page, uint32_t page_size, b
 // (for the temporary files). 0, or -EINVAL with *err set.
 int check_options(const RecordOptions& o, std::string* dir, std::string* err);
 
+// The error of a write of recorded pages to the temporary files, saying
+// that the output was not touched when the disk is full.
+std::string staging_error(const RecordOptions& o, int e);
+
 // A temporary file in `dir` (O_TMPFILE, or a name unlinked at once).
 // A descriptor, or -errno with *err set.
 int temp_file(const std::string& dir, std::string* err);

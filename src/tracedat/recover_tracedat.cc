@@ -9,6 +9,7 @@
 #include <cstring>
 #include <map>
 
+#include "base/files.h"
 #include "tracedat/page_builder.h"
 #include "tracedat/writer.h"
 #include "usrtrace/recover.h"
@@ -59,18 +60,9 @@ int Recovery::write_tracedat(const std::string& path, int file_version, bool com
   tracedat::WriteOptions w;
   w.version = file_version;
   w.compression = compress ? tracedat::Compression::kZstd : tracedat::Compression::kNone;
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    const int e = errno;
-    *error = path + ": " + std::strerror(e);
-    ::close(data);
-    return -e;
-  }
-  int r = tracedat::write_file(fd, m, {top}, w, error);
-  if (::close(fd) != 0 && r == 0) {
-    r = -errno;
-    *error = path + ": " + std::strerror(-r);
-  }
+  // Written whole or not at all, 0600 (base::replace_file).
+  const int r = base::replace_file(
+      path, [&](int fd, std::string* e) { return tracedat::write_file(fd, m, {top}, w, e); }, error);
   ::close(data);
   return r;
 }

@@ -141,7 +141,7 @@ int RemoteRecording::store(Instance& inst, const control::Connection::Pages& p, 
       if (w < 0 && errno == EINTR) continue;
       if (w <= 0) {
         const int e = w < 0 ? errno : EIO;
-        *err = std::string("writing the recorded pages: ") + std::strerror(e);
+        *err = staging_error(opts_, e);
         return -e;
       }
       off += static_cast<size_t>(w);

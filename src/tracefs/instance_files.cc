@@ -211,9 +211,16 @@ long write_buffer_file(Instance& inst, std::string_view s) {
   std::string why;
   // The open file of this write holds one reference.
   const int rc = inst.set_buffer_file(std::string(path), 1, &why);
-  if (rc < 0)
-    return fail(inst, kSub, why.rfind("cannot create", 0) == 0 ? Err::kBufferFileOpen : Err::kBufferFileAlloc,
-                s, 0, -rc);
+  if (rc < 0) {
+    // The reason in words (in use, holds a trace, a FIFO, another user's
+    // link) after the table's text: the errno alone does not say it.
+    const bool open = why.rfind("cannot create ", 0) == 0;
+    const std::string reason = open ? why.substr(14) : why;
+    return fail_text(inst, kSub,
+                     std::string(err_text(open ? Err::kBufferFileOpen : Err::kBufferFileAlloc)) +
+                         (reason.empty() ? "" : ": " + reason),
+                     s, 0, -rc);
+  }
   return size_of(s);
 }
 
@@ -327,8 +334,10 @@ long write_dump_file(Instance& inst, std::string_view s) {
   const size_t at = static_cast<size_t>(v.data() - s.data());
   if (const size_t nul = v.find('\0'); nul != std::string_view::npos)
     return fail(inst, kSub, Err::kDumpFileOpen, s, at + nul, EINVAL);
-  if (int err = crash::set_file(v); err != 0)
-    return fail(inst, kSub, Err::kDumpFileOpen, s, at, -err);
+  std::string why;
+  if (int err = crash::set_file(v, &why); err != 0)
+    return fail_text(inst, kSub, std::string(err_text(Err::kDumpFileOpen)) + (why.empty() ? "" : ": " + why),
+                     s, at, -err);
   return size_of(s);
 }
 

@@ -3,7 +3,9 @@
 // header, a backtrace naming the crashing function and exactly those
 // events, and it must still die by its signal. The control files and the
 // C API are checked in this process.
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,11 +15,14 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <chrono>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <regex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "crash/crash.h"
@@ -391,6 +396,70 @@ TEST(CrashControl, DumpFileOpenedWhenSet) {
   ASSERT_EQ(write_file("ftrace_dump_on_oops_file", ""), 0);  // back to stderr
   EXPECT_EQ(read_file("ftrace_dump_on_oops_file"), "\n");
   unlink(path.c_str());
+  rmdir(dir);
+}
+
+// Before: a FIFO as the dump file blocked the control thread in open() until
+// a reader came (every client then timed out, and exit() hung joining it).
+// The write runs on a thread of its own here; if it has not returned by a
+// generous deadline, the test opens a reader to release it, and fails.
+TEST(CrashControl, AFifoIsRefusedWithoutWaitingForAReader) {
+  char dir[] = "/tmp/usrtrace-crash-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string fifo = std::string(dir) + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  ASSERT_EQ(write_file("error_log", ""), 0);
+  std::promise<long> result;
+  auto done = result.get_future();
+  std::thread writer([&] { result.set_value(write_file("ftrace_dump_on_oops_file", fifo + "\n")); });
+  if (done.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    ADD_FAILURE() << "the write of a FIFO's path blocked";
+    const int r = open(fifo.c_str(), O_RDONLY | O_NONBLOCK);  // releases the writer
+    writer.join();
+    close(r);
+  } else {
+    writer.join();
+    EXPECT_EQ(done.get(), -EINVAL);
+    const std::string log = read_file("error_log");
+    EXPECT_NE(log.find("Cannot open the dump file: " + fifo + ": a FIFO, not a regular file"), std::string::npos) << log;
+  }
+  EXPECT_EQ(read_file("ftrace_dump_on_oops_file"), "\n");
+  // A terminal or /dev/null is a fine destination.
+  EXPECT_EQ(write_file("ftrace_dump_on_oops_file", "/dev/null\n"), 10);
+  ASSERT_EQ(write_file("ftrace_dump_on_oops_file", ""), 0);
+  unlink(fifo.c_str());
+  rmdir(dir);
+}
+
+// Before: every write of the file opened a descriptor and kept the old one
+// (200 writes, 200 descriptors). Now one descriptor serves them all.
+TEST(CrashControl, SettingTheDumpFileAgainAndAgainHoldsOneDescriptor) {
+  char dir[] = "/tmp/usrtrace-crash-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string a = std::string(dir) + "/a", b = std::string(dir) + "/b";
+  auto open_fds = [] {
+    int n = 0;
+    if (DIR* d = opendir("/proc/self/fd")) {
+      while (readdir(d)) ++n;
+      closedir(d);
+    }
+    return n;
+  };
+  ASSERT_EQ(write_file("ftrace_dump_on_oops_file", a), static_cast<long>(a.size()));
+  const int before = open_fds();
+  for (int i = 0; i < 200; ++i) {
+    const std::string& p = i % 2 ? a : b;
+    ASSERT_EQ(write_file("ftrace_dump_on_oops_file", p), static_cast<long>(p.size()));
+    if (i % 50 == 0) {
+      ASSERT_EQ(write_file("ftrace_dump_on_oops_file", ""), 0);
+    }
+  }
+  EXPECT_EQ(open_fds(), before);
+  // The last file set is the one a dump goes to.
+  EXPECT_EQ(read_file("ftrace_dump_on_oops_file"), a + "\n");
+  ASSERT_EQ(write_file("ftrace_dump_on_oops_file", ""), 0);
+  unlink(a.c_str());
+  unlink(b.c_str());
   rmdir(dir);
 }
 

@@ -5,11 +5,13 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -408,6 +410,45 @@ TEST(CliErrors, HelpOnEveryVerb) {
     EXPECT_EQ(r.rc, 0) << verb;
     EXPECT_NE(r.out.find("Usage:"), std::string::npos) << verb << ": " << r.out;
   }
+}
+
+// Input files that are not regular files: recover and report once waited
+// forever in open() for a FIFO's writer, and recover read /dev/zero until
+// its allocation failed. Each is refused at once with one line saying what
+// the file is. The commands run with a deadline of 20 s (for what takes
+// milliseconds): one still running then is killed, and its status
+// (128 + SIGKILL) fails the test instead of hanging it.
+TEST(CliErrors, InputsThatAreNotRegularFilesAreRefusedAtOnce) {
+  const std::string dir = temp_dir();
+  const std::string fifo = dir + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << strerror(errno);
+  auto run = [](std::vector<std::string> args) {
+    args.insert(args.begin(), USRTRACE_CLI);
+    Proc p = Proc::start(args, false);
+    return p.finish(20);
+  };
+  struct Case {
+    std::vector<std::string> args;
+    std::string path, what;
+  };
+  const Case cases[] = {
+      {{"recover", fifo}, fifo, "a FIFO"},
+      {{"report", "-i", fifo}, fifo, "a FIFO"},
+      {{"report", fifo}, fifo, "a FIFO"},
+      {{"recover", "/dev/zero"}, "/dev/zero", "a character device"},
+      {{"report", "-i", "/dev/zero"}, "/dev/zero", "a character device"},
+      {{"recover", dir}, dir, "a directory"},
+      {{"report", "-i", dir}, dir, "a directory"},
+  };
+  for (const Case& c : cases) {
+    const Result r = run(c.args);
+    EXPECT_EQ(r.rc, 1) << c.args[0] << " " << c.args.back()
+                       << (r.rc == 128 + SIGKILL ? ": still running at the deadline" : "");
+    EXPECT_EQ(r.err, "usrtrace " + c.args[0] + ": " + c.path + ": " + c.what + ", not a regular file\n");
+    EXPECT_EQ(r.out, "");
+  }
+  unlink(fifo.c_str());
+  rmdir(dir.c_str());
 }
 
 TEST(CliSnapshot, TakePrintClearFree) {

@@ -18,6 +18,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -346,13 +348,81 @@ TEST_F(TraceDatTest, RecorderErrorsSayWhat) {
   expect(bad, EINVAL, "given twice");
   bad = o;
   bad.output = dir_ + "/no/such/dir/x.dat";
-  expect(bad, ENOENT, "cannot create a temporary file in");
+  expect(bad, ENOENT, "/no/such/dir: No such file or directory");
+  // What the output would fail at in the end fails at the start.
+  bad.output = dir_;
+  expect(bad, EISDIR, "a directory, not a regular file");
+  bad.output = dir_ + "/fifo";
+  ASSERT_EQ(mkfifo(bad.output.c_str(), 0600), 0);
+  expect(bad, EINVAL, "a FIFO, not a regular file");
+  bad.output = dir_ + "/";
+  expect(bad, EINVAL, "no output file name");
   // A recorded instance cannot be removed while it is recorded.
   auto rec = TraceRecorder::start([&] { RecordOptions r = o; r.instances = {"tdt_b"}; return r; }(), &err);
   ASSERT_TRUE(rec) << err;
   EXPECT_EQ(tracefs::rmdir("instances/tdt_b"), -EBUSY);
   EXPECT_EQ(rec->stop(&err), 0) << err;
   EXPECT_EQ(access(o.output.c_str(), R_OK), 0);
+}
+
+// The output is written beside itself and renamed over: a full disk leaves
+// the previous file as it was, and no half-written file behind (before:
+// O_TRUNC first, then a torn file). A small tmpfs is the disk, in two
+// sizes: one that the recorded pages do not fit in (the staging files
+// fail), one that they fit in but not the output as well (the output's
+// write fails: what O_TRUNC used to turn into a lost previous file).
+TEST_F(TraceDatTest, AFullDiskKeepsThePreviousOutputWhole) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a small tmpfs";
+  std::string size_kb;
+  ASSERT_GE(tracefs::read_file("buffer_size_kb", &size_kb), 0);
+  struct Restore {
+    std::string kb;
+    ~Restore() { wr("buffer_size_kb", kb); }
+  } restore{size_kb};
+  ASSERT_GT(wr("buffer_size_kb", "8192"), 0);
+  auto fill = [] {
+    for (int i = 0; i < 60000; ++i)
+      ASSERT_GT(wr("trace_marker", "a marker that fills the disk " + std::to_string(i)), 0);
+  };
+  // The size of this recording's file, on a disk with room.
+  fill();
+  RecordOptions probe;
+  probe.output = dir_ + "/probe.dat";
+  std::string err;
+  RecordStats st;
+  ASSERT_EQ(extract_trace(probe, &err, &st), 0) << err;
+  struct stat ps;
+  ASSERT_EQ(stat(probe.output.c_str(), &ps), 0);
+  ASSERT_GT(st.bytes, 2u * static_cast<uint64_t>(ps.st_size - static_cast<off_t>(st.bytes)))
+      << "the pages must outweigh the metadata for the two sizes to mean what they say";
+  const uint64_t pages_do_not_fit = st.bytes / 2048, output_does_not_fit = (st.bytes + static_cast<uint64_t>(ps.st_size)) / 2048;
+  for (const uint64_t kb : {pages_do_not_fit, output_does_not_fit}) {
+    SCOPED_TRACE("a tmpfs of " + std::to_string(kb) + " KiB");
+    const std::string mnt = dir_ + "/small" + std::to_string(kb);
+    ASSERT_EQ(mkdir(mnt.c_str(), 0700), 0);
+    if (run("mount -t tmpfs -o size=" + std::to_string(kb) + "k tmpfs " + mnt).rc != 0)
+      GTEST_SKIP() << "cannot mount a tmpfs";
+    struct Unmount {
+      std::string m;
+      ~Unmount() { run("umount " + m); }
+    } unmount{mnt};
+    const std::string out = mnt + "/trace.dat";
+    {
+      std::ofstream f(out);
+      f << "the previous recording";
+    }
+    fill();
+    RecordOptions o;
+    o.output = out;
+    EXPECT_EQ(extract_trace(o, &err), -ENOSPC) << err;
+    EXPECT_NE(err.find(out + ", if any, is unchanged"), std::string::npos) << err;
+    EXPECT_EQ(err.find("writing the recorded pages") == std::string::npos, kb == output_does_not_fit) << err;
+    std::ifstream f(out);
+    std::string text((std::istreambuf_iterator<char>(f)), {});
+    EXPECT_TRUE(text == "the previous recording") << "the previous file was replaced: " << text.size() << " bytes";
+    EXPECT_EQ(run("ls -A " + mnt).out, "trace.dat\n") << "a temporary file was left behind";
+    wr("trace", "");
+  }
 }
 
 #ifdef USRTRACE_CLI
