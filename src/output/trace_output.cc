@@ -626,28 +626,12 @@ std::string snapshot_head(const Opts& o, const instance::Snapshots& snaps, int a
   return h;
 }
 
-std::string read_buffer(Instance& inst, rb::RingBuffer& rb, int cpu, std::string_view head,
-                        const instance::SnapshotInfo* max = nullptr);
-
 }  // namespace
 
 std::string trace_header(Instance& inst, int cpu) {
   std::string out;
   put_header(options_of(inst), tracer_label(inst), inst.buffer(), cpu, "", nullptr, &out);
   return out;
-}
-
-std::string read_snapshot(Instance& inst, int age, int cpu) {
-  instance::Snapshots& snaps = inst.snapshots();
-  instance::Snapshots::Ref ref = snaps.get(age);
-  if (!ref) {
-    std::string out = "# tracer: nop\n#\n";
-    out += snapshot_head(options_of(inst), snaps, age, instance::SnapshotInfo{});
-    return out;
-  }
-  const instance::SnapshotInfo info = ref.info();
-  return read_buffer(inst, ref.buffer(), cpu, snapshot_head(options_of(inst), snaps, age, info),
-                     info.window_end != 0 ? &info : nullptr);
 }
 
 void format_event(Instance& inst, const rb::Event& ev, uint64_t next_ts, std::string* out) {
@@ -663,63 +647,150 @@ void format_dump_event(Instance& inst, const rb::Event& ev, uint64_t next_ts, st
   format_line(o, true, ev, next_ts, out);
 }
 
-std::string read_trace(Instance& inst, int cpu) {
+struct TraceText::State {
+  Instance& inst;
+  int cpu;
+  Opts o;
+  rb::RingBuffer* rb = nullptr;
+  instance::Snapshots::Ref ref;  // a snapshot's: holds it while read
+  std::string head;              // the header, given first
+  bool shows_events = false;
+  latency::Window w;
+  std::unique_ptr<rb::RingBuffer::Iterator> it;  // made at the first fill
+  HeldEvent cur;      // latency-format: the line waits for the next event's time
+  bool have_cur = false;
+  bool ended = false;
+
+  State(Instance& i, int c, instance::Snapshots::Ref r) : inst(i), cpu(c), o(options_of(i)), ref(std::move(r)) {}
+
+  bool next(rb::Event* ev) {
+    while (it->next(ev))
+      if ((cpu < 0 || ev->cpu == cpu) && ev->ts >= w.start && ev->ts <= w.end) return true;
+    return false;
+  }
+};
+
+TraceText::TraceText(std::unique_ptr<State> s) : s_(std::move(s)) {}
+TraceText::~TraceText() = default;
+
+namespace {
+
+// The state for buffer `rb` (the live one, a snapshot's or the max buffer),
+// with `head` (a snapshot's) and, for a max trace, its window.
+std::unique_ptr<TraceText::State> text_state(Instance& inst, int cpu, instance::Snapshots::Ref ref,
+                                             rb::RingBuffer& rb, std::string_view head,
+                                             const instance::SnapshotInfo* max) {
+  auto st = std::make_unique<TraceText::State>(inst, cpu, std::move(ref));
+  st->rb = &rb;
+  put_header(st->o, tracer_label(inst), rb, cpu, head, max, &st->head);
+  // A max trace shows its window only, timed from its start (the kernel's
+  // max_buf time_start).
+  if (max != nullptr) st->w = latency::window_of(*max);
+  if (max != nullptr && max->window_end != 0) st->o.time_start_ns = clock::raw_to_ns(st->o.clock, st->w.start);
+  st->shows_events = valid_cpu(inst, cpu);
+  return st;
+}
+
+}  // namespace
+
+std::unique_ptr<TraceText> TraceText::live(Instance& inst, int cpu) {
   // A latency tracer's `trace` is its max trace (the kernel's print_max).
   if (latency::uses_max_buffer(inst)) {
     instance::Snapshots::Ref ref = inst.snapshots().get(0);
     if (ref) {
       const instance::SnapshotInfo info = ref.info();
-      return read_buffer(inst, ref.buffer(), cpu, "", &info);
+      rb::RingBuffer& rb = ref.buffer();
+      return std::unique_ptr<TraceText>(new TraceText(text_state(inst, cpu, std::move(ref), rb, "", &info)));
     }
   }
-  return read_buffer(inst, inst.buffer(), cpu, "");
+  return std::unique_ptr<TraceText>(
+      new TraceText(text_state(inst, cpu, instance::Snapshots::Ref(), inst.buffer(), "", nullptr)));
 }
 
-namespace {
+std::unique_ptr<TraceText> TraceText::snapshot(Instance& inst, int age, int cpu) {
+  instance::Snapshots& snaps = inst.snapshots();
+  instance::Snapshots::Ref ref = snaps.get(age);
+  if (!ref) {
+    auto st = std::make_unique<State>(inst, cpu, instance::Snapshots::Ref());
+    st->head = "# tracer: nop\n#\n" + snapshot_head(st->o, snaps, age, instance::SnapshotInfo{});
+    return std::unique_ptr<TraceText>(new TraceText(std::move(st)));
+  }
+  const instance::SnapshotInfo info = ref.info();
+  const std::string head = snapshot_head(options_of(inst), snaps, age, info);
+  rb::RingBuffer& rb = ref.buffer();
+  return std::unique_ptr<TraceText>(new TraceText(
+      text_state(inst, cpu, std::move(ref), rb, head, info.window_end != 0 ? &info : nullptr)));
+}
 
-std::string read_buffer(Instance& inst, rb::RingBuffer& rb, int cpu, std::string_view head,
-                        const instance::SnapshotInfo* max) {
-  Opts o = options_of(inst);
-  std::string out;
-  put_header(o, tracer_label(inst), rb, cpu, head, max, &out);
-  // A max trace shows its window only, timed from its start (the kernel's
-  // max_buf time_start).
-  const latency::Window w = max != nullptr ? latency::window_of(*max) : latency::Window{};
-  if (max != nullptr && max->window_end != 0) o.time_start_ns = clock::raw_to_ns(o.clock, w.start);
-  if (!valid_cpu(inst, cpu)) return out;
-  // One allocation for the usual line length instead of a dozen regrowths
-  // of a many-megabyte string.
-  out.reserve(out.size() + totals(rb).entries * 96);
-  rb::RingBuffer::Iterator it(rb);
-  auto next = [&](rb::Event* ev) {
-    while (it.next(ev))
-      if ((cpu < 0 || ev->cpu == cpu) && ev->ts >= w.start && ev->ts <= w.end) return true;
-    return false;
-  };
+bool TraceText::fill(std::string* out, size_t want) {
+  State& s = *s_;
+  if (s.ended) return false;
+  const size_t at_start = out->size();
+  if (!s.head.empty()) {
+    *out += s.head;
+    s.head.clear();
+    s.head.shrink_to_fit();
+  }
+  if (!s.shows_events) {
+    s.ended = true;
+    return out->size() > at_start;
+  }
+  if (!s.it) s.it = std::make_unique<rb::RingBuffer::Iterator>(*s.rb);
   rb::Event ev;
-  if (o.graph_text) {
+  if (s.o.graph_text) {
     std::vector<HeldEvent> evs;
-    while (next(&ev)) evs.emplace_back().hold(ev);
-    put_graph_events(o, rb, evs, &out);
-    return out;
+    while (s.next(&ev)) evs.emplace_back().hold(ev);
+    put_graph_events(s.o, *s.rb, evs, out);
+    s.ended = true;
+    return out->size() > at_start;
   }
-  if (!o.latency) {
-    while (next(&ev)) format_line(o, false, ev, ev.ts, &out);
-    return out;
+  if (!s.o.latency) {
+    while (out->size() < want) {
+      if (!s.next(&ev)) {
+        s.ended = true;
+        break;
+      }
+      format_line(s.o, false, ev, ev.ts, out);
+    }
+    return out->size() > at_start;
   }
-  HeldEvent cur;
-  if (!next(&ev)) return out;
-  cur.hold(ev);
-  for (;;) {
-    const bool more = next(&ev);
-    format_line(o, true, cur.ev, more ? ev.ts : cur.ev.ts, &out);
-    if (!more) break;
-    cur.hold(ev);
+  // latency-format: an event's line needs the next event's time.
+  if (!s.have_cur) {
+    if (!s.next(&ev)) {
+      s.ended = true;
+      return out->size() > at_start;
+    }
+    s.cur.hold(ev);
+    s.have_cur = true;
+  }
+  while (out->size() < want) {
+    const bool more = s.next(&ev);
+    format_line(s.o, true, s.cur.ev, more ? ev.ts : s.cur.ev.ts, out);
+    if (!more) {
+      s.ended = true;
+      s.have_cur = false;
+      break;
+    }
+    s.cur.hold(ev);
+  }
+  return out->size() > at_start;
+}
+
+std::string read_trace(Instance& inst, int cpu) {
+  std::string out;
+  auto t = TraceText::live(inst, cpu);
+  while (t->fill(&out, SIZE_MAX)) {
   }
   return out;
 }
 
-}  // namespace
+std::string read_snapshot(Instance& inst, int age, int cpu) {
+  std::string out;
+  auto t = TraceText::snapshot(inst, age, cpu);
+  while (t->fill(&out, SIZE_MAX)) {
+  }
+  return out;
+}
 
 size_t read_pipe(Instance& inst, int cpu, size_t max_bytes, std::string* out) {
   const Opts o = options_of(inst);

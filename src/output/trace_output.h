@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include "instance/instance.h"
@@ -24,6 +25,30 @@ void format_event(instance::Instance& inst, const rb::Event& ev, uint64_t next_t
 
 // The whole `trace` file (header + every event, not consumed).
 std::string read_trace(instance::Instance& inst, int cpu);
+
+// The text of `trace`, per_cpu/cpuN/trace, `snapshot` and snapshot.AGE, made
+// as it is read, as the kernel's seq_file makes it: the header, then lines,
+// a window at a time, so that a reader costs the traced process its window
+// (and a page copy per CPU), not the text of the whole buffer. Which events
+// it shows is fixed when it is made (RingBuffer::Iterator: up to the tail
+// of that moment). function_graph's text pairs each entry with its thread's
+// next record anywhere later, so that one is still made whole.
+// Context: control plane, one reader thread at a time.
+class TraceText {
+ public:
+  static std::unique_ptr<TraceText> live(instance::Instance& inst, int cpu);
+  static std::unique_ptr<TraceText> snapshot(instance::Instance& inst, int age, int cpu);
+  ~TraceText();
+  // Appends to *out until it holds at least `want` bytes or the text ends.
+  // False when the text had ended (nothing appended).
+  bool fill(std::string* out, size_t want);
+
+  struct State;
+
+ private:
+  explicit TraceText(std::unique_ptr<State> s);
+  std::unique_ptr<State> s_;
+};
 
 // The `snapshot` file (age 0) and snapshot.AGE: a kept snapshot's text,
 // with a head saying which one it is, when and why it was taken; the

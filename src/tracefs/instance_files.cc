@@ -508,7 +508,11 @@ std::unique_ptr<File> open_instance_file(Node node, int flags, int* err) {
         else
           inst.buffer().reset();
       }
-      f->show = [ip] { return output::read_trace(*ip, -1); };
+      // Made as it is read (output::TraceText), from the first read on.
+      f->stream = [ip, t = std::shared_ptr<output::TraceText>()](std::string* out, size_t want) mutable {
+        if (!t) t = output::TraceText::live(*ip, -1);
+        return t->fill(out, want);
+      };
       f->store = [](std::string_view s) { return size_of(s); };  // the kernel ignores it too
       break;
     case Kind::kTraceClock:

@@ -153,11 +153,16 @@ class SimpleFile : public File {
   long write(const char* buf, size_t size) override;
 
   std::function<std::string()> show;             // null: not readable
+  // Instead of show, for the large texts (trace, snapshot): appends at
+  // least `want` bytes to the string, or what is left; false at the end.
+  // A read then holds about its own size of text, not the whole file.
+  std::function<bool(std::string*, size_t want)> stream;
   std::function<long(std::string_view)> store;   // null: not writable
   std::function<void()> on_close;                // the kernel's release
 
  private:
   InstanceRef inst_;  // destroyed after on_close ran
+  bool ended_ = false;  // stream: nothing more to come
   bool shown_ = false;
   std::string text_;
   size_t off_ = 0;

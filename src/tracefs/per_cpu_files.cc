@@ -113,7 +113,10 @@ std::unique_ptr<File> open_per_cpu_file(Node node, int flags, int* err) {
       break;
     case Kind::kCpuTrace:
       if (trunc) ip->buffer().reset(cpu);
-      f->show = [ip, cpu] { return output::read_trace(*ip, cpu); };
+      f->stream = [ip, cpu, t = std::shared_ptr<output::TraceText>()](std::string* out, size_t want) mutable {
+        if (!t) t = output::TraceText::live(*ip, cpu);
+        return t->fill(out, want);
+      };
       f->store = [](std::string_view s) { return static_cast<long>(s.size()); };
       break;
     default:

@@ -102,12 +102,18 @@ std::unique_ptr<File> open_snapshot_file(Node node, int /*flags*/, int* err) {
   switch (node.kind) {
     case Kind::kSnapshot:
     case Kind::kCpuSnapshot:
-      f->show = [ip, cpu] { return output::read_snapshot(*ip, 0, cpu); };
+      f->stream = [ip, cpu, t = std::shared_ptr<output::TraceText>()](std::string* out, size_t want) mutable {
+        if (!t) t = output::TraceText::snapshot(*ip, 0, cpu);
+        return t->fill(out, want);
+      };
       f->store = [ip, cpu](std::string_view s) { return write_snapshot(*ip, cpu, s); };
       break;
     case Kind::kSnapshotOld: {
       const int age = node.age;
-      f->show = [ip, age] { return output::read_snapshot(*ip, age, -1); };
+      f->stream = [ip, age, t = std::shared_ptr<output::TraceText>()](std::string* out, size_t want) mutable {
+        if (!t) t = output::TraceText::snapshot(*ip, age, -1);
+        return t->fill(out, want);
+      };
       break;
     }
     case Kind::kSnapshotEnabled:

@@ -312,6 +312,19 @@ void list_dir(const Node& n, std::vector<std::string>* out) {
 // ---- SimpleFile
 
 long SimpleFile::read(char* buf, size_t size) {
+  if (stream) {
+    if (off_ == text_.size() && !ended_) {
+      text_.clear();
+      off_ = 0;
+      // A window of at least 64 KiB: small reads (FUSE's 4 KiB) do not
+      // each restart the formatting.
+      if (!stream(&text_, std::max<size_t>(size, 64 * 1024))) ended_ = true;
+    }
+    const size_t n = std::min(size, text_.size() - off_);
+    std::memcpy(buf, text_.data() + off_, n);
+    off_ += n;
+    return static_cast<long>(n);
+  }
   if (!show) return -EINVAL;
   if (!shown_) {
     text_ = show();
