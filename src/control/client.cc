@@ -29,30 +29,66 @@ std::string comm_of(pid_t pid) {
   return s;
 }
 
-// The owner of /proc/PID (the process's uid), or -1.
-long uid_of(pid_t pid) {
+// The effective uid of process pid, or -1: its server names its socket
+// directory by it (geteuid()), owns it and binds the socket as it.
+long euid_of(pid_t pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/status");
   std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("Uid:", 0) == 0) return std::strtol(line.c_str() + 4, nullptr, 10);
+  while (std::getline(f, line)) {
+    if (line.rfind("Uid:", 0) != 0) continue;
+    char* end = nullptr;
+    std::strtol(line.c_str() + 4, &end, 10);  // the real uid
+    const long euid = std::strtol(end, &end, 10);
+    return end && (*end == '\t' || *end == ' ') ? euid : -1;
+  }
   return -1;
 }
 
 bool process_alive(pid_t pid) { return ::kill(pid, 0) == 0 || errno == EPERM; }
 
-// Where pid's socket may be: our own directory, then (for root driving
-// another user's process) that user's usual ones.
-std::vector<std::string> candidate_paths(pid_t pid) {
-  std::vector<std::string> out;
-  std::string dir, err;
-  if (socket_dir(false, &dir, &err) == 0) out.push_back(socket_path(dir, pid));
-  const long uid = uid_of(pid);
+// When process pid started (/proc/PID/stat field 22, in clock ticks since
+// boot), or 0: with the pid, it names one process, even after the pid is
+// reused.
+uint64_t start_time_of(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(f, line);
+  const size_t paren = line.rfind(')');  // the name may hold spaces and parentheses
+  if (paren == std::string::npos) return 0;
+  const char* p = line.c_str() + paren + 1;
+  for (int field = 3; field < 22; ++field) {  // past the state (3) to the start time (22)
+    while (*p == ' ') ++p;
+    while (*p && *p != ' ') ++p;
+  }
+  return std::strtoull(p, nullptr, 10);
+}
+
+// A directory where pid's socket may be, and the user who must own it.
+struct Candidate {
+  std::string dir;
+  uid_t owner;
+};
+
+// Our own directory, then (for root driving another user's process) that
+// user's usual ones, which must be that user's.
+std::vector<Candidate> candidates(pid_t pid) {
+  std::vector<Candidate> out;
+  out.push_back({socket_dir_path(), geteuid()});
+  const long uid = euid_of(pid);
   if (uid >= 0 && static_cast<uid_t>(uid) != geteuid()) {
-    out.push_back("/run/user/" + std::to_string(uid) + "/usrtrace/" + std::to_string(pid));
-    out.push_back("/tmp/usrtrace-" + std::to_string(uid) + "/" + std::to_string(pid));
+    const uid_t u = static_cast<uid_t>(uid);
+    out.push_back({"/run/user/" + std::to_string(u) + "/usrtrace", u});
+    out.push_back({"/tmp/usrtrace-" + std::to_string(u), u});
   }
   return out;
 }
+
+struct FdCloser {
+  int fd;
+  ~FdCloser() {
+    if (fd >= 0) ::close(fd);
+  }
+};
 
 // Waits until fd is ready for `events` or deadline_ms pass; 0 or -errno.
 int wait_fd(int fd, short events, int timeout_ms) {
@@ -81,38 +117,80 @@ std::unique_ptr<Connection> Connection::open(pid_t pid, std::string* err) {
     *err = "no " + who;
     return nullptr;
   }
+  const uint64_t started = start_time_of(pid);
   int last = ENOENT;
-  std::string tried;
-  for (const std::string& path : candidate_paths(pid)) {
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    if (path.size() >= sizeof addr.sun_path) continue;
-    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-      *err = std::string("socket: ") + std::strerror(errno);
-      return nullptr;
+  std::string tried;    // the first path looked at, for "does not serve"
+  std::string refused;  // why the first untrusted one was refused
+  const std::string name = std::to_string(pid);
+  for (const Candidate& cand : candidates(pid)) {
+    const std::string path = socket_path(cand.dir, pid);
+    std::string why;
+    FdCloser dir{open_socket_dir(cand.dir, cand.owner, &why)};
+    int rc = dir.fd < 0 ? dir.fd : check_socket(dir.fd, cand.dir, name, cand.owner, &why);
+    if (rc == -EPERM) {
+      if (refused.empty()) refused = "not connecting to " + path + ": " + why;
+      continue;
     }
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-      last = errno;
-      ::close(fd);
-      if (last == ECONNREFUSED && !process_alive(pid)) ::unlink(path.c_str());
+    if (rc < 0) {
+      if (rc != -ENOENT && rc != -ENOTDIR) last = -rc;
       if (tried.empty()) tried = path;
       continue;
     }
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    const std::string via = socket_path_at(dir.fd, cand.dir, name);
+    if (via.size() >= sizeof addr.sun_path) continue;
+    std::memcpy(addr.sun_path, via.c_str(), via.size() + 1);
+    FdCloser sock{::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)};
+    if (sock.fd < 0) {
+      *err = std::string("socket: ") + std::strerror(errno);
+      return nullptr;
+    }
+    if (::connect(sock.fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      last = errno;
+      // Left by a process that died. Removed only from our own directory:
+      // never what another user made (root's client included).
+      if (last == ECONNREFUSED && cand.owner == geteuid() && !process_alive(pid))
+        ::unlinkat(dir.fd, name.c_str(), 0);
+      if (tried.empty()) tried = path;
+      continue;
+    }
+    // The listener's credentials, from the kernel: the process itself
+    // serves its socket, so anyone else here is an impostor (and a socket
+    // of a dead process's pid reused by another is not its).
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    if (::getsockopt(sock.fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.pid != pid ||
+        cred.uid != cand.owner) {
+      if (refused.empty())
+        refused = "not connecting to " + path + ": " + path + " is served by process " +
+                  std::to_string(cred.pid) + " (uid " + std::to_string(cred.uid) +
+                  "), not by process " + name + " (uid " + std::to_string(cand.owner) + ")";
+      continue;
+    }
     std::unique_ptr<Connection> c(new Connection());
-    c->fd_ = fd;
+    c->fd_ = sock.fd;
+    sock.fd = -1;
     c->pid_ = pid;
+    c->start_time_ = started;
     Request hello;
     hello.op = Op::kHello;
     std::string payload;
-    const int rc = c->call(hello, &payload);
+    rc = c->call(hello, &payload);
     if (rc == -EACCES) {
       *err = who + " belongs to another user: permission denied";
       return nullptr;
     }
     if (rc == -EUSERS) {
-      *err = who + " serves too many clients already";
+      // The refusal says the server's limit and idle time (protocol.h).
+      Decoder d(reinterpret_cast<const uint8_t*>(payload.data()), payload.size());
+      const uint32_t limit = d.u32(), idle_ms = d.u32();
+      *err = who + "'s control server is serving its limit of " +
+             (d.done() ? std::to_string(limit) + " " : std::string()) + "clients";
+      if (d.done() && idle_ms > 0)
+        *err += " (one that sends nothing for " + std::to_string((idle_ms + 999) / 1000) +
+                " s is let go: try again then)";
+      errno = EUSERS;
       return nullptr;
     }
     if (rc < 0) {
@@ -129,16 +207,24 @@ std::unique_ptr<Connection> Connection::open(pid_t pid, std::string* err) {
     return c;
   }
   const std::string comm = comm_of(pid);
-  if (last == EACCES || last == EPERM)
-    *err = who + (comm.empty() ? "" : " (" + comm + ")") + ": permission denied on its control socket";
-  else
+  if (!refused.empty()) {
+    // Said rather than passed over: someone may be impersonating it.
+    *err = who + (comm.empty() ? "" : " (" + comm + ")") + ": " + refused +
+           " (an impostor could answer in its place)";
+    errno = EPERM;
+  } else if (last == EACCES || last == EPERM) {
+    *err = who + (comm.empty() ? "" : " (" + comm + ")") +
+           ": permission denied on its control socket";
+  } else {
     *err = who + (comm.empty() ? "" : " (" + comm + ")") +
            " does not serve usrtrace's control socket (not using usrtrace, or started with "
            "USRTRACE_CONTROL=0)" + (tried.empty() ? "" : ": " + tried + ": " + std::strerror(last));
+  }
   return nullptr;
 }
 
 int Connection::call(const Request& req, std::string* payload, uint32_t wait_ms) {
+  unsent_ = true;
   if (fd_ < 0) return -EPIPE;
   buf_.clear();
   encode_request(req, &buf_);
@@ -167,6 +253,7 @@ int Connection::call(const Request& req, std::string* payload, uint32_t wait_ms)
     }
     return 0;
   };
+  unsent_ = !sent;
   char head[12];
   int rc = recv_all(head, 4);
   uint32_t len = 0;
@@ -233,8 +320,27 @@ int Connection::meta(const std::vector<std::string>& instances, RemoteMeta* out)
 
 struct Client::Impl {
   std::unique_ptr<Connection> conn;
+  int open_files = 0;  // handles open on `conn`: another connection would not know them
+
   int call(const Request& r, std::string* payload, uint32_t wait_ms = 0) {
-    return conn->call(r, payload, wait_ms);
+    int rc = conn->call(r, payload, wait_ms);
+    // The server closes a connection that sent nothing for a while
+    // (server.h). One that held nothing there is made again, and the
+    // request, which never reached the server, sent on the new one. With
+    // files open it is not: their handles would be unknown there, or name
+    // other files; the caller gets -EPIPE, as when the process is gone.
+    if (rc == -EPIPE && conn->request_unsent() && open_files == 0) {
+      std::string err;
+      auto fresh = Connection::open(conn->pid(), &err);
+      // The same process, not another that got its pid after it died.
+      if (fresh && fresh->start_time() == conn->start_time()) {
+        conn = std::move(fresh);
+        rc = conn->call(r, payload, wait_ms);
+      }
+    }
+    if (r.op == Op::kOpen && rc >= 0) ++open_files;
+    if (r.op == Op::kClose && rc == 0) --open_files;
+    return rc;
   }
   int simple(Op op, const std::string& path) {
     Request r;
@@ -368,10 +474,16 @@ long Client::write_file(const std::string& path, const std::string& text, bool a
 
 std::vector<Process> list_processes() {
   std::vector<Process> out;
-  std::string dir, err;
-  if (socket_dir(false, &dir, &err) < 0) return out;
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return out;
+  const std::string dir = socket_dir_path();
+  std::string why;
+  FdCloser dfd{open_socket_dir(dir, geteuid(), &why)};
+  if (dfd.fd < 0) return out;
+  const int lfd = ::openat(dfd.fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR* d = lfd >= 0 ? ::fdopendir(lfd) : nullptr;
+  if (!d) {
+    if (lfd >= 0) ::close(lfd);
+    return out;
+  }
   std::vector<pid_t> pids;
   while (dirent* e = ::readdir(d)) {
     char* end = nullptr;
@@ -382,15 +494,17 @@ std::vector<Process> list_processes() {
   ::closedir(d);
   std::sort(pids.begin(), pids.end());
   for (pid_t pid : pids) {
-    const std::string path = socket_path(dir, pid);
-    if (!process_alive(pid)) {  // left by a process that died
-      ::unlink(path.c_str());
+    const std::string name = std::to_string(pid);
+    if (!process_alive(pid)) {
+      // Left by a process of ours that died: only a socket of our own goes.
+      if (check_socket(dfd.fd, dir, name, geteuid(), &why) == 0)
+        ::unlinkat(dfd.fd, name.c_str(), 0);
       continue;
     }
     std::string cerr;
     auto c = Connection::open(pid, &cerr);
     if (!c) continue;
-    out.push_back({pid, c->comm(), path});
+    out.push_back({pid, c->comm(), socket_path(dir, pid)});
   }
   return out;
 }

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,7 +17,10 @@ namespace usrtrace::control {
 
 class Connection {
  public:
-  // Connects to process `pid` and says hello. nullptr with *err (one line).
+  // Connects to process `pid` and says hello. nullptr with *err (one line)
+  // and errno EPERM when the socket is not to be trusted (paths.h: a
+  // directory or socket of another user, or served by another process) or
+  // EUSERS when the server is serving its limit of clients.
   static std::unique_ptr<Connection> open(pid_t pid, std::string* err);
   ~Connection();
 
@@ -24,8 +28,16 @@ class Connection {
   // error: -EPIPE (the process is gone), -ETIMEDOUT (no answer in
   // wait_ms + kAnswerMs), -EPROTO (a malformed answer).
   int call(const Request& req, std::string* payload, uint32_t wait_ms = 0);
+  // Whether the last call's request failed to reach the server (its send
+  // failed: the server had closed the connection, or shut its reading side
+  // as it closes an idle one). Nothing of it was done then, so it may be
+  // sent again on a new connection.
+  bool request_unsent() const { return unsent_; }
   uint32_t flags() const { return flags_; }
   pid_t pid() const { return pid_; }
+  // When the process started (/proc/PID/stat), so that a pid reused by
+  // another process is told apart; 0 when unknown.
+  uint64_t start_time() const { return start_time_; }
   const std::string& comm() const { return comm_; }
 
   // kPages: up to max_bytes of whole pages of `instance` (see protocol.h).
@@ -46,7 +58,9 @@ class Connection {
   Connection() = default;
   int fd_ = -1;
   pid_t pid_ = 0;
+  uint64_t start_time_ = 0;
   uint32_t flags_ = 0;
+  bool unsent_ = false;
   std::string comm_;
   std::string buf_;
 };

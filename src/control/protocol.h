@@ -31,6 +31,11 @@
 // response: kExiting once the process is exiting (see server.h: a
 // recording client then takes what is left and releases the process).
 //
+// A connection the server refuses gets one response before the close,
+// whatever it sent: -EACCES (another user's client), or -EUSERS with the
+// payload u32 max_clients, u32 idle_ms (the server serves its limit of
+// clients; one that sends nothing for idle_ms, 0: never, is closed).
+//
 // Every request is untrusted input: sizes are bounded (kMaxRequest, paths
 // kMaxPath, reads and pages kMaxData) and a request that does not decode
 // exactly, with no bytes left over, is refused with EPROTO and the

@@ -17,7 +17,9 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -26,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/files.h"
 #include "base/sys.h"
 #include "control/meta.h"
 #include "control/paths.h"
@@ -83,7 +86,7 @@ void on_terminating_signal(int sig) {
 }
 
 void defer_terminating_signals() {
-  const char* e = getenv("USRTRACE_DEFER_SIGNALS");
+  const char* e = base::env("USRTRACE_DEFER_SIGNALS");
   if (!e || std::strcmp(e, "1") != 0) return;
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
     struct sigaction old {};
@@ -97,6 +100,18 @@ void defer_terminating_signals() {
 }
 
 int exit_wait_ms();
+
+// How long a connection may send nothing before the server closes it
+// (USRTRACE_CONTROL_IDLE_MS, default kIdleMs; 0: never). Read as the server
+// starts.
+std::chrono::milliseconds idle_time() {
+  const char* e = base::env("USRTRACE_CONTROL_IDLE_MS");
+  if (!e || !*e) return std::chrono::milliseconds(kIdleMs);
+  char* end = nullptr;
+  const long v = strtol(e, &end, 10);
+  if (*end || v < 0 || v > 24L * 3600 * 1000) return std::chrono::milliseconds(kIdleMs);
+  return std::chrono::milliseconds(v);
+}
 
 struct Conn {
   int fd = -1;
@@ -113,8 +128,18 @@ struct Conn {
   std::map<std::string, Instance*> readers;  // kPages sources, each holding a reference
   uint32_t next_cpu = 0;
   bool recording = false;
+  // The idle clock: the connection's accept, or the last byte that came
+  // or went. Not counted while a request is parked: the client waits for
+  // us then.
+  Clock::time_point last_active;
   uint32_t meta_generation = 0;  // base::metadata_generation() at the last kMeta
   bool has_meta = false;
+
+  // Only a connection that holds nothing is closed for being quiet: one
+  // with a file open (a shell's `exec 3>trace_marker` in the FUSE mount,
+  // written to now and then), a page reader or a recording is the
+  // client's state, which a close would break (ENODEV on its next use).
+  bool holds_state() const { return !files.empty() || !readers.empty() || recording; }
 
   ~Conn() {
     files.clear();
@@ -122,6 +147,8 @@ struct Conn {
     if (fd >= 0) ::close(fd);
   }
 };
+
+inline bool may_idle_out(const Conn& c) { return !c.parked && !c.holds_state(); }
 
 class Server {
  public:
@@ -135,6 +162,7 @@ class Server {
   std::mutex mu;
   std::condition_variable cv;
   int recorders = 0;  // connections in kRecord mode; under mu
+  std::chrono::milliseconds idle{0};  // idle_time(); 0: never; set before the thread starts
 
   void wake() {
     const uint64_t one = 1;
@@ -155,6 +183,7 @@ class Server {
   void receive(Conn& c);
   void process(Conn& c);
   void flush(Conn& c);
+  void close_idle(Conn& c);
   // False when the request was parked.
   bool handle(Conn& c, Request& r, bool may_park);
   bool read(Conn& c, Request& r, bool may_park);
@@ -185,6 +214,7 @@ void Server::flush(Conn& c) {
       return;
     }
     c.out_off += static_cast<size_t>(n);
+    c.last_active = Clock::now();
   }
   c.out.clear();
   c.out_off = 0;
@@ -197,6 +227,7 @@ void Server::accept_all() {
     if (fd < 0) return;  // EAGAIN, or a peer gone before we took it
     auto c = std::make_unique<Conn>();
     c->fd = fd;
+    c->last_active = Clock::now();
     struct ucred cred {};
     socklen_t len = sizeof cred;
     int refuse = 0;
@@ -205,8 +236,15 @@ void Server::accept_all() {
     else if (cred.uid != geteuid() && cred.uid != 0) refuse = EACCES;
     else if (conns_.size() >= static_cast<size_t>(kMaxClients)) refuse = EUSERS;
     if (refuse) {
-      // One small frame, best effort: the client says why it was refused.
-      respond(*c, -refuse);
+      // One small frame, best effort: the client says why it was refused;
+      // at the limit, with the limit and how soon idle ones go (protocol.h).
+      std::string why;
+      if (refuse == EUSERS) {
+        Encoder e(&why);
+        e.u32(static_cast<uint32_t>(kMaxClients));
+        e.u32(static_cast<uint32_t>(idle.count()));
+      }
+      respond(*c, -refuse, why);
       c->close_after = true;
       flush(*c);
       continue;  // ~Conn closes
@@ -226,6 +264,7 @@ void Server::receive(Conn& c) {
       return;
     }
     c.in.append(buf, static_cast<size_t>(n));
+    c.last_active = Clock::now();
     // Requests are taken one at a time, so `in` holds at most one request
     // and what a pipelining client sent after it; stop reading there.
     if (c.in.size() > 4 + kMaxRequest) return;
@@ -259,6 +298,35 @@ void Server::process(Conn& c) {
       return;
     }
     handle(c, r, true);
+  }
+}
+
+// Closes a connection that has sent nothing (or read nothing of its
+// answer) for `idle`. Its client may be sending a request at this very
+// moment: after shutdown(SHUT_RD) its send fails (EPIPE), so it knows the
+// request never got here (Connection::request_unsent(): Client sends it
+// again on a new connection), and a whole one that got here first is
+// still answered before the close.
+void Server::close_idle(Conn& c) {
+  if (!c.out.empty()) {  // it does not read what it asked for
+    c.dead = true;
+    return;
+  }
+  ::shutdown(c.fd, SHUT_RD);
+  char buf[64 * 1024];
+  while (c.in.size() <= 4 + kMaxRequest) {
+    const ssize_t n = ::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // all there was (0 after SHUT_RD), or a broken connection
+    c.in.append(buf, static_cast<size_t>(n));
+  }
+  process(c);
+  if (c.parked || !c.out.empty()) {
+    c.close_after = true;  // once that answer is out
+    c.last_active = Clock::now();
+    if (!c.out.empty()) flush(c);
+  } else {
+    c.dead = true;  // nothing came, or half a request whose rest cannot
   }
 }
 
@@ -501,16 +569,27 @@ void Server::run() {
     // poll does not wait then (one request per connection and round keeps
     // the others served). ControlMalformed.PipelinedRequestsAreAllAnswered.
     bool any_ready = false;
+    // When the first connection that stays quiet is to be closed.
+    Clock::time_point idle_due = Clock::time_point::max();
     for (const auto& c : conns_) {
       short ev = 0;
-      if (!c->parked && c->out.empty() && c->in.size() <= 4 + kMaxRequest) ev |= POLLIN;
+      if (!c->parked && c->out.empty() && c->in.size() <= 4 + kMaxRequest && !c->close_after)
+        ev |= POLLIN;
       if (!c->out.empty()) ev |= POLLOUT;
       any_parked |= c->parked;
       any_ready |= ready(*c);
+      if (idle.count() > 0 && may_idle_out(*c)) idle_due = std::min(idle_due, c->last_active + idle);
       fds.push_back({c->fd, ev, 0});
     }
     const bool ticking = any_parked || (g_pending_signal != 0 && !killed);
-    const int n = ::poll(fds.data(), fds.size(), any_ready ? 0 : ticking ? kTickMs : -1);
+    int timeout = any_ready ? 0 : ticking ? kTickMs : -1;
+    if (timeout != 0 && idle_due != Clock::time_point::max()) {
+      const auto wait =
+          std::chrono::ceil<std::chrono::milliseconds>(idle_due - Clock::now()).count();
+      const int until_due = static_cast<int>(std::clamp<decltype(wait)>(wait, 0, INT_MAX));
+      timeout = timeout < 0 ? until_due : std::min(timeout, until_due);
+    }
+    const int n = ::poll(fds.data(), fds.size(), timeout);
     if (n < 0 && errno != EINTR) break;
     if (fds[0].revents & POLLIN) {
       uint64_t v;
@@ -538,6 +617,13 @@ void Server::run() {
       }
       process(c);
       if (!c.out.empty()) flush(c);
+    }
+    // Quiet ones go, so that clients that hang (stopped, or leaking
+    // connections) cannot hold the kMaxClients places for good.
+    if (idle.count() > 0) {
+      const auto checked = Clock::now();
+      for (auto& c : conns_)
+        if (!c->dead && may_idle_out(*c) && checked - c->last_active >= idle) close_idle(*c);
     }
     for (auto it = conns_.begin(); it != conns_.end();) {
       if ((*it)->dead) {
@@ -577,7 +663,7 @@ void stop_locked() {
 }
 
 int exit_wait_ms() {
-  const char* e = getenv("USRTRACE_EXIT_WAIT_MS");
+  const char* e = base::env("USRTRACE_EXIT_WAIT_MS");
   if (!e || !*e) return 5000;
   char* end = nullptr;
   const long v = strtol(e, &end, 10);
@@ -598,11 +684,17 @@ void exit_hook() {
   stop_locked();
 }
 
-}  // namespace
+// Said once per process: a program whose server cannot start (its socket
+// directory taken by another user, a bind that fails) is not traceable
+// from outside, and its user should know why; a retry does not say it
+// again.
+void say_not_started(const std::string& why) {
+  static std::atomic<bool> said{false};
+  if (said.exchange(true)) return;
+  std::fprintf(stderr, "usrtrace: control socket not started: %s\n", why.c_str());
+}
 
-int start_server(std::string* err) {
-  std::string scratch;
-  if (!err) err = &scratch;
+int start(std::string* err) {
   std::lock_guard<std::mutex> l(g_mu);
   if (g_server && g_server->pid == getpid()) return 0;
   if (g_server) stop_locked();  // inherited through fork: forget it
@@ -618,6 +710,7 @@ int start_server(std::string* err) {
     return -ENAMETOOLONG;
   }
   std::memcpy(addr.sun_path, s->path.c_str(), s->path.size() + 1);
+  s->idle = idle_time();
   s->listen_fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (s->listen_fd < 0) {
     const int e = errno;
@@ -626,12 +719,15 @@ int start_server(std::string* err) {
   }
   // A socket with our pid is a dead process's: ours is the only live one.
   ::unlink(s->path.c_str());
-  if (::bind(s->listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      ::chmod(s->path.c_str(), 0600) != 0 || ::listen(s->listen_fd, kMaxClients) != 0) {
+  const char* failed = nullptr;
+  if (::bind(s->listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) failed = "bind";
+  else if (::chmod(s->path.c_str(), 0600) != 0) failed = "chmod";
+  else if (::listen(s->listen_fd, kMaxClients) != 0) failed = "listen on";
+  if (failed) {
     const int e = errno;
-    *err = s->path + ": " + std::strerror(e);
+    *err = std::string("cannot ") + failed + " " + s->path + ": " + std::strerror(e);
     ::close(s->listen_fd);
-    ::unlink(s->path.c_str());
+    if (std::strcmp(failed, "bind") != 0) ::unlink(s->path.c_str());  // ours only once bound
     return -e;
   }
   s->wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -656,6 +752,18 @@ int start_server(std::string* err) {
   static std::once_flag once;
   std::call_once(once, [] { atexit(exit_hook); });
   return 0;
+}
+
+}  // namespace
+
+int start_server(std::string* err) {
+  std::string why;
+  const int rc = start(&why);
+  if (rc < 0) {
+    if (err) *err = why;
+    else say_not_started(why);  // autostart, usrtrace_control_start(): no other way to tell
+  }
+  return rc;
 }
 
 void stop_server() {
@@ -687,7 +795,7 @@ namespace {
 // constructor runs after every other initializer of the library: a client
 // that connects at once finds the library whole.
 __attribute__((constructor)) void usrtrace_control_autostart() {
-  const char* e = getenv("USRTRACE_CONTROL");
+  const char* e = usrtrace::base::env("USRTRACE_CONTROL");
   if (e && std::strcmp(e, "0") == 0) return;
   usrtrace::control::start_server(nullptr);
 }

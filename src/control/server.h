@@ -11,6 +11,19 @@
 // The write path never waits for the server: it only reads the buffers as
 // any reader does.
 //
+// Connections are few (kMaxClients) and a client that went quiet (stopped
+// with Ctrl-Z, hung, leaking connections) must not hold a place for good:
+// one that sends nothing for kIdleMs (USRTRACE_CONTROL_IDLE_MS; 0: never)
+// is closed. A parked request is not idle time: its client waits for us.
+// A client refused at the limit is told so (EUSERS, with the limit and the
+// idle time), at once.
+//
+// Trust: the socket's directory must be this user's, mode 0700 (paths.h;
+// clients check it too, and the listener's SO_PEERCRED), and only this
+// user or root may connect (SO_PEERCRED). A server that cannot start says
+// why on stderr, once per process ("usrtrace: control socket not started:
+// /tmp/usrtrace-1000 is owned by uid 65534, not by uid 1000").
+//
 // Lifetime: started when the library loads (USRTRACE_CONTROL=0 in the
 // environment prevents it; usrtrace_control_start()/stop() in the C API);
 // the socket is removed at exit. At exit, connections that declared
@@ -27,9 +40,11 @@ namespace usrtrace::control {
 inline constexpr int kMaxClients = 16;
 inline constexpr int kMaxFilesPerClient = 64;
 inline constexpr int kTickMs = 10;
+inline constexpr int kIdleMs = 30000;
 
-// Starts serving (idempotent). 0, or -errno with *err (if not null) set.
-// Context: control plane; creates a thread.
+// Starts serving (idempotent). 0, or -errno with *err set; with err null
+// the reason goes to stderr instead (once per process). Context: control
+// plane; creates a thread.
 int start_server(std::string* err);
 // Stops serving and removes the socket. Context: control plane.
 void stop_server();

@@ -190,12 +190,17 @@ int RemoteRecording::finish_remote(std::string* err) {
   while (any)
     if (int rc = take(true, 0, &any, err); rc < 0) return rc;
   refresh_meta();
+  release_remote();
+  return 0;
+}
+
+// Tells the process that nobody records it any more: its exit does not wait.
+void RemoteRecording::release_remote() {
   control::Request rec;
   rec.op = control::Op::kRecord;
   rec.on = false;
   std::string payload;
   conn_->call(rec, &payload);
-  return 0;
 }
 
 void RemoteRecording::refresh_meta() {
@@ -213,9 +218,15 @@ void RemoteRecording::start_thread() {
     auto last_meta = std::chrono::steady_clock::now() - std::chrono::seconds(1);
     while (!stop_.load(std::memory_order_acquire)) {
       if (int rc = take(false, kWaitMs, &any, &err); rc < 0) {
-        if (rc != -EPIPE) set_error(rc, err);
-        cut_short_.store(true, std::memory_order_release);
-        gone_.store(true, std::memory_order_release);  // a process killed: keep what came
+        if (rc == -EPIPE) {
+          cut_short_.store(true, std::memory_order_release);  // a process killed: keep what came
+        } else {
+          // Our own failure (a full disk): the process is let go at once,
+          // not held at its exit for pages nobody will take.
+          set_error(rc, err);
+          release_remote();
+        }
+        gone_.store(true, std::memory_order_release);
         return;
       }
       // The process loaded an object or registered events: their names and

@@ -42,6 +42,7 @@ class RemoteRecording {
   int store(Instance& inst, const control::Connection::Pages& p, std::string* err);
   int take(bool flush, uint32_t wait_ms, bool* any, std::string* err);
   int finish_remote(std::string* err);
+  void release_remote();
   // Takes the metadata again (kallsyms, formats) and keeps what departed.
   void refresh_meta();
   void set_error(int rc, const std::string& err);

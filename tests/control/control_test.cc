@@ -4,6 +4,7 @@
 // sockets for what a well-behaved client never sends.
 #include <fcntl.h>
 #include <linux/securebits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -17,7 +18,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -330,7 +333,7 @@ TEST(ControlMalformed, TooManyClientsAreToldSo) {
     clients.push_back(std::move(c));
   }
   EXPECT_FALSE(Client::connect(getpid(), &err));
-  EXPECT_NE(err.find("too many clients"), std::string::npos) << err;
+  EXPECT_NE(err.find("'s control server is serving its limit of 16 clients"), std::string::npos) << err;
   clients.pop_back();
   // The server sees the close before it answers the next connect.
   std::unique_ptr<Client> again;
@@ -339,6 +342,155 @@ TEST(ControlMalformed, TooManyClientsAreToldSo) {
     if (!again) usleep(1000);
   }
   EXPECT_TRUE(again) << err;
+}
+
+// Connections that never send a byte fill the server as well as busy
+// ones: the next client is told the limit at once, not left to time out.
+TEST(ControlMalformed, SixteenIdleConnectionsAndTheNextClientIsToldTheLimit) {
+  stop_server();  // a server of our own: no connection of another test counts
+  std::string err;
+  ASSERT_EQ(start_server(&err), 0) << err;
+  std::vector<int> idle;
+  for (int i = 0; i < kMaxClients; ++i) {
+    const int fd = raw_connect();
+    ASSERT_GE(fd, 0) << i;
+    idle.push_back(fd);
+  }
+  // The server takes connections in the order they came: these 16 first.
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(Client::connect(getpid(), &err));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(Connection::kAnswerMs / 2))
+      << "told only after waiting for an answer";
+  EXPECT_NE(err.find("process " + std::to_string(getpid()) +
+                     "'s control server is serving its limit of 16 clients"),
+            std::string::npos)
+      << err;
+  for (int fd : idle) ::close(fd);
+}
+
+// A server of our own whose connections are closed after `idle_ms` without
+// a request (USRTRACE_CONTROL_IDLE_MS, read as the server starts); the
+// environment and a server with the default come back at the end.
+struct ShortIdleServer {
+  std::optional<std::string> old;
+  explicit ShortIdleServer(int idle_ms) {
+    if (const char* o = getenv("USRTRACE_CONTROL_IDLE_MS")) old = o;
+    setenv("USRTRACE_CONTROL_IDLE_MS", std::to_string(idle_ms).c_str(), 1);
+    stop_server();
+    std::string err;
+    EXPECT_EQ(start_server(&err), 0) << err;
+  }
+  ~ShortIdleServer() {
+    if (old) setenv("USRTRACE_CONTROL_IDLE_MS", old->c_str(), 1);
+    else unsetenv("USRTRACE_CONTROL_IDLE_MS");
+    stop_server();
+    std::string err;
+    EXPECT_EQ(start_server(&err), 0) << err;
+  }
+};
+
+using SteadyClock = std::chrono::steady_clock;
+
+// Waits (up to a generous deadline: a loaded machine) until the server has
+// closed fd; when it did, or a default time_point.
+SteadyClock::time_point wait_closed_by_server(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, 30000) <= 0 || !closed_by_server(fd)) return {};
+  return SteadyClock::now();
+}
+
+// A connection that sends nothing for the idle time is closed by the
+// server, so that idle clients cannot keep the others out; one that keeps
+// asking is not; once the idle ones are gone a new client is served.
+TEST(ControlIdle, IdleConnectionsAreClosedAndTheNextClientServed) {
+  constexpr int kIdleMs = 2000;  // long enough that `busy`, asking every 100 ms, never idles
+  const auto idle_time = std::chrono::milliseconds(kIdleMs);
+  ShortIdleServer server(kIdleMs);
+  std::string err;
+  auto busy = Connection::open(getpid(), &err);  // Connection: no reconnection behind our back
+  ASSERT_TRUE(busy) << err;
+  Request stat;
+  stat.op = Op::kStat;
+  stat.path = "instances";
+  std::string payload;
+  std::vector<int> fds;
+  std::vector<SteadyClock::time_point> opened;
+  const auto first = SteadyClock::now();
+  for (int i = 1; i < kMaxClients; ++i) {
+    opened.push_back(SteadyClock::now());
+    const int fd = raw_connect();
+    ASSERT_GE(fd, 0) << i;
+    fds.push_back(fd);
+  }
+  // Full. No connection can have been idle for kIdleMs before `first` +
+  // kIdleMs, so a refusal that ends before then is certain.
+  auto refused = Client::connect(getpid(), &err);
+  if (SteadyClock::now() < first + idle_time) {
+    EXPECT_FALSE(refused);
+    EXPECT_NE(err.find("serving its limit of 16 clients"), std::string::npos) << err;
+  }
+  refused.reset();
+
+  // Wait for the server to close each idle one, keeping `busy` busy
+  // meanwhile (the poll is the wait; the requests are between its rounds).
+  const auto deadline = SteadyClock::now() + std::chrono::seconds(30);
+  std::vector<SteadyClock::time_point> closed(fds.size());
+  size_t left = fds.size();
+  while (left > 0 && SteadyClock::now() < deadline) {
+    ASSERT_EQ(busy->call(stat, &payload), 0) << "the busy connection was closed";
+    std::vector<pollfd> p;
+    for (int fd : fds) p.push_back({fd, POLLIN, 0});
+    if (::poll(p.data(), p.size(), 100) <= 0) continue;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (!(p[i].revents & (POLLIN | POLLHUP)) || closed[i] != SteadyClock::time_point{}) continue;
+      closed[i] = SteadyClock::now();
+      EXPECT_TRUE(closed_by_server(fds[i])) << i;
+      --left;
+    }
+  }
+  ASSERT_EQ(left, 0u) << "idle connections still open after 30 s";
+  for (size_t i = 0; i < fds.size(); ++i) {
+    EXPECT_GE(closed[i] - opened[i], idle_time) << i << ": closed before it was idle that long";
+    ::close(fds[i]);
+  }
+  // Older than any of them, and still served.
+  EXPECT_EQ(busy->call(stat, &payload), 0);
+  auto next = Client::connect(getpid(), &err);
+  ASSERT_TRUE(next) << err;
+  bool dir = false;
+  EXPECT_EQ(next->stat("instances", &dir, nullptr), 0);
+  EXPECT_TRUE(dir);
+}
+
+// A Client whose idle connection the server closed connects again on its
+// next call when it holds nothing on the server (a FUSE mount's lookups, a
+// library user's occasional write); with a file open, the file is gone
+// with the connection, and it says so (-EPIPE) rather than reconnect under
+// a handle that would name another file.
+// A quiet connection that holds nothing is closed, and its client connects
+// again unnoticed; one with a file open is kept (a shell's
+// `exec 3>trace_marker` in a mount, written to now and then).
+TEST(ControlIdle, AClientReconnectsAfterAnIdleCloseAndOneWithAFileOpenIsKept) {
+  ShortIdleServer server(200);
+  std::string err;
+  auto plain = Client::connect(getpid(), &err);
+  ASSERT_TRUE(plain) << err;
+  auto holder = Client::connect(getpid(), &err);
+  ASSERT_TRUE(holder) << err;
+  const int h = holder->open("trace_marker", O_WRONLY);
+  ASSERT_GE(h, 0);
+  // Opened after both went quiet: once the server closed it, it had closed
+  // them (their idle time ran out first).
+  const int later = raw_connect();
+  ASSERT_GE(later, 0);
+  ASSERT_NE(wait_closed_by_server(later), SteadyClock::time_point{}) << "not closed within 30 s";
+  ::close(later);
+  bool dir = false;
+  EXPECT_EQ(plain->stat("instances", &dir, nullptr), 0);
+  EXPECT_TRUE(dir);
+  EXPECT_EQ(plain->write_file("trace_marker", "after the idle close"), 20);
+  EXPECT_EQ(holder->write(h, "x", 1), 1);
+  EXPECT_EQ(holder->stat("instances", &dir, nullptr), 0);
 }
 
 // Another user's client is refused (SO_PEERCRED), even one that can reach

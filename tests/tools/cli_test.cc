@@ -18,6 +18,7 @@
 #include <cstring>
 #include <algorithm>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <string>
@@ -641,6 +642,43 @@ TEST(CliRecord, CtrlCEndsTheCommandWhenTheRecorderIsDoneNotAtTheExitWait) {
   EXPECT_NE(r.err.find("killed by signal 2"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("still runs 10 s after Ctrl-C"), std::string::npos) << r.err;
   ::unlink(file.c_str());
+  ::rmdir(dir.c_str());
+}
+
+// A full disk under record: it stops at once and says why, the command is
+// let go (before: held at its exit for its whole exit wait, 30 s, and then
+// blamed: "went away before its last pages were taken"), and the previous
+// output is untouched. The exit wait is ten minutes here: a command still
+// held would outlive finish()'s deadline, and the test fail.
+TEST(CliRecord, AFullDiskEndsTheRecordingAndLetsTheCommandGo) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a small tmpfs";
+  const std::string dir = temp_dir(), small = dir + "/small", file = small + "/full.dat";
+  ASSERT_EQ(::mkdir(small.c_str(), 0700), 0);
+  if (std::system(("mount -t tmpfs -o size=256k tmpfs " + small).c_str()) != 0) GTEST_SKIP() << "cannot mount a tmpfs";
+  {
+    std::ofstream f(file);
+    f << "the previous recording";
+  }
+  Proc rec = Proc::start({"/usr/bin/env", "USRTRACE_EXIT_WAIT_MS=600000", USRTRACE_CLI, "record", "-e",
+                          "clitest:tick", "-o", file, "--", CLI_TARGET},
+                         true);
+  ASSERT_NE(rec.wait_for("ready "), std::string::npos) << rec.err_text;
+  const std::string script = "tick 200000\n";  // several MB of events
+  ASSERT_EQ(::write(rec.in, script.data(), script.size()), static_cast<ssize_t>(script.size()));
+  ASSERT_NE(rec.wait_for("ok\n"), std::string::npos) << rec.err_text;
+  const Result r = rec.finish(120);
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find("No space left on device (the previous " + file + ", if any, is unchanged)"),
+            std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("went away before its last pages"), std::string::npos) << r.err;
+  std::string text;
+  {
+    std::ifstream f(file);
+    text.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  EXPECT_TRUE(text == "the previous recording") << text.size() << " bytes";
+  EXPECT_EQ(std::system(("umount " + small).c_str()), 0);
+  ::rmdir(small.c_str());
   ::rmdir(dir.c_str());
 }
 
