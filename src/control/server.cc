@@ -537,8 +537,13 @@ bool Server::handle(Conn& c, Request& r, bool may_park) {
 
 void Server::run() {
   base::name_own_thread("usrtrace-ctl");
-  // Low priority: the program's own threads come first.
-  setpriority(PRIO_PROCESS, static_cast<id_t>(base::gettid_cached()), 19);
+  // Lower priority: the program's own threads come first. Not 19: at that
+  // weight (15 against 1024) a loaded machine starved the control plane
+  // about 70 to 1, and a client's kallsyms or a recorder's last pages then
+  // took minutes under a sanitizer (CliRecord's Ctrl-C tests under ASan with
+  // two busy CPUs: "reading its metadata: Connection timed out"). At 10
+  // (weight 110) the program still gets about nine tenths of a shared CPU.
+  setpriority(PRIO_PROCESS, static_cast<id_t>(base::gettid_cached()), 10);
   std::vector<pollfd> fds;
   Clock::time_point die_at{};
   bool signalled = false, killed = false;

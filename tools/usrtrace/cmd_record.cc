@@ -260,6 +260,11 @@ Runner add_record(CLI::App& app) {
     }
     bool asked = false;  // Ctrl-C came, at interrupted_at
     auto interrupted_at = std::chrono::steady_clock::time_point{};
+    // When the recorder was done after a Ctrl-C: the command's 10 s to end
+    // count from there. Its runtime holds the signal until we have taken
+    // the last pages, which on a loaded machine (or under a sanitizer)
+    // takes a while; a command is not killed for our slowness.
+    auto recorder_done = std::chrono::steady_clock::time_point{};
     auto finish_child = [&](int rc) {
       if (child.pid > 0) {
         ::close(child.gate);  // lets it run (or die, if we failed)
@@ -267,7 +272,7 @@ Runner add_record(CLI::App& app) {
         // After a Ctrl-C the program had its chance to end (its runtime
         // held the signal only until the last pages were taken); one that
         // still runs 10 s later (it caught the signal and went on) is killed.
-        const auto give_up = interrupted_at + std::chrono::seconds(10);
+        const auto give_up = std::max(interrupted_at, recorder_done) + std::chrono::seconds(10);
         while (asked && waitpid(child.pid, &status, WNOHANG) == 0) {
           if (std::chrono::steady_clock::now() > give_up) {
             fprintf(stderr, "usrtrace record: %s still runs 10 s after Ctrl-C: killing it\n",
@@ -356,11 +361,15 @@ Runner add_record(CLI::App& app) {
         if (child.pid <= 0) break;                  // -P: stop recording, the process goes on
         kill(child.pid, SIGINT);                    // in case it is not in our terminal's group
       }
-      if (asked && std::chrono::steady_clock::now() - interrupted_at > std::chrono::seconds(10)) break;
+      // The recorder ends when the runtime has given the last pages (at
+      // most its exit wait, USRTRACE_EXIT_WAIT_MS, 5 s by default); this
+      // bound is for a runtime that never says so.
+      if (asked && std::chrono::steady_clock::now() - interrupted_at > std::chrono::seconds(120)) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     follower.stop();  // add_process must not run into stop()
     const int rc = rec->stop(&err);
+    recorder_done = std::chrono::steady_clock::now();
     const RecordStats st = rec->stats();
     if (const std::string w = rec->warnings(); !w.empty()) fprintf(stderr, "usrtrace record: %s", w.c_str());
     if (o->children)
