@@ -66,6 +66,11 @@ class USRTRACE_EXPORT TraceRecorder {
   // Recording another process (RecordOptions::pid): it exited, or was
   // killed, and what it had is taken; stop() writes the file.
   bool process_exited() const;
+  // Recording another process: it is exiting, or its runtime holds a
+  // deadly signal (Ctrl-C) until the recorder has taken its last pages;
+  // process_exited() follows once they are. False for a process that
+  // caught or ignored the signal and goes on.
+  bool process_exiting() const;
   // Recording another process: records process `pid` (one it started,
   // say) into the same file, from now on, with the same instances. Its
   // buffers are named "COMM-PID" (its top instance) and "COMM-PID:NAME";

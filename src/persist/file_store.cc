@@ -15,8 +15,32 @@
 #include "base/files.h"
 #include "ring_buffer/page_format.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define USRTRACE_LSAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(leak_sanitizer)
+#define USRTRACE_LSAN 1
+#endif
+#endif
+#ifdef USRTRACE_LSAN
+#include <sanitizer/lsan_interface.h>
+#endif
+
 namespace usrtrace::persist {
 namespace {
+
+// The CpuBuffers of a file live in its mappings, and hold heap pointers
+// (the consuming reader's page copy): LeakSanitizer scans the heap,
+// stacks and globals, not file mappings, and would call what they point
+// to leaked. Their regions are made roots of its scan while mapped.
+void lsan_root(void* at, uint64_t size, bool on) {
+#ifdef USRTRACE_LSAN
+  if (on) __lsan_register_root_region(at, size);
+  else __lsan_unregister_root_region(at, size);
+#else
+  (void)at, (void)size, (void)on;
+#endif
+}
 
 uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
@@ -221,7 +245,10 @@ int FileStore::add_region(uint32_t kind, uint64_t size, uint64_t align, void** b
   d.nr_pages = 0;
   d.page_size = 0;
   d.pages_off = 0;
-  if (at) by_base_[reinterpret_cast<uintptr_t>(at)] = idx;
+  if (at) {
+    by_base_[reinterpret_cast<uintptr_t>(at)] = idx;
+    if (kind == kRegionCpu) lsan_root(at, size, true);
+  }
   *base = at;
   return idx;
 }
@@ -238,6 +265,7 @@ void FileStore::release_region(int idx) {
   RegionDesc& d = table_[idx];
   reinterpret_cast<std::atomic<uint32_t>*>(&d.state)->store(kStateDead, std::memory_order_release);
   if (d.base) {
+    if (d.kind == kRegionCpu) lsan_root(reinterpret_cast<void*>(d.base), d.size, false);
     munmap(reinterpret_cast<void*>(d.base), d.size);
     by_base_.erase(static_cast<uintptr_t>(d.base));
   }

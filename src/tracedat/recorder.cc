@@ -494,6 +494,8 @@ RecordStats TraceRecorder::stats() const {
 
 bool TraceRecorder::process_exited() const { return impl_->remote && impl_->remote->process_gone(); }
 
+bool TraceRecorder::process_exiting() const { return impl_->remote && impl_->remote->process_exiting(); }
+
 int TraceRecorder::add_process(int pid, std::string* err) {
   if (!impl_->remote) {
     *err = "add_process needs a recording of another process (RecordOptions::pid)";

@@ -241,6 +241,7 @@ void RemoteRecording::start_thread() {
         last_meta = now;
       }
       if (conn_->flags() & control::kExiting) {
+        exiting_.store(true, std::memory_order_release);
         if (int rc = finish_remote(&err); rc < 0 && rc != -EPIPE) set_error(rc, err);
         gone_.store(true, std::memory_order_release);
         return;

@@ -33,6 +33,9 @@ class RemoteRecording {
   RecordStats stats() const;
   // The process exited (or was killed): what it had is taken.
   bool process_gone() const { return gone_.load(std::memory_order_acquire); }
+  // It is exiting, or holds a deadly signal until its last pages are
+  // taken (its server said kExiting), or is gone.
+  bool process_exiting() const { return exiting_.load(std::memory_order_acquire) || process_gone(); }
   // It went before we took what it had at its exit (killed, or its exit
   // wait ran out): the end of its trace is missing.
   bool cut_short() const { return cut_short_.load(std::memory_order_acquire); }
@@ -53,7 +56,7 @@ class RemoteRecording {
   control::RemoteMeta meta_;
   bool have_meta_ = false;
   std::thread thread_;
-  std::atomic<bool> stop_{false}, gone_{false}, cut_short_{false};
+  std::atomic<bool> stop_{false}, gone_{false}, cut_short_{false}, exiting_{false};
   std::atomic<uint64_t> pages_{0}, bytes_{0}, lost_{0};
   std::mutex mu_;
   int error_ = 0;
@@ -73,6 +76,7 @@ class ProcessTreeRecording {
   int finish(std::string* err);
   RecordStats stats() const;
   bool process_gone() const { return root_.process_gone(); }
+  bool process_exiting() const { return root_.process_exiting(); }
   // One line per followed process whose recording failed.
   std::string warnings() const;
 

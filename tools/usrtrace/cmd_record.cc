@@ -361,15 +361,24 @@ Runner add_record(CLI::App& app) {
         if (child.pid <= 0) break;                  // -P: stop recording, the process goes on
         kill(child.pid, SIGINT);                    // in case it is not in our terminal's group
       }
-      // The recorder ends when the runtime has given the last pages (at
-      // most its exit wait, USRTRACE_EXIT_WAIT_MS, 5 s by default); this
-      // bound is for a runtime that never says so.
-      if (asked && std::chrono::steady_clock::now() - interrupted_at > std::chrono::seconds(120)) break;
+      // A command that caught or ignored the signal and goes on: 10 s.
+      // One whose runtime holds it for us (process_exiting): until the
+      // recorder has the last pages (at most its exit wait,
+      // USRTRACE_EXIT_WAIT_MS, 5 s by default, however slowly a loaded
+      // machine then takes them), with a bound for a runtime that never
+      // lets go.
+      if (asked) {
+        const auto waited = std::chrono::steady_clock::now() - interrupted_at;
+        if (waited > std::chrono::seconds(rec->process_exiting() ? 120 : 10)) break;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     follower.stop();  // add_process must not run into stop()
+    // (Only a command held for us was waiting on the recorder: one that
+    // goes on after the signal has had its 10 s from the Ctrl-C.)
+    const bool was_held = rec->process_exiting();
     const int rc = rec->stop(&err);
-    recorder_done = std::chrono::steady_clock::now();
+    if (was_held) recorder_done = std::chrono::steady_clock::now();
     const RecordStats st = rec->stats();
     if (const std::string w = rec->warnings(); !w.empty()) fprintf(stderr, "usrtrace record: %s", w.c_str());
     if (o->children)
