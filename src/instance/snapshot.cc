@@ -1,11 +1,14 @@
 #include "instance/snapshot.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <iterator>
 #include <cstring>
 
 #include "base/rseq.h"
 #include "base/sys.h"
 #include "events/write.h"
+#include "instance/writers.h"
 
 namespace usrtrace::instance {
 
@@ -81,6 +84,13 @@ int Snapshots::reallocate(int n) USRTRACE_NO_THREAD_SAFETY_ANALYSIS {
     taken_.store(0, std::memory_order_release);
     allocated_.store(n > 0, std::memory_order_release);
   }
+  // A swap lets a write in flight commit into the CpuBuffer it loaded
+  // (RingBuffer::swap_locked), so an old spare may hold a CpuBuffer that a
+  // writer of the live buffer is still in: a grace period before it goes.
+  // (~RingBuffer waits only for its own slow paths; the soak test under
+  // TSan caught a live writer in a freed spare's pages.)
+  if (std::any_of(std::begin(fresh), std::end(fresh), [](const auto& b) { return b != nullptr; }))
+    writers::synchronize_writers();
   return 0;  // the old spares are freed here, outside the lock
 }
 
