@@ -27,8 +27,10 @@ namespace usrtrace {
 class USRTRACE_EXPORT Recovery {
  public:
   // Reads and checks the file at `path`. nullptr with *error set when it is
-  // not a usrtrace buffer file, is truncated before its tables, or cannot
-  // be read. Context: any thread; allocates (reads the whole file).
+  // not a regular file (a FIFO, a device, a directory: refused at once,
+  // never waited on), not a usrtrace buffer file, truncated before its
+  // tables, or cannot be read. Reads no more than the file's size.
+  // Context: any thread; allocates (reads the whole file).
   static std::unique_ptr<Recovery> open(const std::string& path, std::string* error);
   // The same from a file's bytes.
   static std::unique_ptr<Recovery> parse(std::vector<uint8_t> bytes, std::string* error);
