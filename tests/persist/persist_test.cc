@@ -71,6 +71,29 @@ std::shared_ptr<persist::FileStore> make_store(const std::string& path) {
   return fs;
 }
 
+// The bytes of a buffer file holding 3 payloads on cpu 0, for the tests
+// that craft malformed files from a real one.
+void three_event_file(const char* name, std::vector<uint8_t>* bytes) {
+  const std::string path = temp_path(name);
+  rb::Options o;
+  o.size_per_cpu = 16 * 1024;
+  o.store = make_store(path);
+  auto rb = rb::RingBuffer::create(o);
+  ASSERT_TRUE(rb);
+  write_n(*rb, 0, 3);
+  *bytes = slurp(path);
+  rb.reset();
+  unlink(path.c_str());
+  ASSERT_GE(bytes->size(), sizeof(persist::FileHeader));
+}
+
+// Entry i of the file's region table.
+persist::RegionDesc region_of(const std::vector<uint8_t>& bytes, const persist::FileHeader& h, uint32_t i) {
+  persist::RegionDesc d;
+  std::memcpy(&d, bytes.data() + h.region_table + uint64_t{i} * sizeof d, sizeof d);
+  return d;
+}
+
 TEST(PersistFile, WhatIsCommittedIsRecovered) {
   const std::string path = temp_path("basic.buf");
   rb::Options o;
@@ -159,24 +182,11 @@ TEST(PersistFile, SwapUpdatesRoles) {
 // recover fuzzer found it. The reader must finish, with nothing but what
 // was written.
 TEST(PersistFileMalformed, TailSeqNearTheTopOfItsRange) {
-  const std::string path = temp_path("bigseq.buf");
-  rb::Options o;
-  o.size_per_cpu = 16 * 1024;
-  o.store = make_store(path);
-  auto rb = rb::RingBuffer::create(o);
-  ASSERT_TRUE(rb);
-  write_n(*rb, 0, 3);
-  std::vector<uint8_t> bytes = slurp(path);
-  rb.reset();
-  unlink(path.c_str());
+  std::vector<uint8_t> bytes;
+  ASSERT_NO_FATAL_FAILURE(three_event_file("bigseq.buf", &bytes));
   persist::FileHeader h;
-  ASSERT_GE(bytes.size(), sizeof h);
   std::memcpy(&h, bytes.data(), sizeof h);
-  auto region = [&](uint32_t i) {
-    persist::RegionDesc d;
-    std::memcpy(&d, bytes.data() + h.region_table + uint64_t{i} * sizeof d, sizeof d);
-    return d;
-  };
+  auto region = [&](uint32_t i) { return region_of(bytes, h, i); };
   bool patched = false;
   for (uint32_t i = 0; i < h.region_capacity && !patched; ++i) {
     const persist::RegionDesc cpu = region(i);
@@ -224,24 +234,11 @@ TEST(PersistFileMalformed, TailSeqNearTheTopOfItsRange) {
 // the fix, more under the sanitizers), which is left to ctest's timeout
 // (scripts/test.sh: --timeout 600).
 TEST(PersistFileMalformed, ManyRegionsAreReadInLinearWork) {
-  const std::string path = temp_path("regions.buf");
-  rb::Options o;
-  o.size_per_cpu = 16 * 1024;
-  o.store = make_store(path);
-  auto rb = rb::RingBuffer::create(o);
-  ASSERT_TRUE(rb);
-  write_n(*rb, 0, 3);
-  std::vector<uint8_t> bytes = slurp(path);
-  rb.reset();
-  unlink(path.c_str());
+  std::vector<uint8_t> bytes;
+  ASSERT_NO_FATAL_FAILURE(three_event_file("regions.buf", &bytes));
   persist::FileHeader h;
-  ASSERT_GE(bytes.size(), sizeof h);
   std::memcpy(&h, bytes.data(), sizeof h);
-  auto region = [&](uint32_t i) {
-    persist::RegionDesc d;
-    std::memcpy(&d, bytes.data() + h.region_table + uint64_t{i} * sizeof d, sizeof d);
-    return d;
-  };
+  auto region = [&](uint32_t i) { return region_of(bytes, h, i); };
   // cpu 0's CpuBuffer of the live buffer, and the address of its pages.
   persist::RegionDesc cpu0{};
   for (uint32_t i = 0; i < h.region_capacity; ++i) {
