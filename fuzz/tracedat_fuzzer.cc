@@ -67,12 +67,12 @@ std::vector<std::vector<uint8_t>> make_seeds() {
   uint64_t at = 0;
   std::vector<uint8_t> page(ps);
   for (int cpu = 0; cpu < rb->nr_cpus(); ++cpu) {
-    tracedat::CpuData c{data_fd, at, 0};
+    tracedat::CpuData c{data_fd, {}};
     std::fill(page.begin(), page.end(), 0);
     while (rb->read_page(cpu, page.data(), page.size(), false) > 0) {
       if (pwrite(data_fd, page.data(), ps, static_cast<off_t>(at)) != static_cast<ssize_t>(ps)) break;
+      c.extents.push_back({at, ps});  // one extent per page, as a journal may hold them
       at += ps;
-      c.size += ps;
       std::fill(page.begin(), page.end(), 0);
     }
     cpus.push_back(c);

@@ -45,12 +45,6 @@ namespace {
 using instance::Instance;
 using Clock = std::chrono::steady_clock;
 
-std::string read_text(const std::string& path) {
-  std::string s;
-  if (tracefs::read_file(path, &s) < 0) s.clear();
-  return s;
-}
-
 std::string read_file_text(const char* path) {
   std::string s;
   const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
@@ -61,8 +55,6 @@ std::string read_file_text(const char* path) {
   ::close(fd);
   return s;
 }
-
-std::string prefix_of(const std::string& inst) { return inst.empty() ? "" : "instances/" + inst + "/"; }
 
 // Deferred termination (USRTRACE_DEFER_SIGNALS=1, set by `usrtrace record
 // -- COMMAND`): SIGINT, SIGTERM and SIGHUP, where the program left them at
@@ -410,27 +402,10 @@ void Server::meta(Conn& c, const Request& r) {
   // say kMetaChanged again.
   const uint32_t generation = base::metadata_generation();
   RemoteMeta m;
-  std::vector<std::string> names = r.names;
-  if (names.empty()) names.push_back("");
-  for (const std::string& n : names) {
-    Instance* inst = Instance::find_get(n);
-    if (!inst) {
-      respond(c, -ENOENT);
-      return;
-    }
-    InstanceMeta im;
-    im.name = n;
-    im.clock = tracedat::clock_name(read_text(prefix_of(n) + "trace_clock"));
-    im.page_size = inst->buffer().page_size(0);
-    im.nr_cpus = inst->buffer().nr_cpus();
-    for (int cpu = 0; cpu < im.nr_cpus; ++cpu)
-      im.capacity += uint64_t{inst->buffer().nr_pages(cpu)} * im.page_size;
-    for (int cpu = 0; cpu < im.nr_cpus; ++cpu)
-      im.stats.push_back(read_text(prefix_of(n) + "per_cpu/cpu" + std::to_string(cpu) + "/stats"));
-    inst->put_reader();
-    m.instances.push_back(std::move(im));
+  if (int rc = tracedat::collect_instance_meta(r.names, &m); rc < 0) {
+    respond(c, rc);
+    return;
   }
-  m.meta = tracedat::collect_metadata(names);
   std::string payload;
   encode_meta(m, &payload);
   c.meta_generation = generation;

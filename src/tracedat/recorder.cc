@@ -28,6 +28,7 @@
 #include "instance/instance.h"
 #include "ring_buffer/page_format.h"
 #include "symbols/symbols.h"
+#include "tracedat/journal.h"
 #include "tracedat/recorder.h"
 #include "tracedat/remote_recorder.h"
 #include "tracedat/writer.h"
@@ -57,26 +58,6 @@ std::string read_text(const std::string& path) {
 }
 
 }  // namespace
-
-std::string staging_error(const RecordOptions& o, int e) {
-  std::string s = std::string("writing the recorded pages: ") + std::strerror(e);
-  if (e == ENOSPC || e == EDQUOT) s += " (the previous " + o.output + ", if any, is unchanged)";
-  return s;
-}
-
-int temp_file(const std::string& dir, std::string* err) {
-  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-  if (fd >= 0) return fd;
-  std::string tmpl = dir + "/.usrtrace-rec-XXXXXX";
-  fd = ::mkostemp(tmpl.data(), O_CLOEXEC);
-  if (fd < 0) {
-    const int e = errno;
-    *err = "cannot create a temporary file in " + dir + ": " + std::strerror(e);
-    return -e;
-  }
-  ::unlink(tmpl.c_str());
-  return fd;
-}
 
 Metadata collect_metadata(const std::vector<std::string>& instances) {
   Metadata m;
@@ -113,6 +94,28 @@ Metadata collect_metadata(const std::vector<std::string>& instances) {
   Instance* first = Instance::find(instances.empty() ? "" : instances[0]);
   if (first) m.tsc2nsec = tsc2nsec_for(first->buffer().clock());
   return m;
+}
+
+int collect_instance_meta(const std::vector<std::string>& instances, control::RemoteMeta* out) {
+  std::vector<std::string> names = instances;
+  if (names.empty()) names.push_back("");
+  for (const std::string& n : names) {
+    Instance* inst = Instance::find_get(n);
+    if (!inst) return -ENOENT;
+    control::InstanceMeta im;
+    im.name = n;
+    im.clock = clock_name(read_text(prefix_of(n) + "trace_clock"));
+    im.page_size = inst->buffer().page_size(0);
+    im.nr_cpus = inst->buffer().nr_cpus();
+    for (int cpu = 0; cpu < im.nr_cpus; ++cpu)
+      im.capacity += uint64_t{inst->buffer().nr_pages(cpu)} * im.page_size;
+    for (int cpu = 0; cpu < im.nr_cpus; ++cpu)
+      im.stats.push_back(read_text(prefix_of(n) + "per_cpu/cpu" + std::to_string(cpu) + "/stats"));
+    inst->put_reader();
+    out->instances.push_back(std::move(im));
+  }
+  out->meta = collect_metadata(names);
+  return 0;
 }
 
 Metadata::Tsc2Nsec tsc2nsec_for(clock::ClockId id) {
@@ -285,14 +288,13 @@ int write_output(const RecordOptions& opts, Metadata meta, std::vector<BufferDat
 // One instance being recorded.
 struct Source {
   std::string name;
-  const RecordOptions* opts = nullptr;  // the recording's, which outlives its sources
+  JournalWriter* journal = nullptr;  // the recording's, which outlives its sources
+  uint32_t stream = 0;
   Instance* inst = nullptr;  // holds a reader reference (get_reader)
   rb::RingBuffer* rb = nullptr;
   uint32_t page_size = 0;
   int percent = 50;
-  std::vector<int> fds;         // per CPU
-  std::vector<uint64_t> sizes;  // bytes written per CPU
-  std::vector<std::string> batch;
+  std::vector<std::string> batch;  // per CPU
   std::thread thread;
   // Read by stats() while the thread runs.
   std::atomic<uint64_t> pages{0}, bytes{0}, lost{0};
@@ -300,25 +302,17 @@ struct Source {
   std::string error_text;
 
   ~Source() {
-    for (int fd : fds)
-      if (fd >= 0) ::close(fd);
     if (inst) inst->put_reader();
   }
 
+  // The pages taken go to the journal before more are taken.
   void flush(size_t cpu) {
     std::string& b = batch[cpu];
-    size_t off = 0;
-    while (off < b.size() && error == 0) {
-      ssize_t w = ::pwrite(fds[cpu], b.data() + off, b.size() - off, static_cast<off_t>(sizes[cpu]));
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        error = w < 0 ? errno : EIO;
-        error_text = staging_error(*opts, error);
-        break;
-      }
-      off += static_cast<size_t>(w);
-      sizes[cpu] += static_cast<uint64_t>(w);
-      bytes.fetch_add(static_cast<uint64_t>(w), std::memory_order_relaxed);
+    if (!b.empty() && error == 0) {
+      if (int rc = journal->put_pages(stream, static_cast<uint32_t>(cpu), b.data(), b.size(), &error_text); rc < 0)
+        error = -rc;
+      else
+        bytes.fetch_add(b.size(), std::memory_order_relaxed);
     }
     b.clear();
   }
@@ -326,7 +320,7 @@ struct Source {
   // Moves pages out of the buffer; returns how many.
   uint64_t drain(bool full_only) {
     uint64_t n = 0;
-    for (size_t cpu = 0; cpu < fds.size(); ++cpu) {
+    for (size_t cpu = 0; cpu < batch.size(); ++cpu) {
       std::string& b = batch[cpu];
       for (;;) {
         const size_t at = b.size();
@@ -368,7 +362,7 @@ class Recording {
     for (const std::string& name : opts_.instances) {
       auto s = std::make_unique<Source>();
       s->name = name;
-      s->opts = &opts_;
+      s->journal = &journal_;
       int e = 0;
       s->inst = Instance::get(name, Instance::GetMode::kExisting, &e);
       if (!s->inst) {
@@ -379,17 +373,24 @@ class Recording {
       s->rb = &s->inst->buffer();
       s->page_size = s->rb->page_size(0);
       s->percent = o.buffer_percent >= 0 ? o.buffer_percent : s->inst->buffer_percent();
-      const int ncpu = s->rb->nr_cpus();
-      for (int c = 0; c < ncpu; ++c) {
-        const int fd = temp_file(dir, err);
-        if (fd < 0) return fd;
-        s->fds.push_back(fd);
-      }
-      s->sizes.assign(static_cast<size_t>(ncpu), 0);
-      s->batch.resize(static_cast<size_t>(ncpu));
+      s->batch.resize(static_cast<size_t>(s->rb->nr_cpus()));
       sources_.push_back(std::move(s));
     }
-    return 0;
+    // The journal holds the metadata from the start, so that what was
+    // taken reads even if the process dies before stop().
+    uint32_t process = 0;
+    if (int rc = journal_.create(opts_, err); rc < 0) return rc;
+    if (int rc = journal_.add_process(getpid(), "", &process, err); rc < 0) return rc;
+    for (auto& s : sources_)
+      if (int rc = journal_.add_stream(process, s->name, s->page_size, static_cast<uint32_t>(s->batch.size()),
+                                       &s->stream, err);
+          rc < 0)
+        return rc;
+    if (collect_instance_meta(opts_.instances, &start_meta_) < 0) {
+      *err = "an instance went away while the recording began";
+      return -ENOENT;
+    }
+    return journal_.put_meta(process, start_meta_, err);
   }
 
   // The threads block every signal (the program's handlers run in its own
@@ -397,7 +398,7 @@ class Recording {
   void start_threads() {
     sigset_t all, old;
     sigfillset(&all);
-  sigdelset(&all, function::patch::sweep_signal());  // the patcher's sweep (function/function.h)
+    sigdelset(&all, function::patch::sweep_signal());  // the patcher's sweep (function/function.h)
     pthread_sigmask(SIG_SETMASK, &all, &old);
     for (auto& s : sources_)
       s->thread = std::thread([this, src = s.get()] {
@@ -418,7 +419,14 @@ class Recording {
         return -s->error;
       }
     }
-    return write(err);
+    // The metadata as it is now (events registered, threads named during
+    // the run), keeping what departed since the start.
+    control::RemoteMeta now;
+    if (collect_instance_meta(opts_.instances, &now) == 0) {
+      keep_departed(start_meta_.meta, &now.meta);
+      if (int rc = journal_.put_meta(0, now, err); rc < 0) return rc;
+    }
+    return finish_journal(journal_, {}, err);
   }
 
   RecordStats stats() const {
@@ -432,24 +440,9 @@ class Recording {
   }
 
  private:
-  int write(std::string* err) {
-    Metadata meta = collect_metadata(opts_.instances);
-    std::vector<BufferData> buffers;
-    for (const auto& src : sources_) {
-      BufferData b;
-      b.name = src->name;
-      b.clock = clock_name(read_text(prefix_of(src->name) + "trace_clock"));
-      b.page_size = src->page_size;
-      for (size_t c = 0; c < src->fds.size(); ++c) {
-        b.cpus.push_back({src->fds[c], 0, src->sizes[c]});
-        b.stats.push_back(read_text(prefix_of(src->name) + "per_cpu/cpu" + std::to_string(c) + "/stats"));
-      }
-      buffers.push_back(std::move(b));
-    }
-    return write_output(opts_, std::move(meta), std::move(buffers), err);
-  }
-
   RecordOptions opts_;
+  JournalWriter journal_;  // outlives the sources (declared before them)
+  control::RemoteMeta start_meta_;
   std::vector<std::unique_ptr<Source>> sources_;
   std::atomic<bool> stop_{false};
 };
@@ -518,7 +511,7 @@ TraceRecorder::~TraceRecorder() {
 int extract_trace(const RecordOptions& opts, std::string* err, RecordStats* stats) {
   if (is_remote(opts)) {
     tracedat::RemoteRecording rec;
-    if (int e = rec.open(opts, err)) return e;
+    if (int e = rec.open(opts, nullptr, "", err)) return e;
     const int r = rec.finish(err);
     if (stats) *stats = rec.stats();
     return r;

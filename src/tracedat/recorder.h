@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "clock/trace_clock.h"
+#include "control/meta.h"
 #include "ring_buffer/ring_buffer.h"
 #include "tracedat/writer.h"
 #include "usrtrace/tracedat.h"
@@ -15,6 +16,12 @@ namespace usrtrace::tracedat {
 // and the program's symbol tables; the trace clock is that of
 // instances[0]. Context: control plane.
 Metadata collect_metadata(const std::vector<std::string>& instances);
+
+// collect_metadata(), and per instance (empty: the top one) its clock,
+// shape and per-CPU stats, as a recorder outside the process gets them
+// (kMeta) and as the journal keeps them. 0, or -ENOENT when an instance is
+// missing. Context: control plane.
+int collect_instance_meta(const std::vector<std::string>& instances, control::RemoteMeta* out);
 
 // The TSC2NSEC/OFFSET conversion for a buffer on clock `id` (mult 0 when
 // its stamps are not TSC counts).
@@ -30,14 +37,6 @@ bool take_page(rb::RingBuffer& rb, int cpu, uint8_t* page, uint32_t page_size, b
 // Checks what every recording checks; *dir gets the output's directory
 // (for the temporary files). 0, or -EINVAL with *err set.
 int check_options(const RecordOptions& o, std::string* dir, std::string* err);
-
-// The error of a write of recorded pages to the temporary files, saying
-// that the output was not touched when the disk is full.
-std::string staging_error(const RecordOptions& o, int e);
-
-// A temporary file in `dir` (O_TMPFILE, or a name unlinked at once).
-// A descriptor, or -errno with *err set.
-int temp_file(const std::string& dir, std::string* err);
 
 // Writes opts.output from the metadata and the buffers' data, the top
 // instance first (an empty one when it was not recorded, as trace-cmd

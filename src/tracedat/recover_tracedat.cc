@@ -54,7 +54,7 @@ int Recovery::write_tracedat(const std::string& path, int file_version, bool com
       ::close(data);
       return -e;
     }
-    top.cpus.push_back({data, at, bytes.size()});
+    top.cpus.push_back({data, {{at, bytes.size()}}});
     at += bytes.size();
   }
   tracedat::WriteOptions w;

@@ -58,10 +58,10 @@ std::string failure(int pid, int rc, const std::string& doing) {
 struct RemoteRecording::Instance {
   std::string name;
   uint32_t page_size = 0;
+  int nr_cpus = 0;
+  uint32_t stream = 0;  // in the journal
   // Bytes the final flush may still take (see finish_remote).
   uint64_t flush_budget = UINT64_MAX;
-  std::vector<int> fds;
-  std::vector<uint64_t> sizes;
 };
 
 RemoteRecording::RemoteRecording() = default;
@@ -69,18 +69,23 @@ RemoteRecording::RemoteRecording() = default;
 RemoteRecording::~RemoteRecording() {
   stop_.store(true, std::memory_order_release);
   if (thread_.joinable()) thread_.join();
-  for (auto& i : instances_)
-    for (int fd : i->fds)
-      if (fd >= 0) ::close(fd);
 }
 
-int RemoteRecording::open(const RecordOptions& o, std::string* err) {
+int RemoteRecording::open(const RecordOptions& o, JournalWriter* journal, const std::string& prefix,
+                          std::string* err) {
   opts_ = o;
   if (opts_.instances.empty()) opts_.instances.push_back("");
   std::string dir;
   if (int rc = check_options(opts_, &dir, err); rc < 0) return rc;
   conn_ = control::Connection::open(o.pid, err);
   if (!conn_) return -ESRCH;
+  if (!journal) {
+    own_journal_ = std::make_unique<JournalWriter>();
+    if (int rc = own_journal_->create(opts_, err); rc < 0) return rc;
+    journal = own_journal_.get();
+  }
+  journal_ = journal;
+  if (int rc = journal_->add_process(o.pid, prefix, &process_, err); rc < 0) return rc;
   for (const std::string& name : opts_.instances) {
     auto inst = std::make_unique<Instance>();
     inst->name = name;
@@ -93,12 +98,11 @@ int RemoteRecording::open(const RecordOptions& o, std::string* err) {
       return rc;
     }
     inst->page_size = p.page_size;
-    for (int c = 0; c < p.nr_cpus; ++c) {
-      const int fd = temp_file(dir, err);
-      if (fd < 0) return fd;
-      inst->fds.push_back(fd);
-    }
-    inst->sizes.assign(static_cast<size_t>(p.nr_cpus), 0);
+    inst->nr_cpus = p.nr_cpus;
+    if (int jr = journal_->add_stream(process_, name, p.page_size, static_cast<uint32_t>(p.nr_cpus), &inst->stream,
+                                      err);
+        jr < 0)
+      return jr;
     instances_.push_back(std::move(inst));
     if (int wr = store(*instances_.back(), p, err); wr < 0) return wr;
   }
@@ -115,16 +119,17 @@ int RemoteRecording::open(const RecordOptions& o, std::string* err) {
     return rc;
   }
   have_meta_ = true;
-  return 0;
+  return journal_->put_meta(process_, meta_, err);
 }
 
+// The pages go to the journal before the next answer is asked for; a run
+// of one CPU's pages is one record.
 int RemoteRecording::store(Instance& inst, const control::Connection::Pages& p, std::string* err) {
-  if (p.page_size != inst.page_size || p.nr_cpus != static_cast<int>(inst.fds.size())) {
+  if (p.page_size != inst.page_size || p.nr_cpus != inst.nr_cpus) {
     *err = "the instance '" + inst.name + "' changed shape while recorded";
     return -EPROTO;
   }
   for (size_t i = 0; i < p.cpus.size(); ++i) {
-    const size_t cpu = static_cast<size_t>(p.cpus[i]);
     const char* page = p.data.data() + i * p.page_size;
     uint64_t commit;
     std::memcpy(&commit, page + 8, 8);
@@ -134,21 +139,18 @@ int RemoteRecording::store(Instance& inst, const control::Connection::Pages& p, 
       std::memcpy(&missed, page + rb::kPageHeaderSize + len, 8);
       lost_.fetch_add(missed, std::memory_order_relaxed);
     }
-    size_t off = 0;
-    while (off < p.page_size) {
-      const ssize_t w = ::pwrite(inst.fds[cpu], page + off, p.page_size - off,
-                                 static_cast<off_t>(inst.sizes[cpu]));
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        const int e = w < 0 ? errno : EIO;
-        *err = staging_error(opts_, e);
-        return -e;
-      }
-      off += static_cast<size_t>(w);
-      inst.sizes[cpu] += static_cast<uint64_t>(w);
-    }
-    bytes_.fetch_add(p.page_size, std::memory_order_relaxed);
-    pages_.fetch_add(1, std::memory_order_relaxed);
+  }
+  for (size_t i = 0; i < p.cpus.size();) {
+    size_t end = i + 1;
+    while (end < p.cpus.size() && p.cpus[end] == p.cpus[i]) ++end;
+    const size_t bytes = (end - i) * p.page_size;
+    if (int rc = journal_->put_pages(inst.stream, static_cast<uint32_t>(p.cpus[i]), p.data.data() + i * p.page_size,
+                                     bytes, err);
+        rc < 0)
+      return rc;
+    bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    pages_.fetch_add(end - i, std::memory_order_relaxed);
+    i = end;
   }
   return 0;
 }
@@ -203,11 +205,14 @@ void RemoteRecording::release_remote() {
   conn_->call(rec, &payload);
 }
 
+// A failure to journal it sticks in the journal: the next pages say so.
 void RemoteRecording::refresh_meta() {
   control::RemoteMeta m;
   if (conn_->meta(opts_.instances, &m) == 0) {
     keep_departed(meta_.meta, &m.meta);
     meta_ = std::move(m);
+    std::string err;
+    journal_->put_meta(process_, meta_, &err);
   }
 }
 
@@ -258,8 +263,7 @@ void RemoteRecording::set_error(int rc, const std::string& err) {
   }
 }
 
-int RemoteRecording::collect(std::vector<BufferData>* buffers, control::RemoteMeta* meta,
-                             std::string* err) {
+int RemoteRecording::take_rest(std::string* err) {
   stop_.store(true, std::memory_order_release);
   if (thread_.joinable()) thread_.join();
   {
@@ -277,34 +281,21 @@ int RemoteRecording::collect(std::vector<BufferData>* buffers, control::RemoteMe
     *err = "no metadata from process " + std::to_string(opts_.pid);
     return -EPROTO;
   }
-  for (const auto& inst : instances_) {
-    BufferData b;
-    b.name = inst->name;
-    b.page_size = inst->page_size;
-    b.clock = clock_name(meta_.meta.trace_clock);
-    for (const control::InstanceMeta& im : meta_.instances)
-      if (im.name == inst->name) {
-        b.clock = im.clock;
-        b.stats = im.stats;
-      }
-    for (size_t c = 0; c < inst->fds.size(); ++c) b.cpus.push_back({inst->fds[c], 0, inst->sizes[c]});
-    b.stats.resize(inst->fds.size());
-    buffers->push_back(std::move(b));
-  }
-  *meta = meta_;
   return 0;
 }
 
 int RemoteRecording::finish(std::string* err) {
-  std::vector<BufferData> buffers;
-  control::RemoteMeta meta;
-  if (int rc = collect(&buffers, &meta, err); rc < 0) return rc;
-  return write_output(opts_, std::move(meta.meta), std::move(buffers), err);
+  if (int rc = take_rest(err); rc < 0) return rc;
+  return finish_journal(*journal_, {}, err);
 }
 
 int ProcessTreeRecording::open(const RecordOptions& o, std::string* err) {
   opts_ = o;
-  return root_.open(o, err);
+  if (opts_.instances.empty()) opts_.instances.push_back("");
+  std::string dir;
+  if (int rc = check_options(opts_, &dir, err); rc < 0) return rc;
+  if (int rc = journal_.create(opts_, err); rc < 0) return rc;
+  return root_.open(opts_, &journal_, "", err);
 }
 
 void ProcessTreeRecording::start_thread() { root_.start_thread(); }
@@ -313,38 +304,27 @@ int ProcessTreeRecording::add_process(int pid, std::string* err) {
   RecordOptions o = opts_;
   o.pid = pid;
   auto rec = std::make_unique<RemoteRecording>();
-  if (int rc = rec->open(o, err); rc < 0) return rc;
+  const std::string comm = comm_of(pid);
+  if (int rc = rec->open(o, &journal_, comm + "-" + std::to_string(pid), err); rc < 0) return rc;
   rec->start_thread();
   std::lock_guard<std::mutex> l(mu_);
-  followed_.push_back({pid, comm_of(pid), std::move(rec)});
+  followed_.push_back({pid, comm, std::move(rec)});
   return 0;
 }
 
 int ProcessTreeRecording::finish(std::string* err) {
-  std::vector<BufferData> buffers;
-  control::RemoteMeta meta;
-  if (int rc = root_.collect(&buffers, &meta, err); rc < 0) return rc;
+  if (int rc = root_.take_rest(err); rc < 0) return rc;
+  std::vector<uint32_t> skip;
   std::lock_guard<std::mutex> l(mu_);
   for (Followed& f : followed_) {
-    std::vector<BufferData> theirs;
-    control::RemoteMeta their_meta;
     std::string e;
     // One process's failure costs its own buffers, not the file.
-    if (f.rec->collect(&theirs, &their_meta, &e) < 0) {
+    if (f.rec->take_rest(&e) < 0) {
       warnings_ += "process " + std::to_string(f.pid) + ": " + e + "\n";
-      continue;
-    }
-    // Their events and thread names join the file's; their time stamps
-    // are on the same clock (the TSC, or the kernel's for the other
-    // clocks), converted with the first process's calibration.
-    keep_departed(their_meta.meta, &meta.meta);
-    const std::string prefix = f.comm + "-" + std::to_string(f.pid);
-    for (BufferData& b : theirs) {
-      b.name = b.name.empty() ? prefix : prefix + ":" + b.name;
-      buffers.push_back(std::move(b));
+      skip.push_back(f.rec->process());
     }
   }
-  return write_output(opts_, std::move(meta.meta), std::move(buffers), err);
+  return finish_journal(journal_, skip, err);
 }
 
 RecordStats ProcessTreeRecording::stats() const {

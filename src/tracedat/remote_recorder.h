@@ -11,6 +11,7 @@
 
 #include "control/connection.h"
 #include "control/meta.h"
+#include "tracedat/journal.h"
 #include "tracedat/writer.h"
 #include "usrtrace/tracedat.h"
 
@@ -20,16 +21,19 @@ class RemoteRecording {
  public:
   RemoteRecording();
   ~RemoteRecording();
-  // Connects, checks the instances, takes the metadata. 0 or -errno, *err set.
-  int open(const RecordOptions& o, std::string* err);
+  // Connects, checks the instances, takes the metadata. What it takes goes
+  // to `journal` as process PREFIX ("" for the first), or, with no journal,
+  // to one of its own. 0 or -errno, *err set.
+  int open(const RecordOptions& o, JournalWriter* journal, const std::string& prefix, std::string* err);
   // Drains while the process runs, until finish() or the process exits.
   void start_thread();
-  // Takes what is left (if the process is still there) and writes the file.
+  // Takes what is left (if the process is still there) and writes the file
+  // from its own journal.
   int finish(std::string* err);
-  // Takes what is left and gives the buffers (their data in temporary
-  // files that live as long as this object) and the metadata, for a file
-  // written by the caller. 0 or -errno with *err.
-  int collect(std::vector<BufferData>* buffers, control::RemoteMeta* meta, std::string* err);
+  // Takes what is left into the journal, and the last metadata, for a file
+  // written by the journal's owner. 0 or -errno with *err.
+  int take_rest(std::string* err);
+  uint32_t process() const { return process_; }
   RecordStats stats() const;
   // The process exited (or was killed): what it had is taken.
   bool process_gone() const { return gone_.load(std::memory_order_acquire); }
@@ -51,6 +55,9 @@ class RemoteRecording {
   void set_error(int rc, const std::string& err);
 
   RecordOptions opts_;
+  std::unique_ptr<JournalWriter> own_journal_;
+  JournalWriter* journal_ = nullptr;
+  uint32_t process_ = 0;
   std::unique_ptr<control::Connection> conn_;
   std::vector<std::unique_ptr<Instance>> instances_;
   control::RemoteMeta meta_;
@@ -87,6 +94,7 @@ class ProcessTreeRecording {
     std::unique_ptr<RemoteRecording> rec;
   };
   RecordOptions opts_;
+  JournalWriter journal_;  // outlives the recordings that write to it
   RemoteRecording root_;
   mutable std::mutex mu_;
   std::vector<Followed> followed_;  // under mu_

@@ -220,7 +220,8 @@ int check(const Metadata& meta, const std::vector<BufferData>& buffers, const Wr
     if (b.cpus.size() > static_cast<size_t>(meta.nr_cpus)) return bad("more CPUs than the file has");
     if (b.page_size == 0 || (b.page_size & (b.page_size - 1))) return bad("bad page size");
     for (const CpuData& c : b.cpus)
-      if (c.size % b.page_size != 0) return bad("CPU data is not whole pages");
+      for (const Extent& e : c.extents)
+        if (e.size % b.page_size != 0) return bad("CPU data is not whole pages");
   }
   return 0;
 }
@@ -242,13 +243,14 @@ void write_flyrecord_v6(Out& out, const Metadata& meta, const BufferData& b, boo
   }
   for (size_t cpu = 0; cpu < b.cpus.size(); ++cpu) {
     const CpuData& c = b.cpus[cpu];
-    if (c.size == 0) continue;
+    const uint64_t size = c.size();
+    if (size == 0) continue;
     out.pad_to(b.page_size);
     const uint64_t at = out.pos();
-    std::vector<char> chunk(std::min<uint64_t>(c.size, uint64_t{b.page_size} * kChunkPages));
-    out.copy_from(c.fd, c.offset, c.size, &chunk);
+    std::vector<char> chunk(std::min<uint64_t>(size, uint64_t{b.page_size} * kChunkPages));
+    for (const Extent& e : c.extents) out.copy_from(c.fd, e.offset, e.size, &chunk);
     out.patch_num<uint64_t>(table + cpu * 16, at);
-    out.patch_num<uint64_t>(table + cpu * 16 + 8, c.size);
+    out.patch_num<uint64_t>(table + cpu * 16 + 8, size);
   }
 }
 
@@ -358,20 +360,27 @@ uint64_t flyrecord_v7(Out& out, const BufferData& b, Compressor* z, std::vector<
     const CpuData& c = b.cpus[cpu];
     out.pad_to(b.page_size);
     const uint64_t cpu_at = out.pos();
-    if (c.size == 0) {
+    const uint64_t size = c.size();
+    if (size == 0) {
       cpus->push_back({static_cast<uint32_t>(cpu), cpu_at, 0});
       continue;
     }
-    const uint64_t nchunks = (c.size + chunk.size() - 1) / chunk.size();
-    if (z) out.num<uint32_t>(static_cast<uint32_t>(nchunks));
-    if (!z) out.copy_from(c.fd, c.offset, c.size, &chunk);
-    for (uint64_t done = 0; z && done < c.size && out.ok();) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk.size(), c.size - done));
-      if (!out.read_in(c.fd, c.offset + done, chunk.data(), n)) break;
-      packed.clear();
-      if (!z->block(chunk.data(), n, &packed)) out.fail(ENOMEM, "zstd compression");
-      out.bytes(packed.data(), packed.size());
-      done += n;
+    if (!z) {
+      for (const Extent& e : c.extents) out.copy_from(c.fd, e.offset, e.size, &chunk);
+    } else {
+      // Chunks of kChunkPages pages of the CPU's stream, across extents.
+      uint64_t nchunks = 0;
+      for (const Extent& e : c.extents) nchunks += (e.size + chunk.size() - 1) / chunk.size();
+      out.num<uint32_t>(static_cast<uint32_t>(nchunks));
+      for (const Extent& e : c.extents)
+        for (uint64_t done = 0; done < e.size && out.ok();) {
+          const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk.size(), e.size - done));
+          if (!out.read_in(c.fd, e.offset + done, chunk.data(), n)) break;
+          packed.clear();
+          if (!z->block(chunk.data(), n, &packed)) out.fail(ENOMEM, "zstd compression");
+          out.bytes(packed.data(), packed.size());
+          done += n;
+        }
     }
     // As trace-cmd writes it: a compressed CPU's size leaves out the chunk count.
     cpus->push_back({static_cast<uint32_t>(cpu), cpu_at, out.pos() - cpu_at - (z ? 4 : 0)});

@@ -37,11 +37,22 @@ struct Metadata {
   } tsc2nsec;
 };
 
-// One CPU's pages: `size` bytes at `offset` of `fd` (a whole number of pages).
-struct CpuData {
-  int fd = -1;
+// A run of whole pages: `size` bytes at `offset`.
+struct Extent {
   uint64_t offset = 0;
   uint64_t size = 0;
+};
+
+// One CPU's pages: its extents of `fd`, in order (a recording's journal
+// holds each CPU's pages in runs between other CPUs' runs).
+struct CpuData {
+  int fd = -1;
+  std::vector<Extent> extents;
+  uint64_t size() const {
+    uint64_t n = 0;
+    for (const Extent& e : extents) n += e.size;
+    return n;
+  }
 };
 
 // One instance's data. cpus[i] is CPU i; stats[i], if there, is the text

@@ -8,6 +8,7 @@
 #include "usrtrace/tracedat.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -31,6 +32,7 @@
 
 #include "clock/trace_clock.h"
 #include "instance/instance.h"
+#include "tracedat/journal.h"
 #include "tracedat/recorder.h"
 #include "tracefs/tracefs.h"
 #include "usrtrace/event.h"
@@ -370,7 +372,9 @@ TEST_F(TraceDatTest, RecorderErrorsSayWhat) {
 // O_TRUNC first, then a torn file). A small tmpfs is the disk, in two
 // sizes: one that the recorded pages do not fit in (the staging files
 // fail), one that they fit in but not the output as well (the output's
-// write fails: what O_TRUNC used to turn into a lost previous file).
+// write fails: what O_TRUNC used to turn into a lost previous file). Either
+// way the pages taken are kept in the recording's journal, from which the
+// trace.dat is made once there is room.
 TEST_F(TraceDatTest, AFullDiskKeepsThePreviousOutputWhole) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a small tmpfs";
   std::string size_kb;
@@ -393,12 +397,13 @@ TEST_F(TraceDatTest, AFullDiskKeepsThePreviousOutputWhole) {
   ASSERT_EQ(extract_trace(probe, &err, &st), 0) << err;
   struct stat ps;
   ASSERT_EQ(stat(probe.output.c_str(), &ps), 0);
-  // The second size holds the pages (the staging files) and half the
-  // metadata more, not the output as well: the metadata (kallsyms of this
-  // binary, larger under a sanitizer) must leave room for tmpfs's rounding.
+  // The second size holds the journal (the pages, and the metadata twice:
+  // at the start and at the end) and half the metadata more, not the output
+  // as well: the metadata (kallsyms of this binary, larger under a
+  // sanitizer) must leave room for tmpfs's rounding.
   const uint64_t meta = static_cast<uint64_t>(ps.st_size) - st.bytes;
-  ASSERT_GE(meta, 64u * 1024) << "too little metadata for the second size to fit the pages with room";
-  const uint64_t pages_do_not_fit = st.bytes / 2048, output_does_not_fit = (st.bytes + static_cast<uint64_t>(ps.st_size)) / 2048;
+  ASSERT_GE(meta, 64u * 1024) << "too little metadata for the second size to fit the journal with room";
+  const uint64_t pages_do_not_fit = st.bytes / 2048, output_does_not_fit = (st.bytes + meta * 5 / 2) / 1024;
   for (const uint64_t kb : {pages_do_not_fit, output_does_not_fit}) {
     SCOPED_TRACE("a tmpfs of " + std::to_string(kb) + " KiB");
     const std::string mnt = dir_ + "/small" + std::to_string(kb);
@@ -420,10 +425,52 @@ TEST_F(TraceDatTest, AFullDiskKeepsThePreviousOutputWhole) {
     EXPECT_EQ(extract_trace(o, &err), -ENOSPC) << err;
     EXPECT_NE(err.find(out + ", if any, is unchanged"), std::string::npos) << err;
     EXPECT_EQ(err.find("writing the recorded pages") == std::string::npos, kb == output_does_not_fit) << err;
-    std::ifstream f(out);
-    std::string text((std::istreambuf_iterator<char>(f)), {});
-    EXPECT_TRUE(text == "the previous recording") << "the previous file was replaced: " << text.size() << " bytes";
-    EXPECT_EQ(run("ls -A " + mnt).out, "trace.dat\n") << "a temporary file was left behind";
+    {
+      std::ifstream f(out);
+      std::string text((std::istreambuf_iterator<char>(f)), {});
+      EXPECT_TRUE(text == "the previous recording") << "the previous file was replaced: " << text.size() << " bytes";
+    }
+    // What was taken is kept in the journal, which the error names; once
+    // there is room, it gives the trace.dat back: every marker in it whole,
+    // each CPU's in the order they were written.
+    const size_t at = err.find("`usrtrace recover "), end = err.find('`', at + 1);
+    ASSERT_NE(at, std::string::npos) << err;
+    const std::string journal = err.substr(at + 18, end - at - 18);
+    EXPECT_EQ(run("ls -A " + mnt).out, journal.substr(mnt.size() + 1) + "\ntrace.dat\n");
+    ASSERT_EQ(run("mount -o remount,size=" + std::to_string(kb * 8) + "k " + mnt).rc, 0);
+    const int jfd = ::open(journal.c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(jfd, 0);
+    tracedat::Journal j;
+    ASSERT_EQ(tracedat::read_journal(jfd, &j, &err), 0) << err;
+    EXPECT_EQ(j.output, out);
+    EXPECT_GT(j.pages, 0u);
+    ASSERT_EQ(tracedat::write_from_journal(j, "", {}, &err), 0) << err;
+    ::close(jfd);
+    auto f = TraceFile::open(out, &err);
+    ASSERT_TRUE(f) << err;
+    TraceFile::Cursor c(*f, {0});
+    TraceFile::Record r;
+    std::map<int, long> last;  // per CPU
+    std::set<long> seen;
+    while (c.next(&r)) {
+      const std::string_view data(reinterpret_cast<const char*>(r.data), r.len);
+      const size_t m = data.find("fills the disk ");
+      if (m == std::string_view::npos) continue;
+      const long n = std::strtol(std::string(data.substr(m + 15, 12)).c_str(), nullptr, 10);
+      auto it = last.find(r.cpu);
+      if (it != last.end()) {
+        EXPECT_GT(n, it->second) << "CPU " << r.cpu;
+      }
+      last[r.cpu] = n;
+      EXPECT_TRUE(seen.insert(n).second) << n;
+    }
+    if (kb == pages_do_not_fit) {
+      EXPECT_GT(seen.size(), 1000u) << "the journal's pages did not come back";
+      EXPECT_LT(seen.size(), 60000u) << "more than fit on the disk";
+    } else {
+      EXPECT_EQ(seen.size(), 60000u) << "the journal held every page";
+    }
+    ::unlink(journal.c_str());
     wr("trace", "");
   }
 }

@@ -6,6 +6,10 @@
 // usrtrace recover FILE -o trace.dat [--file-version 6|7] [--compress]
 // writes the live buffer as a trace.dat instead, for trace-cmd report,
 // KernelShark and usrtrace report.
+//
+// usrtrace recover JOURNAL [-o trace.dat] finishes a recording whose
+// recorder was killed or stopped by a full disk: the trace.dat it was
+// writing, from the pages its journal holds.
 #include <event-parse.h>
 
 #include <cinttypes>
@@ -14,7 +18,11 @@
 #include <memory>
 #include <string>
 
+#include <unistd.h>
+
+#include "base/files.h"
 #include "commands.h"
+#include "tracedat/journal.h"
 #include "output/flags.h"
 #include "usrtrace/recover.h"
 
@@ -121,8 +129,61 @@ void print_buffer(const Recovery& rec, tep_handle* tep, uint32_t tag, const Opti
   trace_seq_destroy(&s);
 }
 
-int run(const Options& o) {
+// A journal a recording left (killed, or stopped by a full disk): the
+// trace.dat it was writing, built from what it had taken
+// (tracedat/journal.h). -o names another output; the journal's own
+// file version and compression hold unless given.
+int recover_journal(int fd, const Options& o, bool version_given, bool compress_given) {
+  tracedat::Journal j;
   std::string err;
+  if (tracedat::read_journal(fd, &j, &err) < 0) {
+    fprintf(stderr, "usrtrace recover: %s: %s\n", o.file.c_str(), err.c_str());
+    return 1;
+  }
+  if (!j.damage.empty())
+    fprintf(stderr, "usrtrace recover: %s ends early (%s): what comes before is kept\n", o.file.c_str(),
+            j.damage.c_str());
+  if (version_given) {
+    if (o.file_version != 6 && o.file_version != 7) {
+      fprintf(stderr, "usrtrace recover: --file-version must be 6 or 7\n");
+      return 2;
+    }
+    j.file_version = o.file_version;
+  }
+  if (compress_given) j.compress = o.compress;
+  if (j.compress && j.file_version != 7) {
+    fprintf(stderr, "usrtrace recover: compression needs file version 7\n");
+    return 2;
+  }
+  const std::string out = o.tracedat.empty() ? j.output : o.tracedat;
+  if (tracedat::write_from_journal(j, out, {}, &err) < 0) {
+    fprintf(stderr, "usrtrace recover: %s\n", err.c_str());
+    return 1;
+  }
+  uint64_t pages = 0;
+  for (const auto& s : j.streams)
+    for (const auto& c : s.cpus) pages += c.size() / s.page_size;
+  fprintf(stderr, "usrtrace recover: wrote %s: %" PRIu64 " pages from the journal %s (it may be removed)\n",
+          out.c_str(), pages, o.file.c_str());
+  return 0;
+}
+
+int run(const Options& o, bool version_given, bool compress_given) {
+  std::string err;
+  {
+    off_t size = 0;
+    const int fd = base::open_regular_for_read(o.file, &size, &err);
+    if (fd < 0) {
+      fprintf(stderr, "usrtrace recover: %s\n", err.c_str());
+      return 1;
+    }
+    char magic[8];
+    const bool journal = pread(fd, magic, sizeof magic, 0) == static_cast<ssize_t>(sizeof magic) &&
+                         tracedat::is_journal(magic, sizeof magic);
+    const int rc = journal ? recover_journal(fd, o, version_given, compress_given) : -1;
+    ::close(fd);
+    if (journal) return rc;
+  }
   auto rec = Recovery::open(o.file, &err);
   if (!rec) {
     fprintf(stderr, "usrtrace recover: %s\n", err.c_str());
@@ -157,14 +218,18 @@ int run(const Options& o) {
 
 Runner add_recover(CLI::App& app) {
   auto o = std::make_shared<Options>();
-  CLI::App* sub = app.add_subcommand("recover", "print the trace a dead process left in its buffer file");
-  sub->add_option("FILE", o->file, "the buffer file (buffer_file, or USRTRACE_BUFFER_DIR)")->required();
+  CLI::App* sub = app.add_subcommand(
+      "recover", "print the trace a dead process left in its buffer file, or finish a killed recording");
+  sub->add_option("FILE", o->file,
+                  "the buffer file (buffer_file, or USRTRACE_BUFFER_DIR), or the journal a recording left "
+                  "(.OUTPUT.usrtrace-rec-XXXXXX)")
+      ->required();
   sub->add_flag("--raw", o->raw, "print records as pid, cpu, time, type and bytes");
   sub->add_flag("--snapshots", o->snapshots, "also print the snapshot buffers in the file");
   sub->add_option("-o,--tracedat", o->tracedat, "write the live buffer as a trace.dat instead of printing it");
-  sub->add_option("--file-version", o->file_version, "trace.dat version: 6 or 7 (default)");
-  sub->add_flag("--compress", o->compress, "zstd-compress the trace.dat (version 7)");
-  return [o] { return run(*o); };
+  CLI::Option* version = sub->add_option("--file-version", o->file_version, "trace.dat version: 6 or 7 (default)");
+  CLI::Option* compress = sub->add_flag("--compress", o->compress, "zstd-compress the trace.dat (version 7)");
+  return [o, version, compress] { return run(*o, version->count() > 0, compress->count() > 0); };
 }
 
 }  // namespace usrtrace::tool

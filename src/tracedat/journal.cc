@@ -1,0 +1,465 @@
+// The record journal (journal.h; docs/design/record-journal.md).
+#include "tracedat/journal.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+
+#include "tracedat/recorder.h"
+
+namespace usrtrace::tracedat {
+namespace {
+
+constexpr uint32_t kVersion = 1;
+constexpr uint32_t kHeaderBytes = 32;
+constexpr uint32_t kRecordHead = 16;
+
+enum Kind : uint32_t { kOutput = 1, kProcess = 2, kStream = 3, kMeta = 4, kPages = 5 };
+
+// What a reader accepts (a journal is untrusted input).
+constexpr uint64_t kMaxSmallRecord = 1 << 16;   // every record but kMeta and kPages
+constexpr uint64_t kMaxMeta = 1ull << 30;       // kallsyms of a very big program
+constexpr uint32_t kMaxCpus = 4096;
+constexpr uint32_t kMaxIds = 1 << 16;           // processes, streams
+
+void put32(std::string* s, uint32_t v) { s->append(reinterpret_cast<const char*>(&v), 4); }
+void put_str(std::string* s, const std::string& v) {
+  put32(s, static_cast<uint32_t>(v.size()));
+  s->append(v);
+}
+
+std::string mib(uint64_t bytes) {
+  char b[32];
+  snprintf(b, sizeof b, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return b;
+}
+
+// Reads exactly n bytes at off; false at EOF or on an error (errno set).
+bool read_at(int fd, uint64_t off, void* buf, size_t n) {
+  char* c = static_cast<char*>(buf);
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, c, n, static_cast<off_t>(off));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      if (r == 0) errno = 0;
+      return false;
+    }
+    c += r;
+    off += static_cast<uint64_t>(r);
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+// A payload being decoded.
+struct Cursor {
+  const uint8_t* p;
+  size_t n;
+  bool ok = true;
+  uint32_t u32() {
+    uint32_t v = 0;
+    if (n < 4) {
+      ok = false;
+      return 0;
+    }
+    std::memcpy(&v, p, 4);
+    p += 4;
+    n -= 4;
+    return v;
+  }
+  std::string str() {
+    const uint32_t len = u32();
+    if (!ok || len > n) {
+      ok = false;
+      return {};
+    }
+    std::string s(reinterpret_cast<const char*>(p), len);
+    p += len;
+    n -= len;
+    return s;
+  }
+};
+
+}  // namespace
+
+JournalWriter::~JournalWriter() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  if (!keep_ && page_bytes() == 0) ::unlink(path_.c_str());
+}
+
+int JournalWriter::create(const RecordOptions& opts, std::string* err) {
+  const size_t slash = opts.output.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : opts.output.substr(0, slash));
+  const std::string base = slash == std::string::npos ? opts.output : opts.output.substr(slash + 1);
+  // mkostemp: a name nobody else has (O_CREAT|O_EXCL), 0600, so a planted
+  // symlink is never followed.
+  std::string tmpl = (dir == "/" ? "" : dir) + "/." + base + ".usrtrace-rec-XXXXXX";
+  const int fd = ::mkostemp(tmpl.data(), O_CLOEXEC);
+  if (fd < 0) {
+    const int e = errno;
+    *err = "cannot create the recording's journal in " + dir + ": " + std::strerror(e);
+    return -e;
+  }
+  fd_ = fd;
+  path_ = tmpl;
+  output_ = opts.output;
+  // The output as an absolute name, so that recover writes it wherever it runs.
+  std::string output = opts.output;
+  if (output.empty() || output[0] != '/') {
+    char cwd[4096];
+    if (getcwd(cwd, sizeof cwd)) output = std::string(cwd) + "/" + output;
+  }
+  char head[kHeaderBytes] = {};
+  std::memcpy(head, kJournalMagic, 8);
+  const uint32_t version = kVersion, bytes = kHeaderBytes;
+  std::memcpy(head + 8, &version, 4);
+  std::memcpy(head + 12, &bytes, 4);
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  const uint64_t created = static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+  std::memcpy(head + 16, &created, 8);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (::pwrite(fd_, head, sizeof head, 0) != static_cast<ssize_t>(sizeof head)) {
+      const int e = errno ? errno : EIO;
+      *err = "writing the recording's journal " + path_ + ": " + std::strerror(e);
+      return -e;
+    }
+    end_ = sizeof head;
+  }
+  std::string p;
+  put32(&p, static_cast<uint32_t>(opts.file_version));
+  put32(&p, opts.compress ? 1 : 0);
+  put_str(&p, output);
+  return append(kOutput, p, nullptr, 0, err);
+}
+
+// The id is taken and its record appended under one lock: a reader
+// expects ids in order.
+int JournalWriter::add_process(int pid, const std::string& prefix, uint32_t* process, std::string* err) {
+  std::lock_guard<std::mutex> l(mu_);
+  std::string p;
+  put32(&p, processes_);
+  put32(&p, static_cast<uint32_t>(pid));
+  put_str(&p, prefix);
+  if (int rc = append_locked(kProcess, p, nullptr, 0, err); rc < 0) return rc;
+  *process = processes_++;
+  return 0;
+}
+
+int JournalWriter::add_stream(uint32_t process, const std::string& instance, uint32_t page_size, uint32_t nr_cpus,
+                              uint32_t* stream, std::string* err) {
+  std::lock_guard<std::mutex> l(mu_);
+  std::string p;
+  put32(&p, streams_);
+  put32(&p, process);
+  put32(&p, page_size);
+  put32(&p, nr_cpus);
+  put_str(&p, instance);
+  if (int rc = append_locked(kStream, p, nullptr, 0, err); rc < 0) return rc;
+  stream_page_size_.push_back(page_size);
+  *stream = streams_++;
+  return 0;
+}
+
+int JournalWriter::put_meta(uint32_t process, const control::RemoteMeta& meta, std::string* err) {
+  std::string p;
+  put32(&p, process);
+  control::encode_meta(meta, &p);
+  return append(kMeta, p, nullptr, 0, err);
+}
+
+int JournalWriter::put_pages(uint32_t stream, uint32_t cpu, const void* pages, size_t bytes, std::string* err) {
+  if (bytes == 0) return 0;
+  std::string p;
+  put32(&p, stream);
+  put32(&p, cpu);
+  return append(kPages, p, pages, bytes, err);
+}
+
+uint64_t JournalWriter::page_bytes() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return page_bytes_;
+}
+
+void JournalWriter::remove() {
+  if (fd_ < 0) return;
+  ::unlink(path_.c_str());
+  ::close(fd_);
+  fd_ = -1;
+}
+
+int JournalWriter::append(uint32_t kind, const std::string& head, const void* data, size_t bytes,
+                          std::string* err) {
+  std::lock_guard<std::mutex> l(mu_);
+  return append_locked(kind, head, data, bytes, err);
+}
+
+int JournalWriter::append_locked(uint32_t kind, const std::string& head, const void* data, size_t bytes,
+                                 std::string* err) {
+  if (error_) {
+    *err = error_text_;
+    return -error_;
+  }
+  const uint64_t len = head.size() + bytes;
+  const uint64_t pad = (8 - len % 8) % 8;
+  char rec[kRecordHead] = {};
+  std::memcpy(rec, &kind, 4);
+  std::memcpy(rec + 8, &len, 8);
+  static const char zeros[8] = {};
+  iovec iov[4] = {{rec, sizeof rec},
+                  {const_cast<char*>(head.data()), head.size()},
+                  {const_cast<void*>(data), bytes},
+                  {const_cast<char*>(zeros), static_cast<size_t>(pad)}};
+  int first = 0;
+  uint64_t at = end_;
+  while (first < 4) {
+    const ssize_t w = ::pwritev(fd_, iov + first, 4 - first, static_cast<off_t>(at));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      // The whole pages of a record cut short count (read_journal keeps them).
+      const uint64_t data_at = end_ + sizeof rec + head.size();
+      if (kind == kPages && at > data_at) {
+        uint32_t stream;
+        std::memcpy(&stream, head.data(), 4);
+        const uint64_t unit = stream < stream_page_size_.size() ? stream_page_size_[stream] : 0;
+        if (unit) page_bytes_ += (at - data_at) / unit * unit;
+      }
+      error_ = w < 0 ? errno : EIO;
+      error_text_ = "writing the recorded pages to " + path_ + ": " + std::strerror(error_) + " after " +
+                    mib(page_bytes_) + " of pages";
+      if (page_bytes_ > 0)
+        error_text_ += "; they are kept there: `usrtrace recover " + path_ + "` writes " + output_ +
+                       " from them once there is room";
+      if (error_ == ENOSPC || error_ == EDQUOT) error_text_ += " (the previous " + output_ + ", if any, is unchanged)";
+      *err = error_text_;
+      return -error_;
+    }
+    at += static_cast<uint64_t>(w);
+    size_t left = static_cast<size_t>(w);
+    while (first < 4 && left >= iov[first].iov_len) left -= iov[first++].iov_len;
+    if (first < 4) {
+      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
+      iov[first].iov_len -= left;
+    }
+  }
+  end_ = at;
+  if (kind == kPages) page_bytes_ += bytes;
+  return 0;
+}
+
+bool is_journal(const void* p, size_t n) { return n >= 8 && std::memcmp(p, kJournalMagic, 8) == 0; }
+
+int read_journal(int fd, Journal* out, std::string* err) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    const int e = errno;
+    *err = std::strerror(e);
+    return -e;
+  }
+  out->bytes = static_cast<uint64_t>(st.st_size);
+  char head[kHeaderBytes];
+  uint32_t version = 0, hbytes = 0;
+  if (!read_at(fd, 0, head, sizeof head) || !is_journal(head, sizeof head)) {
+    *err = "not a recording's journal";
+    return -EINVAL;
+  }
+  std::memcpy(&version, head + 8, 4);
+  std::memcpy(&hbytes, head + 12, 4);
+  if (version != kVersion || hbytes != kHeaderBytes) {
+    *err = "a journal of version " + std::to_string(version) + " (this usrtrace reads version 1)";
+    return -EINVAL;
+  }
+  bool have_output = false;
+  uint64_t at = kHeaderBytes;
+  std::vector<uint8_t> buf;
+  auto damaged = [&](const std::string& why) { out->damage = why + " at offset " + std::to_string(at); };
+  while (at < out->bytes) {
+    char rec[kRecordHead];
+    if (at + kRecordHead > out->bytes || !read_at(fd, at, rec, sizeof rec)) {
+      damaged("a record cut short");
+      break;
+    }
+    uint32_t kind;
+    uint64_t len;
+    std::memcpy(&kind, rec, 4);
+    std::memcpy(&len, rec + 8, 8);
+    const uint64_t body = at + kRecordHead, avail = out->bytes - body;
+    if (kind == kPages) {
+      char ids[8];
+      if (len < 8 || avail < 8 || !read_at(fd, body, ids, 8)) {
+        damaged("a page record cut short");
+        break;
+      }
+      uint32_t stream, cpu;
+      std::memcpy(&stream, ids, 4);
+      std::memcpy(&cpu, ids + 4, 4);
+      if (stream >= out->streams.size() || cpu >= out->streams[stream].cpus.size()) {
+        damaged("pages of an unknown stream or CPU");
+        break;
+      }
+      Journal::Stream& s = out->streams[stream];
+      const uint64_t want = len - 8, have = std::min(want, avail - 8);
+      const uint64_t whole = have / s.page_size * s.page_size;
+      if (want % s.page_size != 0) {
+        damaged("a page record that is not whole pages");
+        break;
+      }
+      if (whole > 0) {
+        s.cpus[cpu].extents.push_back({body + 8, whole});
+        out->pages += whole / s.page_size;
+      }
+      if (have < want) {
+        damaged("a page record cut short (its whole pages are kept)");
+        break;
+      }
+      at = body + len + (8 - len % 8) % 8;
+      continue;
+    }
+    const uint64_t limit = kind == kMeta ? kMaxMeta : kMaxSmallRecord;
+    if (len > limit) {
+      damaged("a record of " + std::to_string(len) + " bytes");
+      break;
+    }
+    if (len > avail) {
+      damaged("a record cut short");
+      break;
+    }
+    buf.resize(static_cast<size_t>(len));
+    if (!read_at(fd, body, buf.data(), buf.size())) {
+      damaged("an unreadable record");
+      break;
+    }
+    Cursor c{buf.data(), buf.size()};
+    bool bad = false;
+    switch (kind) {
+      case kOutput: {
+        const uint32_t v = c.u32(), z = c.u32();
+        std::string o = c.str();
+        if (!c.ok || (v != 6 && v != 7) || z > 1 || o.empty() || have_output) {
+          bad = true;
+          break;
+        }
+        out->file_version = static_cast<int>(v);
+        out->compress = z == 1;
+        out->output = std::move(o);
+        have_output = true;
+        break;
+      }
+      case kProcess: {
+        const uint32_t id = c.u32(), pid = c.u32();
+        std::string prefix = c.str();
+        if (!c.ok || id != out->processes.size() || id >= kMaxIds || (id == 0) != prefix.empty()) {
+          bad = true;
+          break;
+        }
+        Journal::Process p;
+        p.pid = static_cast<int>(pid);
+        p.prefix = std::move(prefix);
+        out->processes.push_back(std::move(p));
+        break;
+      }
+      case kStream: {
+        const uint32_t id = c.u32(), proc = c.u32(), page = c.u32(), cpus = c.u32();
+        std::string inst = c.str();
+        if (!c.ok || id != out->streams.size() || id >= kMaxIds || proc >= out->processes.size() || page < 64 ||
+            page > (1u << 20) || (page & (page - 1)) || cpus == 0 || cpus > kMaxCpus) {
+          bad = true;
+          break;
+        }
+        Journal::Stream s;
+        s.process = proc;
+        s.instance = std::move(inst);
+        s.page_size = page;
+        s.cpus.assign(cpus, CpuData{fd, {}});
+        out->streams.push_back(std::move(s));
+        break;
+      }
+      case kMeta: {
+        const uint32_t proc = c.u32();
+        control::RemoteMeta m;
+        if (!c.ok || proc >= out->processes.size() || control::decode_meta(c.p, c.n, &m) != 0) {
+          bad = true;
+          break;
+        }
+        out->processes[proc].meta = std::move(m);
+        out->processes[proc].have_meta = true;
+        break;
+      }
+      default:
+        bad = true;
+    }
+    if (bad) {
+      damaged("a record that does not decode (kind " + std::to_string(kind) + ")");
+      break;
+    }
+    at = body + len + (8 - len % 8) % 8;
+  }
+  if (!have_output) {
+    *err = "a journal with no output record" + (out->damage.empty() ? "" : " (" + out->damage + ")");
+    return -EINVAL;
+  }
+  return 0;
+}
+
+int write_from_journal(const Journal& j, const std::string& output, const std::vector<uint32_t>& skip,
+                       std::string* err) {
+  auto skipped = [&](uint32_t p) { return std::find(skip.begin(), skip.end(), p) != skip.end(); };
+  if (j.processes.empty() || !j.processes[0].have_meta) {
+    *err = "the journal holds no metadata of the recorded process (it was killed before the recording began)";
+    return -EINVAL;
+  }
+  Metadata meta = j.processes[0].meta.meta;
+  for (uint32_t p = 1; p < j.processes.size(); ++p)
+    // Their events and thread names join the file's; their time stamps are
+    // on the same clock, converted with the first process's calibration.
+    if (j.processes[p].have_meta && !skipped(p)) keep_departed(j.processes[p].meta.meta, &meta);
+  std::vector<BufferData> buffers;
+  for (const Journal::Stream& s : j.streams) {
+    const Journal::Process& proc = j.processes[s.process];
+    if (skipped(s.process) || !proc.have_meta) continue;
+    BufferData b;
+    b.name = proc.prefix.empty() ? s.instance : s.instance.empty() ? proc.prefix : proc.prefix + ":" + s.instance;
+    b.page_size = s.page_size;
+    b.clock = clock_name(proc.meta.meta.trace_clock);
+    for (const control::InstanceMeta& im : proc.meta.instances)
+      if (im.name == s.instance) {
+        if (!im.clock.empty()) b.clock = im.clock;
+        b.stats = im.stats;
+      }
+    b.cpus = s.cpus;
+    b.stats.resize(b.cpus.size());
+    buffers.push_back(std::move(b));
+  }
+  RecordOptions o;
+  o.output = output.empty() ? j.output : output;
+  o.file_version = j.file_version;
+  o.compress = j.compress;
+  return write_output(o, std::move(meta), std::move(buffers), err);
+}
+
+int finish_journal(JournalWriter& w, const std::vector<uint32_t>& skip, std::string* err) {
+  Journal j;
+  int rc = read_journal(w.fd(), &j, err);
+  if (rc == 0) rc = write_from_journal(j, "", skip, err);
+  if (rc == 0) {
+    w.remove();
+    return 0;
+  }
+  if (w.page_bytes() > 0) {
+    w.keep();
+    *err += "; the " + mib(w.page_bytes()) + " of pages recorded are kept in " + w.path() +
+            " (`usrtrace recover " + w.path() + "` writes the file from them)";
+  }
+  return rc;
+}
+
+}  // namespace usrtrace::tracedat

@@ -1,0 +1,132 @@
+// The record journal: what a recording has taken so far, in a file beside
+// its output that outlives the recorder (docs/design/record-journal.md).
+//
+// A recording appends every page it takes to the journal at once, before it
+// takes the next ones, and the metadata whenever it reads it; the trace.dat
+// is built from the journal when the recording stops, and the journal then
+// removed. A recorder that is killed, or stopped by a full disk, leaves the
+// journal: `usrtrace recover JOURNAL` builds the same trace.dat from it.
+//
+// Layout (little endian; version 1):
+//   header   "USRTREC1", u32 version, u32 header bytes (32), u64 created
+//            (CLOCK_REALTIME ns), u64 reserved
+//   records  back to back, each u32 kind, u32 reserved, u64 payload bytes,
+//            then the payload padded to 8 bytes:
+//     kOutput   u32 file version, u32 compress, str output
+//     kProcess  u32 process, i32 pid, str buffer-name prefix ("" for the first)
+//     kStream   u32 stream, u32 process, u32 page size, u32 CPUs, str instance
+//     kMeta     u32 process, then control/meta.h's encoding (the last wins)
+//     kPages    u32 stream, u32 CPU, then whole pages as trace_pipe_raw gives them
+//   (str: u32 length, then the bytes.) A record cut short by a death or a
+// full disk ends the journal; of a kPages record cut short, its whole pages
+// count.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "control/meta.h"
+#include "tracedat/writer.h"
+#include "usrtrace/tracedat.h"
+
+namespace usrtrace::tracedat {
+
+inline constexpr char kJournalMagic[8] = {'U', 'S', 'R', 'T', 'R', 'E', 'C', '1'};
+
+// Appends to a new journal. Every append is one positioned write, made
+// under a mutex (the recorder threads of several instances and processes
+// share the file); nothing here is on the program's write path.
+class JournalWriter {
+ public:
+  JournalWriter() = default;
+  JournalWriter(const JournalWriter&) = delete;
+  JournalWriter& operator=(const JournalWriter&) = delete;
+  // Closes; removes the file if it holds no pages (nothing to recover).
+  ~JournalWriter();
+
+  // Creates DIR/.NAME.usrtrace-rec-XXXXXX beside opts.output (a new name,
+  // O_EXCL, 0600) and records the output's name and options. 0 or -errno
+  // with *err set.
+  int create(const RecordOptions& opts, std::string* err);
+  const std::string& path() const { return path_; }
+  int fd() const { return fd_; }
+
+  // Each appends one record: 0, or -errno with *err set (the first failure
+  // sticks: later appends fail the same way).
+  int add_process(int pid, const std::string& prefix, uint32_t* process, std::string* err);
+  int add_stream(uint32_t process, const std::string& instance, uint32_t page_size, uint32_t nr_cpus,
+                 uint32_t* stream, std::string* err);
+  int put_meta(uint32_t process, const control::RemoteMeta& meta, std::string* err);
+  // `bytes` of whole pages of `cpu`.
+  int put_pages(uint32_t stream, uint32_t cpu, const void* pages, size_t bytes, std::string* err);
+
+  uint64_t page_bytes() const;
+  // Removes the file (its trace.dat was written).
+  void remove();
+  // Keeps the file whatever it holds (a recording that failed says where).
+  void keep() { keep_ = true; }
+
+ private:
+  int append(uint32_t kind, const std::string& head, const void* data, size_t bytes, std::string* err);
+  int append_locked(uint32_t kind, const std::string& head, const void* data, size_t bytes, std::string* err);
+
+  mutable std::mutex mu_;
+  int fd_ = -1;
+  std::string path_;
+  std::string output_;
+  uint64_t end_ = 0;          // under mu_
+  uint64_t page_bytes_ = 0;   // under mu_
+  uint32_t processes_ = 0, streams_ = 0;  // under mu_
+  std::vector<uint32_t> stream_page_size_;  // under mu_
+  int error_ = 0;             // under mu_: the first failure
+  std::string error_text_;    // under mu_
+  bool keep_ = false;
+};
+
+// A journal read back. Untrusted: every length, index and count is checked
+// against the file; what does not check out ends the journal there.
+struct Journal {
+  std::string output;
+  int file_version = 7;
+  bool compress = false;
+  struct Process {
+    int pid = 0;
+    std::string prefix;
+    bool have_meta = false;
+    control::RemoteMeta meta;
+  };
+  struct Stream {
+    uint32_t process = 0;
+    std::string instance;
+    uint32_t page_size = 0;
+    std::vector<CpuData> cpus;
+  };
+  std::vector<Process> processes;
+  std::vector<Stream> streams;
+  uint64_t pages = 0;
+  uint64_t bytes = 0;     // the file's size
+  std::string damage;     // why the journal ended early, "" if it ended at a record's end
+};
+
+// True if the `n` bytes at `p` begin a journal.
+bool is_journal(const void* p, size_t n);
+
+// Reads the journal open at `fd` (its CpuData keep `fd`). 0, or -errno
+// with *err set when it is not a journal or holds no output record.
+int read_journal(int fd, Journal* out, std::string* err);
+
+// Writes `output` (empty: the journal's own) as a trace.dat from the
+// journal: the first process's metadata, the others' events and thread
+// names joined to it, their buffers named PREFIX and PREFIX:INSTANCE.
+// Processes in `skip` are left out. 0, or -errno with *err set.
+int write_from_journal(const Journal& j, const std::string& output, const std::vector<uint32_t>& skip,
+                       std::string* err);
+
+// A recording's end: reads back the journal `w` wrote, writes its output
+// from it (write_from_journal), and removes the journal. If that fails
+// the journal is kept, and *err says where it is and how to recover it.
+int finish_journal(JournalWriter& w, const std::vector<uint32_t>& skip, std::string* err);
+
+}  // namespace usrtrace::tracedat
