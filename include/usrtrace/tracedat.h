@@ -49,15 +49,17 @@ struct RecordStats {
 
 // Drains instances' buffers while the program runs: a thread per instance
 // waits until a CPU's buffer reaches buffer_percent, then moves the full
-// pages, as trace_pipe_raw hands them out, to temporary files beside the
-// output (no per-event work); stop() takes what is left and writes the
-// trace.dat. In discard mode nothing is lost while the recorder keeps up;
+// pages, as trace_pipe_raw hands them out, to a journal beside the output
+// (.OUTPUT.usrtrace-rec-XXXXXX; no per-event work); stop() takes what is
+// left, writes the trace.dat from the journal and removes it. A recorder
+// that dies or meets a full disk leaves the journal, from which
+// `usrtrace recover JOURNAL` writes the trace.dat. In discard mode nothing is lost while the recorder keeps up;
 // in overwrite mode what it could not take in time is overwritten, and the
 // file says how many events were lost where.
 class USRTRACE_EXPORT TraceRecorder {
  public:
   // Starts recording. nullptr with *err set: an unknown instance, a bad
-  // option, or the output's directory cannot hold temporary files.
+  // option, or the output's directory cannot hold the journal.
   // Context: control plane; starts threads.
   static std::unique_ptr<TraceRecorder> start(const RecordOptions& opts, std::string* err);
   // Stops, drains the rest and writes the file. 0, or -errno with *err set.

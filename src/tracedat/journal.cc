@@ -1,7 +1,9 @@
 // The record journal (journal.h; docs/design/record-journal.md).
 #include "tracedat/journal.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -110,6 +112,9 @@ int JournalWriter::create(const RecordOptions& opts, std::string* err) {
   }
   fd_ = fd;
   path_ = tmpl;
+  // Held while the recording lives: abandoned_journals() tells a dead
+  // recording's journal from a live one's. A new file: nobody else has it.
+  ::flock(fd_, LOCK_EX | LOCK_NB);
   output_ = opts.output;
   // The output as an absolute name, so that recover writes it wherever it runs.
   std::string output = opts.output;
@@ -254,6 +259,29 @@ int JournalWriter::append_locked(uint32_t kind, const std::string& head, const v
   end_ = at;
   if (kind == kPages) page_bytes_ += bytes;
   return 0;
+}
+
+std::vector<std::string> abandoned_journals(const std::string& output) {
+  const size_t slash = output.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : output.substr(0, slash));
+  const std::string prefix = "." + (slash == std::string::npos ? output : output.substr(slash + 1)) + ".usrtrace-rec-";
+  std::vector<std::string> found;
+  DIR* d = opendir(dir.c_str());
+  if (!d) return found;
+  while (dirent* e = readdir(d)) {
+    if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) != 0 || std::strlen(e->d_name) != prefix.size() + 6)
+      continue;
+    const std::string path = (dir == "/" ? "" : dir) + "/" + e->d_name;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) continue;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && ::flock(fd, LOCK_SH | LOCK_NB) == 0)
+      found.push_back(path);
+    ::close(fd);
+  }
+  closedir(d);
+  std::sort(found.begin(), found.end());
+  return found;
 }
 
 bool is_journal(const void* p, size_t n) { return n >= 8 && std::memcmp(p, kJournalMagic, 8) == 0; }

@@ -124,6 +124,11 @@ int read_journal(int fd, Journal* out, std::string* err);
 int write_from_journal(const Journal& j, const std::string& output, const std::vector<uint32_t>& skip,
                        std::string* err);
 
+// The journals beside `output` that no live recording holds (each
+// JournalWriter holds an flock on its file while it lives): what killed or
+// failed recordings of that output left.
+std::vector<std::string> abandoned_journals(const std::string& output);
+
 // A recording's end: reads back the journal `w` wrote, writes its output
 // from it (write_from_journal), and removes the journal. If that fails
 // the journal is kept, and *err says where it is and how to recover it.

@@ -27,6 +27,7 @@
 #include <thread>
 
 #include "commands.h"
+#include "tracedat/journal.h"
 #include "remote.h"
 #include "usrtrace/tracedat.h"
 
@@ -338,6 +339,13 @@ Runner add_record(CLI::App& app) {
     ro.pid = pid;
     ro.instances = instances;
     std::string err;
+    // A recording of the same output that was killed left its pages: say
+    // so once, before this one adds its own journal beside them.
+    for (const std::string& j : tracedat::abandoned_journals(ro.output))
+      fprintf(stderr,
+              "usrtrace record: note: %s holds the pages of an earlier recording of %s that did not finish "
+              "(`usrtrace recover %s` writes a trace.dat from them; or remove it)\n",
+              j.c_str(), ro.output.c_str(), j.c_str());
     auto rec = TraceRecorder::start(ro, &err);
     if (!rec) {
       Setup::revert(*c, undo);
