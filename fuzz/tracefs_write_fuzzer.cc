@@ -11,8 +11,18 @@
 //            5  close a held file
 //            6  write an event and a marker
 //            7  a raw path from the input: stat, list, open and read
-// Every input starts from the same state (instances removed, top reset).
+//            8  the buffer-file store's lifecycle: buffer_file of an
+//               instance set to one of four files of the fuzzer's own
+//               directory (new, in use by another instance, holding a dead
+//               store's data, or the instance's current one) or back to
+//               memory (""), or a file renamed or unlinked under a live
+//               store; buffer_size_kb, snapshot and rmdir (ops 0 and 3)
+//               resize and release it
+// Every input starts from the same state (instances removed, top reset,
+// the buffer files gone).
 #include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -97,8 +107,28 @@ bool too_big(const std::string& path, const std::string& data) {
   return false;
 }
 
+// The buffer files' directory, the fuzzer's own.
+const std::string& file_dir() {
+  static const std::string dir = [] {
+    char tmpl[] = "/tmp/usrtrace-tfsfuzz-XXXXXX";
+    return std::string(mkdtemp(tmpl) ? tmpl : "/tmp");
+  }();
+  return dir;
+}
+
+std::string buffer_path(uint8_t b) { return file_dir() + "/f" + std::to_string(b % 4) + ".buf"; }
+
+void remove_buffer_files() {
+  for (int i = 0; i < 4; ++i) {
+    ::unlink(buffer_path(static_cast<uint8_t>(i)).c_str());
+    ::unlink((buffer_path(static_cast<uint8_t>(i)) + ".moved").c_str());
+  }
+}
+
 void reset() {
   for (const std::string& name : Instance::names()) tracefs::rmdir("instances/" + name);
+  tracefs::write_file("buffer_file", "");
+  remove_buffer_files();
   Instance* top = Instance::top();
   tracefs::write_file("set_event", "");
   tracefs::write_file("set_event_pid", "");
@@ -127,7 +157,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   char buf[4096];
   for (int ops = 0; in.n && ops < 64; ++ops) {
     const uint8_t op = in.byte();
-    switch (op % 8) {
+    switch (op % 9) {
       case 0: {
         const std::string path = prefix(in.byte()) + kFiles[in.byte() % kNumFiles];
         const uint8_t fl = in.byte();
@@ -181,6 +211,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         check(tracefs::list(path, &names));
         std::unique_ptr<tracefs::File> f;
         if (tracefs::open(path, O_RDONLY | O_NONBLOCK, &f) == 0) check(f->read(buf, sizeof buf));
+        break;
+      }
+      case 8: {
+        const uint8_t b = in.byte(), which = in.byte();
+        const std::string path = buffer_path(which);
+        switch (b % 4) {
+          case 0:
+          case 1:
+            check(tracefs::write_file(prefix(in.byte()) + "buffer_file", path + "\n"));
+            break;
+          case 2:
+            check(tracefs::write_file(prefix(in.byte()) + "buffer_file", "\n"));
+            break;
+          default:
+            // Under a live store: its mapping stays; the name is free again.
+            if (which & 0x80) ::unlink(path.c_str());
+            else ::rename(path.c_str(), (path + ".moved").c_str());
+        }
         break;
       }
     }
