@@ -403,7 +403,8 @@ TEST_F(TraceDatTest, AFullDiskKeepsThePreviousOutputWhole) {
   // sanitizer) must leave room for tmpfs's rounding.
   const uint64_t meta = static_cast<uint64_t>(ps.st_size) - st.bytes;
   ASSERT_GE(meta, 64u * 1024) << "too little metadata for the second size to fit the journal with room";
-  const uint64_t pages_do_not_fit = st.bytes / 2048, output_does_not_fit = (st.bytes + meta * 5 / 2) / 1024;
+  // The first holds the metadata and half the pages.
+  const uint64_t pages_do_not_fit = (meta + st.bytes / 2) / 1024, output_does_not_fit = (st.bytes + meta * 5 / 2) / 1024;
   for (const uint64_t kb : {pages_do_not_fit, output_does_not_fit}) {
     SCOPED_TRACE("a tmpfs of " + std::to_string(kb) + " KiB");
     const std::string mnt = dir_ + "/small" + std::to_string(kb);
