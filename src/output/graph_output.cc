@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <map>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -251,51 +253,89 @@ void put_graph_line_text(const Opts& o, GraphState& g, const rb::Event& ev, Comm
 
 }  // namespace
 
-// The whole buffer in graph layout: events in time order, each entry looked
-// at with its thread's next event.
-void put_graph_events(const Opts& o, rb::RingBuffer& rb, std::vector<HeldEvent>& evs, std::string* out) {
+struct GraphStream::Impl {
+  Opts o;
+  size_t window;
   GraphState g;
-  g.cpu_width = static_cast<int>(std::to_string(std::max(rb.nr_cpus() - 1, 0)).size());
-  g.last_pid.assign(static_cast<size_t>(std::max(rb.nr_cpus(), 1)), -1);
   // Per thread: the entries seen and not yet closed (func per depth).
   std::map<int, std::vector<uint64_t>> open;
-  std::vector<bool> done(evs.size(), false);
-  std::map<int, size_t> next_of;  // pid -> index of its next event (filled backwards)
-  std::vector<size_t> next(evs.size(), SIZE_MAX);
-  for (size_t i = evs.size(); i-- > 0;) {
-    CommonHeader h;
-    if (!read_header(evs[i].ev, &h)) continue;
-    auto it = next_of.find(h.pid);
-    if (it != next_of.end()) next[i] = it->second;
-    next_of[h.pid] = i;
+  struct Held {
+    HeldEvent he;
+    int pid = -1;
+    bool done = false;  // printed with an entry, as its leaf
+  };
+  std::deque<Held> win;
+  uint64_t base = 0;  // sequence number of win.front()
+  // Per thread: the sequence numbers of its events in the window, in order.
+  std::unordered_map<int, std::deque<uint64_t>> by_pid;
+
+  // The line of the window's first event, which leaves it.
+  void emit_front(std::string* out) {
+    Held& f = win.front();
+    if (f.pid >= 0) {
+      auto q = by_pid.find(f.pid);
+      q->second.pop_front();
+      if (!f.done) put(f, q->second.empty() ? nullptr : &win[static_cast<size_t>(q->second.front() - base)], out);
+      if (q->second.empty()) by_pid.erase(q);
+    } else if (!f.done) {
+      put(f, nullptr, out);
+    }
+    win.pop_front();
+    ++base;
   }
-  for (size_t i = 0; i < evs.size(); ++i) {
-    if (done[i]) continue;
+
+  // An event's line; `next` is its thread's next event, if the window has it.
+  void put(Held& f, Held* next, std::string* out) {
+    const rb::Event& ev = f.he.ev;
     CommonHeader h;
     GraphRecord r{};
-    const int kind = graph_kind(evs[i].ev, &h, &r);
+    const int kind = graph_kind(ev, &h, &r);
     if (kind == 1) {
       GraphRecord x{};
       CommonHeader xh;
-      if (next[i] != SIZE_MAX && graph_kind(evs[next[i]].ev, &xh, &x) == 2 && x.func == r.func &&
-          x.depth == r.depth) {
-        done[next[i]] = true;
-        put_graph_line(o, g, evs[i].ev, &x, out);
-        continue;
+      if (next && graph_kind(next->he.ev, &xh, &x) == 2 && x.func == r.func && x.depth == r.depth) {
+        next->done = true;
+        put_graph_line(o, g, ev, &x, out);
+        return;
       }
       auto& st = open[h.pid];
       st.resize(r.depth);
       st.push_back(r.func);
-      put_graph_line(o, g, evs[i].ev, nullptr, out);
+      put_graph_line(o, g, ev, nullptr, out);
     } else if (kind == 2) {
       auto& st = open[h.pid];
       const bool seen = st.size() == size_t{r.depth} + 1 && st.back() == r.func;
       if (st.size() > r.depth) st.resize(r.depth);
-      put_graph_line(o, g, evs[i].ev, seen ? &r : nullptr, out);
+      put_graph_line(o, g, ev, seen ? &r : nullptr, out);
     } else {
-      put_graph_line(o, g, evs[i].ev, nullptr, out);
+      put_graph_line(o, g, ev, nullptr, out);
     }
   }
+};
+
+GraphStream::GraphStream(const Opts& o, int nr_cpus, size_t window) : impl_(std::make_unique<Impl>()) {
+  impl_->o = o;
+  impl_->window = std::max<size_t>(window, 2);
+  impl_->g.cpu_width = static_cast<int>(std::to_string(std::max(nr_cpus - 1, 0)).size());
+  impl_->g.last_pid.assign(static_cast<size_t>(std::max(nr_cpus, 1)), -1);
+}
+
+GraphStream::~GraphStream() = default;
+
+void GraphStream::push(const rb::Event& ev, std::string* out) {
+  Impl& m = *impl_;
+  Impl::Held& h = m.win.emplace_back();
+  h.he.hold(ev);
+  CommonHeader ch;
+  if (read_header(h.he.ev, &ch)) {
+    h.pid = ch.pid;
+    m.by_pid[ch.pid].push_back(m.base + m.win.size() - 1);
+  }
+  while (m.win.size() > m.window) m.emit_front(out);
+}
+
+void GraphStream::finish(std::string* out) {
+  while (!impl_->win.empty()) impl_->emit_front(out);
 }
 
 }  // namespace usrtrace::output::detail

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -54,7 +55,26 @@ void put_event_text(const EventDesc& d, const rb::Event& ev, std::string* out);
 
 // ---- function_graph's layout (graph_output.cc).
 void put_graph_header(const Opts& o, std::string* out);
-// Every event of `evs` (in time order) in the graph layout.
-void put_graph_events(const Opts& o, rb::RingBuffer& rb, std::vector<HeldEvent>& evs, std::string* out);
+// The graph layout of a stream of events in time order, made as they come
+// (the `trace` file streams: a window at a time, as seq_file does). A
+// line waits until its thread's next event is known, looked for among the
+// next kGraphWindow events: an entry whose exit comes within them prints
+// as a leaf ("func();"); one whose exit comes later prints as "func() {"
+// and the exit as "}", which is what the kernel prints when the exit is
+// not the next event of its CPU. Memory: the window's events.
+inline constexpr size_t kGraphWindow = 4096;
+class GraphStream {
+ public:
+  GraphStream(const Opts& o, int nr_cpus, size_t window = kGraphWindow);
+  ~GraphStream();
+  // Takes the next event; appends the lines of events that left the window.
+  void push(const rb::Event& ev, std::string* out);
+  // Appends the lines of the events still in the window.
+  void finish(std::string* out);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace usrtrace::output::detail

@@ -659,6 +659,7 @@ struct TraceText::State {
   std::unique_ptr<rb::RingBuffer::Iterator> it;  // made at the first fill
   HeldEvent cur;      // latency-format: the line waits for the next event's time
   bool have_cur = false;
+  std::unique_ptr<GraphStream> graph;  // function_graph's layout, made as read
   bool ended = false;
 
   State(Instance& i, int c, instance::Snapshots::Ref r) : inst(i), cpu(c), o(options_of(i)), ref(std::move(r)) {}
@@ -738,10 +739,15 @@ bool TraceText::fill(std::string* out, size_t want) {
   if (!s.it) s.it = std::make_unique<rb::RingBuffer::Iterator>(*s.rb);
   rb::Event ev;
   if (s.o.graph_text) {
-    std::vector<HeldEvent> evs;
-    while (s.next(&ev)) evs.emplace_back().hold(ev);
-    put_graph_events(s.o, *s.rb, evs, out);
-    s.ended = true;
+    if (!s.graph) s.graph = std::make_unique<GraphStream>(s.o, s.rb->nr_cpus());
+    while (out->size() < want) {
+      if (!s.next(&ev)) {
+        s.graph->finish(out);
+        s.ended = true;
+        break;
+      }
+      s.graph->push(ev, out);
+    }
     return out->size() > at_start;
   }
   if (!s.o.latency) {

@@ -90,5 +90,31 @@ TEST_F(TraceStreamTest, EachOpenReaderHoldsAWindowNotTheWholeText) {
   RecordProperty("bytes_held_by_8_readers", static_cast<int>(held));
 }
 
+// function_graph's layout streams too: a line waits only for its thread's
+// next event within a window (output::GraphStream), not for the whole
+// buffer (before, a graph-mode open held every event and its text).
+TEST_F(TraceStreamTest, TheGraphLayoutStreamsToo) {
+  tracefs::rmdir("instances/ts");
+  ASSERT_EQ(tracefs::mkdir("instances/ts"), 0);
+  ASSERT_GT(wr("instances/ts/buffer_size_kb", "16384"), 0);
+  ASSERT_GT(wr("instances/ts/current_tracer", "function_graph"), 0);
+  for (int i = 0; i < 200000; ++i)
+    ASSERT_GT(wr("instances/ts/trace_marker", "graph marker number " + std::to_string(i)), 0);
+  const std::string big = read_in_chunks("instances/ts/trace", 1 << 20);
+  ASSERT_NE(big.find("# tracer: function_graph"), std::string::npos) << big.substr(0, 500);
+  EXPECT_NE(big.find("/* tracing_mark_write: graph marker number 199999 */"), std::string::npos) << big.size() << big.substr(big.size() > 600 ? big.size() - 600 : 0);
+  EXPECT_EQ(read_in_chunks("instances/ts/trace", 4093), big);
+  const size_t before = mallinfo2().uordblks;
+  if (before == 0) GTEST_SKIP() << "this allocator (a sanitizer's) does not count bytes in use";
+  std::vector<std::unique_ptr<tracefs::File>> readers(8);
+  char buf[4096];
+  for (auto& f : readers) {
+    ASSERT_EQ(tracefs::open("instances/ts/trace", O_RDONLY, &f), 0);
+    ASSERT_EQ(f->read(buf, sizeof buf), static_cast<long>(sizeof buf));
+  }
+  const size_t held = mallinfo2().uordblks - before;
+  EXPECT_LT(held, big.size() / 2) << "8 readers hold " << held << " bytes; the whole text is " << big.size();
+}
+
 }  // namespace
 }  // namespace usrtrace
