@@ -1,0 +1,393 @@
+// `usrtrace record`, run as a user runs it: a running process until
+// Ctrl-C, a command from its start to its end (and the programs it starts),
+// and the faults a recording must survive: a killed process, a command that
+// ignores Ctrl-C, a full disk, a killed recorder (its journal).
+#include <dirent.h>
+
+#include "tools/cli_harness.h"
+#include "tracedat/journal.h"
+
+using namespace cli_harness;
+
+namespace {
+
+TEST(CliRecord, ARunningProcessUntilCtrlC) {
+  Target t;
+  const std::string dir = temp_dir(), file = dir + "/rec.dat";
+  Proc rec = Proc::start({USRTRACE_CLI, "record", "-P", t.spid(), "-e", "clitest", "-o", file}, false);
+  ASSERT_TRUE(recording(rec)) << "record never got ready: " << rec.err_text;
+  t.cmd("tick 2000");
+  t.cmd("rare 3");
+  kill(rec.pid, SIGINT);
+  const Result r = rec.finish();
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("0 events lost"), std::string::npos) << r.err;
+  const Result rep = run_cli({"report", "-i", file});
+  ASSERT_EQ(rep.rc, 0) << rep.err;
+  std::vector<unsigned> want(2000);
+  for (unsigned i = 0; i < 2000; ++i) want[i] = i;
+  EXPECT_EQ(seqs(rep.out, "tick"), want);
+  EXPECT_EQ(count(rep.out, " rare: "), 3);
+  // What record set up is taken back; the process goes on.
+  EXPECT_EQ(run_cli({"show", "-P", t.spid(), "--set_event"}).out, "");
+  t.cmd("tick 1");
+  ::unlink(file.c_str());
+  ::rmdir(dir.c_str());
+}
+
+TEST(CliRecord, AProcessThatExitsLeavesACompleteFile) {
+  Target t;
+  const std::string dir = temp_dir(), file = dir + "/exit.dat";
+  Proc rec = Proc::start({USRTRACE_CLI, "record", "-P", t.spid(), "-B", "cli_rec", "-e", "clitest:tick",
+                          "-o", file, "--compress"},
+                         false);
+  ASSERT_TRUE(recording(rec)) << rec.err_text;
+  t.cmd("tick 5000");
+  t.cmd("exit 0");
+  t.finish();
+  const Result r = rec.finish();
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const Result rep = run_cli({"report", "-i", file});
+  ASSERT_EQ(rep.rc, 0) << rep.err;
+  EXPECT_EQ(seqs(rep.out, "tick").size(), 5000u);
+  EXPECT_EQ(count(rep.out, "UNKNOWN"), 0);
+  ::unlink(file.c_str());
+  ::rmdir(dir.c_str());
+}
+
+// A process killed while recorded leaves what was taken before, and record
+// says the end is missing instead of claiming a complete file.
+TEST(CliRecord, AKilledProcessLeavesWhatCameAndSaysTheEndIsMissing) {
+  Target t;
+  const std::string dir = temp_dir(), file = dir + "/killed.dat";
+  Proc rec = Proc::start({USRTRACE_CLI, "record", "-P", t.spid(), "-e", "clitest:tick", "-o", file}, false);
+  ASSERT_TRUE(recording(rec)) << rec.err_text;
+  t.cmd("tick 10");
+  kill(t.pid(), SIGKILL);
+  t.finish();
+  const Result r = rec.finish();
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("process " + t.spid() + " went away before its last pages were taken"), std::string::npos)
+      << r.err;
+  const Result rep = run_cli({"report", "-i", file});
+  EXPECT_EQ(rep.rc, 0) << rep.err;
+  ::unlink(file.c_str());
+  ::rmdir(dir.c_str());
+}
+
+TEST(CliRecord, ACommandFromItsStartToItsEnd) {
+  const std::string dir = temp_dir(), file = dir + "/cmd.dat";
+  // The command's stdin is record's: the script it runs.
+  Proc rec = Proc::start({USRTRACE_CLI, "record", "-e", "clitest", "-e", "usrtrace:thread_rename", "-o", file,
+                          "--", CLI_TARGET},
+                         true);
+  const std::string script = "tick 1000\nname worker\nrare 2\nexit 3\n";
+  ASSERT_EQ(::write(rec.in, script.data(), script.size()), static_cast<ssize_t>(script.size()));
+  const Result r = rec.finish();
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("exited with status 3"), std::string::npos) << r.err;
+  const Result rep = run_cli({"report", "-i", file});
+  ASSERT_EQ(rep.rc, 0) << rep.err;
+  EXPECT_EQ(seqs(rep.out, "tick").size(), 1000u);
+  EXPECT_EQ(count(rep.out, " rare: "), 2);
+  EXPECT_EQ(count(rep.out, "newcomm=worker"), 1) << rep.out.substr(0, 3000);
+  EXPECT_EQ(count(rep.out, "UNKNOWN"), 0) << "formats of a program that unregistered its events at exit";
+  if (have_trace_cmd()) {
+    const Result tc = Proc::start({"/usr/bin/trace-cmd", "report", file}, false).finish();
+    EXPECT_EQ(tc.rc, 0) << tc.err;
+    EXPECT_EQ(tc.out, rep.out);
+  }
+  ::unlink(file.c_str());
+  ::rmdir(dir.c_str());
+}
+
+TEST(CliRecord, ACommandStoppedByCtrlCKeepsWhatItWrote) {
+#if USRTRACE_TEST_TSAN
+  // TSan's runtime runs an asynchronous signal's handler only when the
+  // thread it hit next calls an intercepted function, which the spinning
+  // writer never does: the deferred Ctrl-C would not be seen.
+  GTEST_SKIP() << "signal delivery to a spinning thread is deferred by ThreadSanitizer";
+#endif
+  const std::string dir = temp_dir(), file = dir + "/spin.dat";
+  Proc rec = Proc::start({USRTRACE_CLI, "record", "-e", "clitest:tick", "-o", file, "--", CLI_TARGET}, true);
+  ASSERT_NE(rec.wait_for("ready "), std::string::npos) << rec.err_text;
+  const std::string spin = "spin\n";
+  ASSERT_EQ(::write(rec.in, spin.data(), spin.size()), 5);
+  ASSERT_NE(rec.wait_for("ok\n"), std::string::npos);
+  ASSERT_TRUE(recording(rec)) << rec.err_text;
+  kill(rec.pid, SIGINT);
+  // The command's input stays open: it ends by the Ctrl-C, deferred by its
+  // runtime until the recorder has taken the last pages.
+  const Result r = rec.finish(60, true);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("killed by signal 2"), std::string::npos) << r.err;
+  const Result rep = run_cli({"report", "-i", file});
+  ASSERT_EQ(rep.rc, 0) << rep.err;
+  // The spinning thread's events, in order from its first; with the
+  // recorder behind a spinning writer (overwrite mode), pages may have
+  // been lost, and report says so.
+  const std::vector<unsigned> got = seqs(rep.out, "tick");
+  ASSERT_GT(got.size(), 0u) << r.err << rep.out.substr(0, 1000);
+  for (size_t i = 1; i < got.size(); ++i) ASSERT_LT(got[i - 1], got[i]) << i;
+  if (got.back() + 1 != got.size()) {
+    EXPECT_NE(rep.out.find("EVENTS DROPPED]"), std::string::npos) << "a gap in the events is reported";
+  }
+  ::unlink(file.c_str());
+  ::rmdir(dir.c_str());
+}
+
+// At the deferred Ctrl-C the recorder's last read ends by itself while the
+// spinning thread goes on writing, and the process dies as soon as the
+// recorder is done: not when the runtime's wait for recorders (here a
+// minute) runs out, and not by record's SIGKILL 10 s after the Ctrl-C.
+TEST(CliRecord, CtrlCEndsTheCommandWhenTheRecorderIsDoneNotAtTheExitWait) {
+#if USRTRACE_TEST_TSAN
+  GTEST_SKIP() << "signal delivery to a spinning thread is deferred by ThreadSanitizer";
+#endif
+  const std::string dir = temp_dir(), file = dir + "/stop.dat";
+  Proc rec = Proc::start({"/usr/bin/env", "USRTRACE_EXIT_WAIT_MS=60000", USRTRACE_CLI, "record", "-e",
+                          "clitest:tick", "-o", file, "--", CLI_TARGET},
+                         true);
+  ASSERT_NE(rec.wait_for("ready "), std::string::npos) << rec.err_text;
+  ASSERT_EQ(::write(rec.in, "spin\n", 5), 5);
+  ASSERT_NE(rec.wait_for("ok\n"), std::string::npos) << rec.err_text;
+  ASSERT_TRUE(recording(rec)) << rec.err_text;
+  kill(rec.pid, SIGINT);
+  const Result r = rec.finish(60, true);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("killed by signal 2"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("still runs 10 s after Ctrl-C"), std::string::npos) << r.err;
+  ::unlink(file.c_str());
+  ::rmdir(dir.c_str());
+}
+
+// A full disk under record: it stops at once and says why, the command is
+// let go (before: held at its exit for its whole exit wait, 30 s, and then
+// blamed: "went away before its last pages were taken"), and the previous
+// output is untouched. The exit wait is ten minutes here: a command still
+// held would outlive finish()'s deadline, and the test fail.
+TEST(CliRecord, AFullDiskEndsTheRecordingAndLetsTheCommandGo) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a small tmpfs";
+  const std::string dir = temp_dir(), small = dir + "/small", file = small + "/full.dat";
+  ASSERT_EQ(::mkdir(small.c_str(), 0700), 0);
+  if (std::system(("mount -t tmpfs -o size=256k tmpfs " + small).c_str()) != 0) GTEST_SKIP() << "cannot mount a tmpfs";
+  {
+    std::ofstream f(file);
+    f << "the previous recording";
+  }
+  Proc rec = Proc::start({"/usr/bin/env", "USRTRACE_EXIT_WAIT_MS=600000", USRTRACE_CLI, "record", "-e",
+                          "clitest:tick", "-o", file, "--", CLI_TARGET},
+                         true);
+  ASSERT_NE(rec.wait_for("ready "), std::string::npos) << rec.err_text;
+  const std::string script = "tick 200000\n";  // several MB of events
+  ASSERT_EQ(::write(rec.in, script.data(), script.size()), static_cast<ssize_t>(script.size()));
+  ASSERT_NE(rec.wait_for("ok\n"), std::string::npos) << rec.err_text;
+  const Result r = rec.finish(120);
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find("No space left on device after "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(the previous " + file + ", if any, is unchanged)"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("went away before its last pages"), std::string::npos) << r.err;
+  std::string text;
+  {
+    std::ifstream f(file);
+    text.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  EXPECT_TRUE(text == "the previous recording") << text.size() << " bytes";
+  EXPECT_EQ(std::system(("umount " + small).c_str()), 0);
+  ::rmdir(small.c_str());
+  ::rmdir(dir.c_str());
+}
+
+// The journals of OUTPUT in DIR (.OUTPUT.usrtrace-rec-XXXXXX).
+std::vector<std::string> journals_of(const std::string& dir, const std::string& output) {
+  const std::string prefix = "." + output + ".usrtrace-rec-";
+  std::vector<std::string> found;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d))
+      if (std::string(e->d_name).rfind(prefix, 0) == 0) found.push_back(dir + "/" + e->d_name);
+    closedir(d);
+  }
+  return found;
+}
+
+// The one journal of OUTPUT in DIR and the pages it holds (read as
+// `usrtrace recover` reads it; a record being written counts its whole
+// pages), or "".
+std::pair<std::string, uint64_t> journal_of(const std::string& dir, const std::string& output) {
+  const std::vector<std::string> all = journals_of(dir, output);
+  if (all.size() != 1) return {"", 0};
+  const int fd = ::open(all[0].c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {"", 0};
+  usrtrace::tracedat::Journal j;
+  std::string err;
+  const bool ok = usrtrace::tracedat::read_journal(fd, &j, &err) == 0;
+  ::close(fd);
+  return {all[0], ok ? j.pages : 0};
+}
+
+// kill -9 of record: the pages it had taken are in its journal, which
+// names the output; `usrtrace recover JOURNAL` writes that output from them
+// (before: nothing was left, the pages were in unnamed temporary files).
+TEST(CliRecord, AKilledRecorderLeavesAJournalThatRecoverFinishes) {
+  const std::string dir = temp_dir(), file = dir + "/killed.dat";
+  Proc rec = Proc::start({USRTRACE_CLI, "record", "-e", "clitest:tick", "-o", file, "--", CLI_TARGET}, true);
+  ASSERT_NE(rec.wait_for("ready "), std::string::npos) << rec.err_text;
+  const std::string script = "tick 100000\n";
+  ASSERT_EQ(::write(rec.in, script.data(), script.size()), static_cast<ssize_t>(script.size()));
+  ASSERT_NE(rec.wait_for("ok\n"), std::string::npos) << rec.err_text;
+  // Until the recorder has taken 64 pages (a condition, bounded: not a sleep).
+  const auto until = Clock::now() + std::chrono::seconds(60);
+  while (journal_of(dir, "killed.dat").second < 64 && Clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const auto [journal, pages] = journal_of(dir, "killed.dat");
+  ASSERT_GE(pages, 64u) << "the recorder took no pages: " << rec.err_text;
+  ASSERT_EQ(::kill(rec.pid, SIGKILL), 0);
+  struct stat st;
+  ASSERT_EQ(::stat(journal.c_str(), &st), 0);
+  const off_t size = st.st_size;
+  const Result r = rec.finish(60);  // closes the command's input: it ends
+  EXPECT_EQ(::access(file.c_str(), F_OK), -1) << "record wrote its output before it was killed";
+  const Result rv = run_cli({"recover", journal});
+  ASSERT_EQ(rv.rc, 0) << rv.err;
+  EXPECT_NE(rv.err.find("wrote " + file + ": "), std::string::npos) << rv.err;
+  const Result rep = run_cli({"report", "-i", file});
+  ASSERT_EQ(rep.rc, 0) << rep.err;
+  const std::vector<unsigned> got = seqs(rep.out, "tick");
+  // At least what the journal held when record died: 64 pages of 40-byte
+  // events.
+  ASSERT_GT(got.size(), 64u * 4000 / 40) << rv.err << rep.err << rep.out.substr(0, 3000);
+  for (size_t i = 1; i < got.size(); ++i) ASSERT_LT(got[i - 1], got[i]) << i;
+  // A journal cut short at any byte still gives its whole pages: its last
+  // 12 KiB and a bit torn off, recover keeps the pages before.
+  ASSERT_EQ(::truncate(journal.c_str(), size - 3 * 4096 - 123), 0);
+  const std::string half = dir + "/half.dat";
+  const Result rh = run_cli({"recover", journal, "-o", half});
+  ASSERT_EQ(rh.rc, 0) << rh.err;
+  EXPECT_NE(rh.err.find("ends early"), std::string::npos) << rh.err;
+  const std::vector<unsigned> first_half = seqs(run_cli({"report", "-i", half}).out, "tick");
+  EXPECT_GT(first_half.size(), 0u);
+  EXPECT_LT(first_half.size(), got.size());
+  // The next recording of that output points at the journal left behind,
+  // and leaves no journal of its own.
+  const Result again = run_cli({"record", "-e", "clitest:tick", "-o", file, "--", CLI_TARGET});
+  EXPECT_EQ(again.rc, 0) << again.err;
+  EXPECT_NE(again.err.find("note: " + journal + " holds the pages of an earlier recording"), std::string::npos)
+      << again.err;
+  EXPECT_EQ(journals_of(dir, "killed.dat"), std::vector<std::string>{journal});
+  for (const std::string& f : {file, half, journal}) ::unlink(f.c_str());
+  ::rmdir(dir.c_str());
+}
+
+TEST(CliRecord, ACommandThatSurvivesCtrlCIsKilledAfterTenSeconds) {
+  const std::string dir = temp_dir(), file = dir + "/stubborn.dat";
+  Proc rec = Proc::start({USRTRACE_CLI, "record", "-e", "clitest:tick", "-o", file, "--", CLI_TARGET}, true);
+  const std::string script = "ignoreint\ntick 5\n";
+  ASSERT_EQ(::write(rec.in, script.data(), script.size()), static_cast<ssize_t>(script.size()));
+  ASSERT_NE(rec.wait_for("ok\nok\n"), std::string::npos) << rec.err_text;
+  ASSERT_TRUE(recording(rec)) << rec.err_text;
+  kill(rec.pid, SIGINT);
+  const Result r = rec.finish(120, true);  // its input stays open: it would run forever
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("still runs 10 s after Ctrl-C: killing it"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("killed by signal 9"), std::string::npos) << r.err;
+  const Result rep = run_cli({"report", "-i", file});
+  ASSERT_EQ(rep.rc, 0) << rep.err;
+  EXPECT_EQ(seqs(rep.out, "tick"), (std::vector<unsigned>{0, 1, 2, 3, 4}));
+  ::unlink(file.c_str());
+  ::rmdir(dir.c_str());
+}
+
+// A command that exits in a static constructor: record is held with it
+// before its constructors and says plainly that it never reached main().
+TEST(CliRecord, ACommandThatEndsInAConstructorIsSaidToHaveEndedBeforeMain) {
+  const std::string dir = temp_dir(), file = dir + "/ctor.dat";
+  const Result r = Proc::start({"/usr/bin/env", "CLI_TARGET_EXIT_IN_CONSTRUCTOR=3", USRTRACE_CLI, "record", "-e",
+                                "clitest:tick", "-o", file, "--", CLI_TARGET},
+                               false)
+                       .finish();
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find("constructor exits"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ended before main() (in a constructor): nothing was recorded"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("control socket"), std::string::npos) << r.err;
+  ::unlink(file.c_str());
+  ::rmdir(dir.c_str());
+}
+
+TEST(CliRecord, AProgramWithoutUsrtraceThroughThePreloadedRuntime) {
+  const std::string dir = temp_dir(), file = dir + "/plain.dat";
+  const Result r = run_cli({"record", "-e", "usrtrace:thread_rename", "-o", file, "--", PLAIN_TARGET, "3"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("runtime preloaded"), std::string::npos) << r.out;
+  const Result rep = run_cli({"report", "-i", file});
+  ASSERT_EQ(rep.rc, 0) << rep.err;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(count(rep.out, "newcomm=plain-" + std::to_string(i) + "\n"), 1) << rep.out;
+    EXPECT_EQ(count(rep.out, "plain marker " + std::to_string(i) + "\n"), 1) << rep.out;
+  }
+  // Without the runtime it runs the same, markers aside.
+  const Result plain = Proc::start({PLAIN_TARGET, "3"}, false).finish();
+  EXPECT_EQ(plain.rc, 0);
+  EXPECT_NE(plain.out.find("runtime absent"), std::string::npos);
+  ::unlink(file.c_str());
+  ::rmdir(dir.c_str());
+}
+
+TEST(CliRecord, DashCFollowsTheProgramsACommandStarts) {
+  const std::string dir = temp_dir(), file = dir + "/tree.dat";
+  // The command starts two programs one after the other (fork and exec),
+  // which write 10 and 20 ticks; each announces itself as its runtime
+  // starts and is recorded into the same file, to its exit.
+  // (-e nosys: with -c, an event a process lacks is skipped there.)
+  Proc rec = Proc::start(
+      {USRTRACE_CLI, "record", "-c", "-e", "clitest", "-e", "nosys:nosuch", "-o", file, "--", CLI_TARGET}, true);
+  const std::string script = "spawn 10\nspawn 20\nrare 1\nexit 0\n";
+  ASSERT_EQ(::write(rec.in, script.data(), script.size()), static_cast<ssize_t>(script.size()));
+  const Result r = rec.finish();
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("followed 2 processes"), std::string::npos) << r.err;
+  const Result rep = run_cli({"report", "-i", file});
+  ASSERT_EQ(rep.rc, 0) << rep.err;
+  // The command's own rare in the top buffer; two buffers named after the
+  // processes it started: 10 ticks in one, 20 in the other.
+  std::map<std::string, std::vector<unsigned>> by_buffer;
+  std::map<std::string, int> rare;
+  std::istringstream in(rep.out);
+  std::string line;
+  while (std::getline(in, line)) {
+    // The buffer names are right-aligned to the longest: with pids of
+    // different widths (after a wrap) the shorter name has spaces before it.
+    line.erase(0, line.find_first_not_of(' '));
+    const size_t colon = line.find(": ");
+    // A buffer's line starts with its name and ": "; the top buffer's with
+    // the task ("cli_target-PID [CPU] TIME: ...").
+    if (line.rfind("cli_target-", 0) != 0 || colon == std::string::npos ||
+        line.find(' ') < colon)
+      continue;
+    const std::string buf = line.substr(0, colon);
+    for (unsigned s : seqs(line, "tick")) by_buffer[buf].push_back(s);
+    rare[buf] += count(line, " rare: ");
+  }
+  ASSERT_EQ(by_buffer.size(), 2u) << rep.out;
+  std::vector<size_t> sizes;
+  for (const auto& [buf, s] : by_buffer) sizes.push_back(s.size());
+  std::sort(sizes.begin(), sizes.end());
+  EXPECT_EQ(sizes, (std::vector<size_t>{10, 20})) << rep.out;
+  int rares = 0;
+  for (const auto& [buf, n] : rare) rares += n;
+  EXPECT_EQ(rares, 0);
+  EXPECT_EQ(count(rep.out, " rare: "), 1) << "the command's own";
+  if (have_trace_cmd()) {
+    const Result tc = Proc::start({"/usr/bin/trace-cmd", "report", file}, false).finish();
+    EXPECT_EQ(tc.rc, 0) << tc.err;
+    EXPECT_EQ(count(tc.out, " tick: "), 30) << tc.out;
+    EXPECT_EQ(count(tc.out, "UNKNOWN"), 0);
+  }
+  // -c without a command is refused.
+  const Result bad = run_cli({"record", "-c", "-P", "1", "-o", file});
+  EXPECT_EQ(bad.rc, 1);
+  EXPECT_NE(bad.err.find("-c follows"), std::string::npos) << bad.err;
+  ::unlink(file.c_str());
+  ::rmdir(dir.c_str());
+}
+
+}  // namespace
