@@ -15,7 +15,7 @@
 using usrtrace::instance::Instance;
 
 // The ftrace:print record holds kMaxRecord bytes: a 16-byte header (common
-// fields + ip), the text, its newline and NUL (events/write.cc).
+// fields + ip), the text, its newline and NUL (instance/slot_write.cc).
 static_assert(usrtrace::Instance::kMaxPrint == usrtrace::internal::kMaxRecord - 16 - 2);
 
 namespace {

@@ -17,7 +17,7 @@
 
 #include "crash/internal.h"
 #include "instance/instance.h"
-#include "instance/writers.h"
+#include "writers/writers.h"
 #include "output/trace_output.h"
 #include "ring_buffer/page_format.h"
 
@@ -139,7 +139,7 @@ void dump_one(Storage& st, Out& out, instance::Instance& inst, int cpu) {
 int dump_buffers(Storage& st, int fd, DumpMode mode, int orig_cpu, bool stop) {
   // A thread that writes events is on the writers' list: bracketing the
   // dump as a write makes an instance removal wait for it before freeing
-  // the buffer (instance/writers.h). A thread that never wrote is not
+  // the buffer (writers/writers.h). A thread that never wrote is not
   // registered, and registering here could allocate: it goes without.
   writers::ThreadState& self = writers::self();
   writers::ThreadState* bracket =

@@ -20,7 +20,7 @@
 #include "function/control_internal.h"
 #include "function/core.h"
 #include "instance/instance.h"
-#include "instance/writers.h"
+#include "writers/writers.h"
 #include "symbols/symbols.h"
 #include "trigger/control.h"
 
@@ -581,6 +581,20 @@ void instance_removed(int slot) {
   if (g_slots[slot].pids.load(std::memory_order_relaxed) != nullptr) publish_pids_locked(slot);
   if (drop_probes_locked(slot, nullptr) || was_tracing) rebuild_locked();
 }
+
+namespace {
+// The instance layer tells us of removed instances and of the options the
+// function tracers own (sleep-time and graph-time leave the fast path).
+struct RegisterHooks {
+  RegisterHooks() {
+    instance::add_instance_hooks({&instance_removed, [](instance::Instance&, instance::Option o) {
+                                    if (o == instance::kOptSleepTime || o == instance::kOptGraphTime)
+                                      options_changed();
+                                  }});
+  }
+};
+RegisterHooks g_register_hooks;
+}  // namespace
 
 void objects_changed() {
   base::metadata_changed();  // kallsyms

@@ -41,9 +41,9 @@
 #include "base/rseq.h"
 #include "clock/trace_clock.h"
 #include "events/registry.h"
-#include "events/write.h"
-#include "instance/writers.h"
-#include "output/flags.h"
+#include "instance/slot_write.h"
+#include "writers/writers.h"
+#include "events/flags.h"
 #include "symbols/resolver.h"
 #include "trigger/internal.h"
 
@@ -476,7 +476,7 @@ struct Guard {
 // unusual (another frame on top, a nested hook, a thread not registered
 // yet) goes to the slow path, which handles every case.
 
-// The writers' bracket (instance/writers.h [A] and [D]) and the nesting
+// The writers' bracket (writers/writers.h [A] and [D]) and the nesting
 // guard, for a thread whose ThreadState is known.
 struct FastGuard {
   writers::ThreadState& ws;

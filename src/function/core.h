@@ -9,7 +9,7 @@
 #include "clock/trace_clock.h"
 #include "function/function.h"
 #include "instance/instance.h"
-#include "instance/writers.h"
+#include "writers/writers.h"
 #include "usrtrace/internal/event_impl.h"
 
 namespace usrtrace::function {

@@ -12,7 +12,7 @@
 // decided when a filter or a tracer changes, not per call: each function's
 // site holds the mask of interested instances (bit = instance slot), in a
 // table published with a release store and freed after a writers' grace
-// period (instance/writers.h).
+// period (writers/writers.h).
 #pragma once
 
 #include <cstdint>

@@ -10,7 +10,7 @@
 #include <atomic>
 
 #include "base/compiler.h"
-#include "events/write.h"
+#include "instance/slot_write.h"
 #include "function/core.h"
 #include "instance/instance.h"
 #include "trigger/internal.h"

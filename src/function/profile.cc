@@ -7,7 +7,7 @@
 
 #include "base/sys.h"
 #include "function/control_internal.h"
-#include "instance/writers.h"
+#include "writers/writers.h"
 
 namespace usrtrace::function {
 

@@ -42,7 +42,7 @@
 
 #include "events/record.h"
 #include "hist/syscalls.h"
-#include "instance/writers.h"
+#include "writers/writers.h"
 
 namespace usrtrace::hist {
 namespace {

@@ -17,7 +17,7 @@
 #include "base/files.h"
 #include "events/registry.h"
 #include "instance/instance.h"
-#include "instance/writers.h"
+#include "writers/writers.h"
 #include "persist/file_store.h"
 
 namespace usrtrace::instance {

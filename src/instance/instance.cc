@@ -4,18 +4,44 @@
 #include <cerrno>
 #include <cstdio>
 #include <cctype>
+#include <cstdlib>
 #include <ctime>
 #include <map>
 
+#include <unistd.h>
+
 #include "events/registry.h"
-#include "events/write.h"
-#include "function/control.h"
-#include "latency/latency.h"
-#include "trigger/control.h"
-#include "instance/writers.h"
+#include "instance/slot_write.h"
+#include "writers/writers.h"
 #include "usrtrace/internal/event_impl.h"
 
 namespace usrtrace::instance {
+
+namespace {
+
+// add_instance_hooks(): filled at load, then only read.
+InstanceHooks g_hooks[kMaxInstanceHooks];
+std::atomic<int> g_nr_hooks{0};
+
+template <class F>
+void for_each_hook(F f) {
+  // order: acquire pairs with add_instance_hooks's release.
+  const int n = g_nr_hooks.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) f(g_hooks[i]);
+}
+
+}  // namespace
+
+void add_instance_hooks(const InstanceHooks& hooks) {
+  const int n = g_nr_hooks.load(std::memory_order_relaxed);
+  if (n >= kMaxInstanceHooks) {
+    static const char kMsg[] = "usrtrace: too many instance hooks (kMaxInstanceHooks)\n";
+    (void)!::write(2, kMsg, sizeof kMsg - 1);
+    abort();
+  }
+  g_hooks[n] = hooks;
+  g_nr_hooks.store(n + 1, std::memory_order_release);
+}
 
 const OptionInfo kOptions[kNumOptions] = {
     {"print-parent", true},  {"sym-offset", false},      {"sym-addr", false},
@@ -157,10 +183,11 @@ int Instance::remove(Match match, int max_refs, int missing) {
     g_instances[inst->slot_] = nullptr;
     // Unpublish: no new write can find the instance after this...
     events::Registry::get().clear_slot(inst->slot_);
-    // Before the slot can be reused: its filters and triggers go too.
-    trigger::clear_slot(inst->slot_);
-    function::instance_removed(inst->slot_);
-    latency::instance_removed(inst->slot_);
+    // Before the slot can be reused: its filters, triggers and tracer
+    // configuration go too.
+    for_each_hook([&](const InstanceHooks& h) {
+      if (h.removed) h.removed(inst->slot_);
+    });
     g_slot_state[inst->slot_].buffer.store(nullptr, std::memory_order_release);
     g_slot_state[inst->slot_].instance.store(nullptr, std::memory_order_release);
     g_slot_state[inst->slot_].pids.store(nullptr, std::memory_order_release);
@@ -252,8 +279,9 @@ void Instance::set_tracing_on(bool on) {
 void Instance::set_option(Option o, bool on) {
   options_[o].store(on, std::memory_order_relaxed);
   if (o == kOptOverwrite) buffer().set_mode(on ? rb::Mode::kOverwrite : rb::Mode::kDiscard);
-  if (o == kOptSleepTime || o == kOptGraphTime) function::options_changed();
-  if (o == kOptFunctionTrace) latency::options_changed(*this);
+  for_each_hook([&](const InstanceHooks& h) {
+    if (h.option_changed) h.option_changed(*this, o);
+  });
 }
 
 int Instance::set_event(std::string_view system_glob, std::string_view event_glob, bool on) {

@@ -4,7 +4,7 @@
 //
 // What writers see of an instance is its slot: bit `slot` of an event's
 // `enabled` word, and the published pointers in g_slot_state[slot]. Removal
-// unpublishes them, waits for a grace period (instance/writers.h), and only
+// unpublishes them, waits for a grace period (writers/writers.h), and only
 // then frees the buffer, so a writer in flight never touches freed memory and
 // writers to other instances are never held up.
 #pragma once
@@ -96,7 +96,7 @@ struct SlotState {
   // tracing_cpumask, inverted so that all-zero (the static initial state)
   // records everywhere: bit c set = events written on CPU c are not
   // recorded. Written by the control plane (Instance::set_cpumask), read
-  // with one relaxed load per write (events/write.cc).
+  // with one relaxed load per write (instance/slot_write.h admit).
   std::atomic<uint64_t> cpus_off[kMaxCpus / 64] = {};
 };
 extern SlotState g_slot_state[kMaxInstances];
@@ -192,7 +192,7 @@ class Instance {
 
   // tracing_cpumask: bit c of word c/64 set = record events written on CPU
   // c. Words past the end count as all ones. Best effort for a thread that
-  // migrates between the mask check and its write (events/write.cc).
+  // migrates between the mask check and its write (instance/slot_write.h).
   void set_cpumask(const std::vector<uint64_t>& words);
   std::vector<uint64_t> cpumask() const;  // nr_cpus bits
 
@@ -232,5 +232,24 @@ class Instance {
   std::unique_ptr<PidFilter> pids_ USRTRACE_GUARDED_BY(mu_);
   std::vector<std::string> error_log_ USRTRACE_GUARDED_BY(mu_);
 };
+
+// What the levels above an instance do when it goes away or an option they
+// own changes (docs/design/layers.md): the trigger layer drops a removed
+// instance's filters and triggers, the tracers their configuration, and a
+// tracer follows its options (the kernel's tracer_flags). Each registers
+// once at load, from a static initialiser of its own control code, so this
+// level calls nothing above it. Hooks run in registration order; at most
+// kMaxInstanceHooks.
+struct InstanceHooks {
+  // Under the instance registry's lock, after the instance is unpublished
+  // and before its slot can be reused.
+  void (*removed)(int slot) = nullptr;
+  // After the option's new value is stored.
+  void (*option_changed)(Instance& inst, Option o) = nullptr;
+};
+inline constexpr int kMaxInstanceHooks = 8;
+// Context: static initialisers (before any instance is removed or an option
+// set from another thread).
+void add_instance_hooks(const InstanceHooks& hooks);
 
 }  // namespace usrtrace::instance

@@ -7,8 +7,8 @@
 
 #include "base/rseq.h"
 #include "base/sys.h"
-#include "events/write.h"
-#include "instance/writers.h"
+#include "instance/slot_write.h"
+#include "writers/writers.h"
 
 namespace usrtrace::instance {
 

@@ -238,4 +238,17 @@ void instance_removed(int slot) {
   g_bars[slot].thresh.store(0, std::memory_order_relaxed);
 }
 
+namespace {
+// The instance layer tells us of removed instances and of function-trace,
+// the latency tracers' option.
+struct RegisterHooks {
+  RegisterHooks() {
+    instance::add_instance_hooks({&instance_removed, [](instance::Instance& inst, instance::Option o) {
+                                    if (o == instance::kOptFunctionTrace) options_changed(inst);
+                                  }});
+  }
+};
+RegisterHooks g_register_hooks;
+}  // namespace
+
 }  // namespace usrtrace::latency

@@ -27,7 +27,7 @@
 #include "base/rseq.h"
 #include "base/sys.h"
 #include "clock/trace_clock.h"
-#include "instance/writers.h"
+#include "writers/writers.h"
 #include "latency/internal.h"
 
 namespace usrtrace::latency {

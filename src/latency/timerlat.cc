@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "clock/trace_clock.h"
-#include "events/write.h"
+#include "instance/slot_write.h"
 #include "latency/internal.h"
 #include "usrtrace/latency.h"
 

@@ -15,7 +15,7 @@
 
 #include "events/registry.h"
 #include "function/core.h"
-#include "output/flags.h"
+#include "events/flags.h"
 #include "output/text_internal.h"
 #include "symbols/resolver.h"
 

@@ -33,9 +33,9 @@
 #include "events/registry.h"
 #include "function/control.h"
 #include "function/core.h"
-#include "instance/writers.h"
+#include "writers/writers.h"
 #include "latency/latency.h"
-#include "output/flags.h"
+#include "events/flags.h"
 #include "output/text_internal.h"
 #include "symbols/resolver.h"
 

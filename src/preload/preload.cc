@@ -130,7 +130,7 @@ int hold_then_main(int argc, char** argv, char** envp) {
 }  // namespace
 
 // Thread names (usrtrace:thread_rename, saved_cmdlines) for a program that
-// does not link usrtrace: see src/events/thread_events.cc.
+// does not link usrtrace: see src/write/thread_events.cc.
 extern "C" int usrtrace_internal_setname(pthread_t thread, const char* name);
 extern "C" __attribute__((visibility("default"))) int pthread_setname_np(pthread_t thread, const char* name) {
   return usrtrace_internal_setname(thread, name);

@@ -13,7 +13,7 @@
 #include "clock/trace_clock.h"
 #include "crash/crash.h"
 #include "function/control.h"
-#include "instance/writers.h"
+#include "writers/writers.h"
 #include "latency/latency.h"
 #include "output/trace_output.h"
 #include "tracefs/internal.h"

@@ -8,6 +8,7 @@
 #include "base/mutex.h"
 #include "events/registry.h"
 #include "trigger/internal.h"
+#include "write/write.h"
 
 namespace usrtrace::trigger {
 namespace {
@@ -93,8 +94,10 @@ void publish(EventDesc& ev, int slot, std::unique_ptr<SlotControl> next,
   for (const auto& o : c.owned) any = any || o != nullptr;
   // The control bit after the slot: a writer that sees the bit finds the
   // control published (write_controlled's acquire loads).
-  if (any)
+  if (any) {
+    events::set_controlled_writer(&write_controlled);
     ev.enabled.fetch_or(kControlMask, std::memory_order_release);
+  }
   else
     ev.enabled.fetch_and(~kControlMask, std::memory_order_relaxed);
 }
@@ -564,6 +567,14 @@ void clear_slot(int slot) {
     it = it->first.first == slot ? state().system_filters.erase(it) : std::next(it);
   retire(&retired);
 }
+
+namespace {
+// A removed instance's filters and triggers go with it.
+struct RegisterHooks {
+  RegisterHooks() { instance::add_instance_hooks({&clear_slot, nullptr}); }
+};
+RegisterHooks g_register_hooks;
+}  // namespace
 
 namespace {
 

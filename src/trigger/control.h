@@ -7,7 +7,7 @@
 // instance slot. A SlotControl is immutable once published: a change builds
 // a new one (sharing the unchanged Trigger objects, so counts and tables
 // carry over), publishes it with a release store, waits for a grace period
-// (instance/writers.h) and frees the old one. Writers therefore read
+// (writers/writers.h) and frees the old one. Writers therefore read
 // filters and trigger lists with plain loads and no lock.
 //
 // The write path (write_controlled, called by write_event when bit
@@ -36,7 +36,7 @@
 #include "filter/filter.h"
 #include "hist/hist.h"
 #include "instance/instance.h"
-#include "instance/writers.h"
+#include "writers/writers.h"
 #include "usrtrace/internal/event_impl.h"
 
 namespace usrtrace::trigger {

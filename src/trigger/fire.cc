@@ -5,7 +5,7 @@
 #include "base/compiler.h"
 #include "base/rseq.h"
 #include "clock/trace_clock.h"
-#include "events/write.h"
+#include "instance/slot_write.h"
 #include "trigger/internal.h"
 
 namespace usrtrace::trigger {

@@ -19,7 +19,7 @@
 #include <cstring>
 
 #include "events/registry.h"
-#include "events/write.h"
+#include "instance/slot_write.h"
 #include "trigger/internal.h"
 
 namespace usrtrace::trigger {

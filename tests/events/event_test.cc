@@ -10,7 +10,7 @@
 
 #include "events/registry.h"
 #include "instance/instance.h"
-#include "instance/writers.h"
+#include "writers/writers.h"
 
 #include <pthread.h>
 

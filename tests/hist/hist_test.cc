@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "instance/writers.h"
+#include "writers/writers.h"
 #include "usrtrace/event.h"
 
 // kmem:kmalloc's fields, as histogram.rst's examples use them.

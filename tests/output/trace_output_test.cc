@@ -20,8 +20,8 @@
 
 #include "events/registry.h"
 #include "instance/instance.h"
-#include "instance/writers.h"
-#include "output/flags.h"
+#include "writers/writers.h"
+#include "events/flags.h"
 #include "testing/test_util.h"
 #include "usrtrace/event.h"
 

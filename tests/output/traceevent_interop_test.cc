@@ -14,7 +14,7 @@ extern "C" {
 }
 
 #include "events/registry.h"
-#include "events/write.h"
+#include "instance/slot_write.h"
 #include "instance/instance.h"
 #include "output/trace_output.h"
 #include "usrtrace/event.h"

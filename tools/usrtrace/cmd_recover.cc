@@ -23,7 +23,7 @@
 #include "base/files.h"
 #include "commands.h"
 #include "tracedat/journal.h"
-#include "output/flags.h"
+#include "events/flags.h"
 #include "usrtrace/recover.h"
 
 namespace usrtrace::tool {

@@ -27,7 +27,7 @@ namespace internal {
 // ABI: the kernel's common fields (8 bytes on current kernels).
 struct CommonHeader {
   uint16_t type;           // the event id
-  uint8_t flags;           // see src/output/flags.h for their user-space meaning
+  uint8_t flags;           // see src/events/flags.h for their user-space meaning
   uint8_t preempt_count;   // low nibble: write nesting depth (signal handlers)
   int32_t pid;             // thread id
 };

@@ -1,4 +1,5 @@
-// The lower half of every event write, and the built-in ftrace:print event.
+// Writing a record into an instance's buffer (its tracing_cpumask and pid
+// filter), and the built-in ftrace:print and ftrace:raw_data events.
 #include <dlfcn.h>
 
 #include <array>
@@ -11,11 +12,10 @@
 #include "base/compiler.h"
 #include "base/rseq.h"
 #include "events/registry.h"
-#include "events/write.h"
+#include "instance/slot_write.h"
 #include "instance/instance.h"
-#include "instance/writers.h"
-#include "output/flags.h"
-#include "trigger/control.h"
+#include "writers/writers.h"
+#include "events/flags.h"
 #include "usrtrace/event.h"
 
 namespace usrtrace::events {
@@ -183,37 +183,3 @@ long write_raw(int slot, std::string_view data) {
 }
 
 }  // namespace usrtrace::events
-
-namespace usrtrace::internal {
-
-void write_event(const EventDesc* ev, void* rec, uint32_t len) {
-  writers::ThreadState* t = writers::enter();
-  if (!t) return;
-  events::fill_common(rec, *t);
-  // order: relaxed is enough; the mask is a soft switch, and the slots it
-  // names are read with acquire in write_slot.
-  uint64_t mask = ev->enabled.load(std::memory_order_relaxed);
-  if (USRTRACE_UNLIKELY(mask >> kControlBit)) {
-    trigger::write_controlled(*ev, rec, len, *t, mask & ~(uint64_t{1} << kControlBit));
-  } else {
-    while (mask) {
-      const int slot = __builtin_ctzll(mask);
-      mask &= mask - 1;
-      events::write_to_slot(slot, rec, len, t->tid);
-    }
-  }
-  writers::exit(*t);
-}
-
-int print_record(char* buf, size_t size, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wformat-nonliteral"
-  int n = vsnprintf(buf, size, fmt, ap);
-#pragma GCC diagnostic pop
-  va_end(ap);
-  return n;
-}
-
-}  // namespace usrtrace::internal

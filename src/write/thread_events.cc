@@ -1,4 +1,4 @@
-#include "events/thread_events.h"
+#include "write/thread_events.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "base/sys.h"
-#include "instance/writers.h"
+#include "writers/writers.h"
 
 namespace usrtrace::events {
 

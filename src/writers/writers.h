@@ -85,6 +85,14 @@ inline void exit(ThreadState& t) {
   t.ctr.store(t.ctr.load(std::memory_order_relaxed) - 1, std::memory_order_release);
 }
 
+// What runs when a thread that wrote events exits, before it leaves the
+// registry (its pthread key destructor): the write path installs its
+// usrtrace:thread_exit event here (write/thread_events.cc), so that this
+// level needs nothing from the levels above it (docs/design/layers.md).
+// Context: control plane; the hook runs on the exiting thread.
+using ThreadExitHook = void (*)(int tid);
+void set_thread_exit_hook(ThreadExitHook hook);
+
 // Waits until no writer can still use a pointer unpublished before the
 // call. Context: control plane; may sleep; not from a writer.
 void synchronize_writers();

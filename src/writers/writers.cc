@@ -1,4 +1,4 @@
-#include "instance/writers.h"
+#include "writers/writers.h"
 
 #include <linux/membarrier.h>
 #include <pthread.h>
@@ -11,7 +11,6 @@
 
 #include "base/mutex.h"
 #include "base/sys.h"
-#include "events/thread_events.h"
 
 namespace usrtrace::writers {
 namespace {
@@ -22,6 +21,7 @@ std::atomic<ThreadState*> g_head{nullptr};
 base::Mutex g_mu;  // unlinking and scanning
 pthread_key_t g_exit_key;
 std::atomic<int> g_membarrier{-1};
+std::atomic<ThreadExitHook> g_exit_hook{nullptr};
 
 void unlink(ThreadState* t) {
   base::MutexLock l(&g_mu);
@@ -37,7 +37,8 @@ void unlink(ThreadState* t) {
 
 void on_thread_exit(void* p) {
   auto* t = static_cast<ThreadState*>(p);
-  events::on_thread_exit(t->tid);
+  // order: acquire pairs with set_thread_exit_hook's release.
+  if (ThreadExitHook hook = g_exit_hook.load(std::memory_order_acquire)) hook(t->tid);
   unlink(t);
   // A later key destructor that writes registers the thread again.
   t->state = kUnregistered;
@@ -117,6 +118,8 @@ bool register_self(ThreadState& t) {
   t.state = kRegistered;
   return true;
 }
+
+void set_thread_exit_hook(ThreadExitHook hook) { g_exit_hook.store(hook, std::memory_order_release); }
 
 void synchronize_writers() {
   if (g_membarrier.load(std::memory_order_acquire) == 1)

@@ -1,5 +1,7 @@
-// The write side of events beyond the inline call sites: the built-in
-// ftrace:print event (trace_marker, printk).
+// Writing a record into an instance's buffer, through its tracing_cpumask and
+// pid filter, and the built-in ftrace:print event (trace_marker, printk).
+// Every writer above this level (events, function and latency tracers,
+// triggers) ends here.
 #pragma once
 
 #include <cstdint>
@@ -8,7 +10,7 @@
 #include "base/compiler.h"
 #include "base/rseq.h"
 #include "instance/instance.h"
-#include "instance/writers.h"
+#include "writers/writers.h"
 #include "usrtrace/internal/event_impl.h"
 
 namespace usrtrace::events {
