@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "control/connection.h"
-#include "control/server.h"
+#include "server/server.h"
 #include "pin.h"
 #include "ring_buffer/page_format.h"
 #include "tracefs/tracefs.h"

@@ -48,7 +48,7 @@
 
 #include "control/meta.h"
 #include "control/protocol.h"
-#include "control/server.h"
+#include "server/server.h"
 #include "instance/instance.h"
 #include "tracefs/tracefs.h"
 #include "usrtrace/event.h"

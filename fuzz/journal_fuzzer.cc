@@ -1,4 +1,4 @@
-// libFuzzer: a record journal (tracedat/journal.h) as untrusted input, as
+// libFuzzer: a record journal (record/journal.h) as untrusted input, as
 // `usrtrace recover JOURNAL` reads it. Like recover_fuzzer, the input
 // overwrites a real journal's bytes at an offset its first 4 bytes choose
 // (or, starting with 'R', is the whole file), so that mutations reach past
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "ring_buffer/page_format.h"
-#include "tracedat/journal.h"
+#include "record/journal.h"
 
 namespace {
 

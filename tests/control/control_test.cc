@@ -28,7 +28,7 @@
 #include "control/connection.h"
 #include "control/paths.h"
 #include "control/protocol.h"
-#include "control/server.h"
+#include "server/server.h"
 #include "events/registry.h"
 #include "usrtrace/control.h"
 #include "usrtrace/usrtrace.h"

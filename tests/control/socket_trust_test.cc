@@ -26,7 +26,7 @@
 #include "control/connection.h"
 #include "control/paths.h"
 #include "control/protocol.h"
-#include "control/server.h"
+#include "server/server.h"
 #include "usrtrace/control.h"
 #include "usrtrace/usrtrace.h"
 

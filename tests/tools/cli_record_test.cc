@@ -5,7 +5,7 @@
 #include <dirent.h>
 
 #include "tools/cli_harness.h"
-#include "tracedat/journal.h"
+#include "record/journal.h"
 
 using namespace cli_harness;
 

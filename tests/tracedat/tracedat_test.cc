@@ -32,8 +32,8 @@
 
 #include "clock/trace_clock.h"
 #include "instance/instance.h"
-#include "tracedat/journal.h"
-#include "tracedat/recorder.h"
+#include "record/journal.h"
+#include "record/recorder.h"
 #include "tracefs/tracefs.h"
 #include "usrtrace/event.h"
 #include "usrtrace/usrtrace.h"

@@ -27,7 +27,7 @@
 #include <thread>
 
 #include "commands.h"
-#include "tracedat/journal.h"
+#include "record/journal.h"
 #include "remote.h"
 #include "usrtrace/tracedat.h"
 

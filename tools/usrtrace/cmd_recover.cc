@@ -22,7 +22,7 @@
 
 #include "base/files.h"
 #include "commands.h"
-#include "tracedat/journal.h"
+#include "record/journal.h"
 #include "events/flags.h"
 #include "usrtrace/recover.h"
 
@@ -131,7 +131,7 @@ void print_buffer(const Recovery& rec, tep_handle* tep, uint32_t tag, const Opti
 
 // A journal a recording left (killed, or stopped by a full disk): the
 // trace.dat it was writing, built from what it had taken
-// (tracedat/journal.h). -o names another output; the journal's own
+// (record/journal.h). -o names another output; the journal's own
 // file version and compression hold unless given.
 int recover_journal(int fd, const Options& o, bool version_given, bool compress_given) {
   tracedat::Journal j;

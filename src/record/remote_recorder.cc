@@ -21,8 +21,8 @@
 
 #include "control/connection.h"
 #include "ring_buffer/page_format.h"
-#include "tracedat/recorder.h"
-#include "tracedat/remote_recorder.h"
+#include "record/recorder.h"
+#include "record/remote_recorder.h"
 
 namespace usrtrace::tracedat {
 namespace {

@@ -1,5 +1,5 @@
 // The record journal (journal.h; docs/design/record-journal.md).
-#include "tracedat/journal.h"
+#include "record/journal.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -14,7 +14,7 @@
 #include <cstring>
 #include <ctime>
 
-#include "tracedat/recorder.h"
+#include "record/recorder.h"
 
 namespace usrtrace::tracedat {
 namespace {

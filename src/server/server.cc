@@ -1,6 +1,6 @@
 // The control server (server.h): the poll() loop, the requests, the exit
 // handshake with recorders.
-#include "control/server.h"
+#include "server/server.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -35,7 +35,7 @@
 #include "control/protocol.h"
 #include "function/function.h"
 #include "instance/instance.h"
-#include "tracedat/recorder.h"
+#include "record/recorder.h"
 #include "tracefs/tracefs.h"
 #include "usrtrace/usrtrace.h"
 

@@ -11,7 +11,7 @@
 
 #include "control/connection.h"
 #include "control/meta.h"
-#include "tracedat/journal.h"
+#include "record/journal.h"
 #include "tracedat/writer.h"
 #include "usrtrace/tracedat.h"
 
