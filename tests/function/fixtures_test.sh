@@ -252,7 +252,10 @@ name, report, counts_path = sys.argv[1:4]
 #   funcgraph_exit:    ... |  <indent>}  [/* NAME */]
 line_re = re.compile(r"-(\d+)\s+\[\d+\].*?\s(funcgraph_entry|funcgraph_exit):.*?\|  ( *)(\S.*?)\s*$")
 counts, stacks, errors, unknown, seen = {}, {}, [], 0, 0
-for line in open(report, errors="replace"):
+first_bad = None  # line number of the first error: its neighbourhood is printed
+for lineno, line in enumerate(open(report, errors="replace"), 1):
+    if errors and first_bad is None:
+        first_bad = lineno - 1
     if "[UNKNOWN EVENT]" in line or "UNKNOWN EVENT" in line:
         unknown += 1
         continue
@@ -299,6 +302,14 @@ for e in errors[:20]:
     print(f"{name}: {e}", file=sys.stderr)
 if len(errors) > 20:
     print(f"{name}: ... and {len(errors) - 20} more", file=sys.stderr)
+# The report around the first error, with CPUs and times: whether a record
+# is out of time order, or wrong in itself, shows there.
+if first_bad is not None:
+    lines = open(report, errors="replace").read().splitlines()
+    lo = max(first_bad - 12, 0)
+    print(f"{name}: trace-cmd report lines {lo + 1}..{min(first_bad + 6, len(lines))}:", file=sys.stderr)
+    for i in range(lo, min(first_bad + 6, len(lines))):
+        print(f"{name}: {'>' if i + 1 == first_bad else ' '}{i + 1}: {lines[i]}", file=sys.stderr)
 sys.exit(1 if errors else 0)
 PY
 }
