@@ -2,17 +2,17 @@
 // kernel's ftrace probes): what a traced function's entry does for each
 // command on it. control.cc parses, lists and publishes them.
 //
-// Counts are taken with a compare-and-swap, so a count of N fires at most N
-// times whatever the number of threads; traceon/traceoff and
-// enable_/disable_event spend a count only when they change the state, as
-// the kernel's do. Context: a hook, between writers::enter and exit; no
-// lock, no allocation (dump writes with write(2), stacktrace unwinds).
+// traceon/traceoff, snapshot and enable_/disable_event are the event
+// triggers' own actions (trigger/actions.h), counts included.
+// Context: a hook, between writers::enter and exit; no lock, no allocation
+// (dump writes with write(2), stacktrace unwinds).
 #include <atomic>
 
 #include "base/compiler.h"
 #include "instance/slot_write.h"
 #include "function/core.h"
 #include "instance/instance.h"
+#include "trigger/actions.h"
 #include "trigger/internal.h"
 
 namespace usrtrace::function {
@@ -25,21 +25,14 @@ void fire(const Probe& p, uint64_t parent, const writers::ThreadState& t) {
   if (rb == nullptr) return;
   switch (p.kind) {
     case ProbeKind::kTraceOn:
-      if (rb->record_is_on() || !trigger::take_count(p.count)) return;
-      rb->record_on();
-      return;
     case ProbeKind::kTraceOff:
-      if (!rb->record_is_on() || !trigger::take_count(p.count)) return;
-      rb->record_off();
+      trigger::actions::tracing_on(p.slot, p.kind == ProbeKind::kTraceOn, p.count);
       return;
-    case ProbeKind::kSnapshot: {
-      if (!trigger::take_count(p.count)) return;
-      instance::Instance* inst = s.instance.load(std::memory_order_acquire);
-      if (inst != nullptr) inst->snapshots().take("function");
+    case ProbeKind::kSnapshot:
+      trigger::actions::snapshot(p.slot, "function", p.count);
       return;
-    }
     case ProbeKind::kStacktrace: {
-      if (!trigger::take_count(p.count)) return;
+      if (!trigger::actions::take_count(p.count)) return;
       internal::CommonHeader h{};
       events::fill_common(&h, t);
       unwind_stack_begin();
@@ -48,21 +41,12 @@ void fire(const Probe& p, uint64_t parent, const writers::ThreadState& t) {
       return;
     }
     case ProbeKind::kEnableEvent:
-    case ProbeKind::kDisableEvent: {
-      const uint64_t bit = uint64_t{1} << p.slot;
-      const bool on = p.kind == ProbeKind::kEnableEvent;
-      const bool is_on = (p.target->enabled.load(std::memory_order_relaxed) & bit) != 0;
-      if (is_on == on || !trigger::take_count(p.count)) return;
-      // order: relaxed; enabling is a soft switch, as in the registry.
-      if (on)
-        p.target->enabled.fetch_or(bit, std::memory_order_relaxed);
-      else
-        p.target->enabled.fetch_and(~bit, std::memory_order_relaxed);
+    case ProbeKind::kDisableEvent:
+      trigger::actions::set_event(*p.target, p.slot, p.kind == ProbeKind::kEnableEvent, p.count);
       return;
-    }
     case ProbeKind::kDump:
     case ProbeKind::kCpuDump:
-      if (!trigger::take_count(p.count)) return;
+      if (!trigger::actions::take_count(p.count)) return;
       // The kernel's ftrace_dump(DUMP_ALL / DUMP_ORIG): the top instance,
       // to the console, here the dump-on-crash file (stderr by default).
       // order: acquire pairs with register_dump's release.

@@ -6,6 +6,7 @@
 #include "base/rseq.h"
 #include "clock/trace_clock.h"
 #include "instance/slot_write.h"
+#include "trigger/actions.h"
 #include "trigger/internal.h"
 
 namespace usrtrace::trigger {
@@ -46,43 +47,26 @@ void fire(Trigger& t, int slot, const Fire& f) {
   // order: acquire pairs with the release that published the buffer.
   rb::RingBuffer* rb = s.buffer.load(std::memory_order_acquire);
   if (!rb) return;
-  const uint64_t bit = uint64_t{1} << slot;
   switch (t.kind) {
     case Kind::kTraceOn:
-      // Kernel: a count is only spent on a change of state.
-      if (rb->record_is_on() || !take_count(t.count)) return;
-      rb->record_on();
-      return;
     case Kind::kTraceOff:
-      if (!rb->record_is_on() || !take_count(t.count)) return;
-      rb->record_off();
+      actions::tracing_on(slot, t.kind == Kind::kTraceOn, t.count);
       return;
-    case Kind::kSnapshot: {
-      if (!take_count(t.count)) return;
-      instance::Instance* inst = s.instance.load(std::memory_order_acquire);
-      if (inst) inst->snapshots().take("trigger");  // the whole buffer, as the kernel's
+    case Kind::kSnapshot:
+      actions::snapshot(slot, "trigger", t.count);
       return;
-    }
     case Kind::kStacktrace:
-      if (!take_count(t.count)) return;
+      if (!actions::take_count(t.count)) return;
       write_user_stack(slot, *static_cast<const internal::CommonHeader*>(f.rec), f.caller_ip,
                        has_dynamic_fields(f.ev));
       return;
     case Kind::kEnableEvent:
-    case Kind::kDisableEvent: {
-      const bool on = t.kind == Kind::kEnableEvent;
-      const bool is_on = (t.target->enabled.load(std::memory_order_relaxed) & bit) != 0;
-      if (is_on == on || !take_count(t.count)) return;
-      // order: relaxed; enabling is a soft switch (the registry does the same).
-      if (on)
-        t.target->enabled.fetch_or(bit, std::memory_order_relaxed);
-      else
-        t.target->enabled.fetch_and(~bit, std::memory_order_relaxed);
+    case Kind::kDisableEvent:
+      actions::set_event(*t.target, slot, t.kind == Kind::kEnableEvent, t.count);
       return;
-    }
     case Kind::kEnableHist:
     case Kind::kDisableHist:
-      if (!take_count(t.count)) return;
+      if (!actions::take_count(t.count)) return;
       set_hists_paused(*t.target, slot, t.kind == Kind::kDisableHist);
       return;
     case Kind::kHist: {
@@ -132,14 +116,5 @@ void fire(Trigger& t, int slot, const Fire& f) {
 }
 
 // Takes one firing from a ":N" count; false when none is left.
-bool take_count(std::atomic<long>& count) {
-  long v = count.load(std::memory_order_relaxed);
-  do {
-    if (v < 0) return true;  // unlimited
-    if (v == 0) return false;
-    // order: relaxed; the count only bounds firings, it orders nothing.
-  } while (!count.compare_exchange_weak(v, v - 1, std::memory_order_relaxed));
-  return true;
-}
 
 }  // namespace usrtrace::trigger

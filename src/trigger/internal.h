@@ -47,10 +47,6 @@ void write_user_stack(int slot, const internal::CommonHeader& common, const void
 // function tracers: the traced function's caller first).
 void write_user_stack_from(int slot, const internal::CommonHeader& common, uint64_t first_ip);
 
-// Takes one firing from a ":N" count (-1: unlimited); false when none is
-// left. Triggers and the function commands (function/probes.cc).
-bool take_count(std::atomic<long>& count);
-
 // Whether the event's call site goes through emit_dynamic().
 bool has_dynamic_fields(const internal::EventDesc& ev);
 
