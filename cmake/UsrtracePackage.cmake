@@ -42,8 +42,12 @@ target_include_directories(usrtrace_static PUBLIC ${_usrtrace_includes})
 target_link_libraries(usrtrace_static PUBLIC fmt::fmt Threads::Threads ${CMAKE_DL_LIBS} zstd elf)
 # A program linked with the archive pulls only the objects it uses; the
 # crash dump's object must come along so that USRTRACE_DUMP_ON_CRASH is read
-# at start-up (src/crash). usrtrace.pc's Libs.private says the same.
-target_link_options(usrtrace_static INTERFACE "LINKER:-u,usrtrace_dump_on_crash")
+# at start-up (src/crash), and the thread lifecycle events' (the
+# pthread_setname_np interposer, and the event write path that registers
+# usrtrace:thread_exit with the writer registry: src/write). usrtrace.pc's
+# Libs.private says the same.
+target_link_options(usrtrace_static INTERFACE "LINKER:-u,usrtrace_dump_on_crash"
+  "LINKER:-u,usrtrace_internal_setname")
 
 if(USRTRACE_INSTALL)
   set(_cmakedir ${CMAKE_INSTALL_LIBDIR}/cmake/usrtrace)
