@@ -138,8 +138,8 @@ void reset() {
   tracefs::write_file("tracing_thresh", "0");
   top->set_tracing_on(true);
   top->set_cpumask({});
-  for (int i = 0; i < usrtrace::instance::kNumOptions; ++i)
-    top->set_option(static_cast<usrtrace::instance::Option>(i), usrtrace::instance::kOptions[i].default_on);
+  for (const int i : usrtrace::instance::listed_options())
+    top->set_option(static_cast<usrtrace::instance::Option>(i), usrtrace::instance::option_info(i).default_on);
   if (top->buffer().clock() != usrtrace::clock::ClockId::kLocal) top->buffer().set_clock(usrtrace::clock::ClockId::kLocal);
   top->buffer().resize(-1, 64 * 1024);
   top->buffer().reset();

@@ -19,6 +19,7 @@
 #include "base/sys.h"
 #include "function/control_internal.h"
 #include "function/core.h"
+#include "function/options.h"
 #include "instance/instance.h"
 #include "writers/writers.h"
 #include "symbols/symbols.h"
@@ -173,17 +174,17 @@ std::vector<bool> evaluate(const std::vector<Op>& ops, const std::vector<Func>& 
 // g_cpu_time_slots and g_profile_self_time from the instances' sleep-time
 // and graph-time options (the profiler: the top instance's).
 uint64_t update_times_locked(uint64_t graph_slots) USRTRACE_REQUIRES(g_mu) {
-  auto option = [](int slot, instance::Option o) {
+  auto is_on = [](int slot, FuncOption o) {
     // order: acquire pairs with the release that published the instance.
     const instance::Instance* inst = instance::g_slot_state[slot].instance.load(std::memory_order_acquire);
-    return inst == nullptr || inst->option(o);
+    return inst == nullptr || inst->option(option(o));
   };
   uint64_t cpu = 0;
   for (uint64_t m = graph_slots; m != 0; m &= m - 1)
-    if (!option(__builtin_ctzll(m), instance::kOptSleepTime)) cpu |= uint64_t{1} << __builtin_ctzll(m);
-  if (g_profiling && !option(0, instance::kOptSleepTime)) cpu |= kProfileBit;
+    if (!is_on(__builtin_ctzll(m), kSleepTime)) cpu |= uint64_t{1} << __builtin_ctzll(m);
+  if (g_profiling && !is_on(0, kSleepTime)) cpu |= kProfileBit;
   g_cpu_time_slots.store(cpu, std::memory_order_relaxed);
-  g_profile_self_time.store(!option(0, instance::kOptGraphTime), std::memory_order_relaxed);
+  g_profile_self_time.store(!is_on(0, kGraphTime), std::memory_order_relaxed);
   return cpu;
 }
 
@@ -588,7 +589,7 @@ namespace {
 struct RegisterHooks {
   RegisterHooks() {
     instance::add_instance_hooks({&instance_removed, [](instance::Instance&, instance::Option o) {
-                                    if (o == instance::kOptSleepTime || o == instance::kOptGraphTime)
+                                    if (o == option(kSleepTime) || o == option(kGraphTime))
                                       options_changed();
                                   }});
   }

@@ -26,6 +26,7 @@
 //    beyond that they return at once, which also stops any recursion into
 //    the tracer from code it calls.
 #include "function/core.h"
+#include "function/options.h"
 
 #include <pthread.h>
 #include <sys/mman.h>
@@ -240,14 +241,14 @@ USRTRACE_ALWAYS_INLINE bool pid_ok(int slot, int tid) {
 bool irqs_on(int slot) {
   // order: acquire pairs with the release that published the instance.
   const instance::Instance* inst = instance::g_slot_state[slot].instance.load(std::memory_order_acquire);
-  return inst == nullptr || inst->option(instance::kOptFuncgraphIrqs);
+  return inst == nullptr || inst->option(option(kFuncgraphIrqs));
 }
 
 // options/func_stack_trace of the instance in `slot`.
 USRTRACE_ALWAYS_INLINE bool stack_trace_on(int slot) {
   // order: acquire pairs with the release that published the instance.
   const instance::Instance* inst = instance::g_slot_state[slot].instance.load(std::memory_order_acquire);
-  return inst != nullptr && inst->option(instance::kOptFuncStackTrace);
+  return inst != nullptr && inst->option(option(kFuncStackTrace));
 }
 
 // func_stack_trace: the stack of the call just recorded, from its caller.

@@ -43,7 +43,12 @@ void add_instance_hooks(const InstanceHooks& hooks) {
   g_nr_hooks.store(n + 1, std::memory_order_release);
 }
 
-const OptionInfo kOptions[kNumOptions] = {
+namespace {
+
+// The option table: the core options, then the tracers' blocks in the order
+// they registered. Filled by static initialisers (register_options), read
+// afterwards: g_nr_options is published with release after its entries.
+constexpr OptionInfo kCoreOptions[kNumCoreOptions] = {
     {"print-parent", true},  {"sym-offset", false},      {"sym-addr", false},
     {"verbose", false},      {"raw", false},             {"hex", false},
     {"bin", false},          {"block", false},           {"fields", false},
@@ -52,19 +57,36 @@ const OptionInfo kOptions[kNumOptions] = {
     {"latency-format", false}, {"record-cmd", true},     {"record-tgid", false},
     {"overwrite", true},     {"disable_on_free", false}, {"irq-info", true},
     {"markers", true},       {"event-fork", false},
-    // The function tracers' (the kernel lists them while their tracer is set).
-    {"func_stack_trace", false}, {"funcgraph-overrun", false}, {"funcgraph-cpu", true},
-    {"funcgraph-overhead", true}, {"funcgraph-proc", false}, {"funcgraph-duration", true},
-    {"funcgraph-abstime", false}, {"funcgraph-irqs", true}, {"funcgraph-tail", false},
-    {"sleep-time", true}, {"graph-time", true},
-    // The latency tracers' (irqsoff's): trace functions during a section.
-    {"function-trace", true},
 };
+OptionInfo g_options[kMaxOptions];
+int g_option_rank[kMaxOptions];  // core options: rank 0
+std::atomic<int> g_nr_options{0};
+base::Mutex g_options_mu;  // registrations
+
+int nr_options() {
+  // order: acquire pairs with register_options' release: entries below are set.
+  const int n = g_nr_options.load(std::memory_order_acquire);
+  return n == 0 ? kNumCoreOptions : n;
+}
+
+}  // namespace
+
+const OptionInfo& option_info(int id) { return id < kNumCoreOptions ? kCoreOptions[id] : g_options[id]; }
 
 int option_by_name(std::string_view name) {
-  for (int i = 0; i < kNumOptions; ++i)
-    if (name == kOptions[i].name) return i;
+  const int n = nr_options();
+  for (int i = 0; i < n; ++i)
+    if (name == option_info(i).name) return i;
   return -1;
+}
+
+std::vector<int> listed_options() {
+  std::vector<int> ids(static_cast<size_t>(nr_options()));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int>(i);
+  std::stable_sort(ids.begin(), ids.end(), [](int a, int b) {
+    return (a < kNumCoreOptions ? 0 : g_option_rank[a]) < (b < kNumCoreOptions ? 0 : g_option_rank[b]);
+  });
+  return ids;
 }
 
 bool PidFilter::admits(int tid) const {
@@ -81,10 +103,37 @@ Instance* g_instances[kMaxInstances] USRTRACE_GUARDED_BY(g_mu) = {};
 
 }  // namespace
 
+int register_options(const OptionInfo* opts, int n, int rank) {
+  base::MutexLock ol(&g_options_mu);
+  const int first = nr_options();
+  if (n < 0 || first + n > kMaxOptions) {
+    fprintf(stderr, "usrtrace: more than %d trace options registered\n", kMaxOptions);
+    abort();
+  }
+  for (int i = 0; i < n; ++i) {
+    if (option_by_name(opts[i].name) >= 0) {
+      fprintf(stderr, "usrtrace: trace option %s registered twice\n", opts[i].name);
+      abort();
+    }
+    g_options[first + i] = opts[i];
+    g_option_rank[first + i] = rank;
+  }
+  // order: release publishes the entries above to nr_options()' acquire.
+  g_nr_options.store(first + n, std::memory_order_release);
+  // An instance made before (only the top one can be, by an earlier static
+  // initialiser) takes the defaults.
+  base::MutexLock l(&g_mu);
+  for (Instance* inst : g_instances)
+    if (inst)
+      for (int i = 0; i < n; ++i) inst->options_[first + i].store(opts[i].default_on, std::memory_order_relaxed);
+  return first;
+}
+
 Instance::Instance(std::string name, int slot, std::unique_ptr<rb::RingBuffer> rb)
     : name_(std::move(name)), slot_(slot), rb_(rb.get()),
       snapshots_(new Snapshots(*rb, slot)) {
-  for (int i = 0; i < kNumOptions; ++i) options_[i].store(kOptions[i].default_on);
+  const int n = nr_options();
+  for (int i = 0; i < n; ++i) options_[i].store(option_info(i).default_on, std::memory_order_relaxed);
   buffers_.push_back(std::move(rb));
   all_snapshots_.emplace_back(snapshots_.load(std::memory_order_relaxed));
 }

@@ -30,7 +30,10 @@ inline constexpr int kMaxInstances = usrtrace::internal::kControlBit;
 // recorded (the kernel's NR_CPUS on Debian).
 inline constexpr int kMaxCpus = 8192;
 
-// trace_options / options/, in the kernel's order of the ones we have.
+// trace_options / options/: the core options, in the kernel's order of the
+// ones we have. A tracer's own options (the kernel's tracer_flags) are not
+// here: each tracer registers its block (register_options) and keeps the ids
+// it is given, so adding a tracer or an option touches only its folder.
 enum Option : int {
   kOptPrintParent,
   kOptSymOffset,
@@ -55,25 +58,25 @@ enum Option : int {
   kOptIrqInfo,
   kOptMarkers,
   kOptEventFork,
-  kOptFuncStackTrace,
-  kOptFuncgraphOverrun,
-  kOptFuncgraphCpu,
-  kOptFuncgraphOverhead,
-  kOptFuncgraphProc,
-  kOptFuncgraphDuration,
-  kOptFuncgraphAbstime,
-  kOptFuncgraphIrqs,
-  kOptFuncgraphTail,
-  kOptSleepTime,
-  kOptGraphTime,
-  kOptFunctionTrace,  // the latency tracers'
-  kNumOptions,
+  kNumCoreOptions,
 };
+// Core and registered options together.
+inline constexpr int kMaxOptions = 64;
 struct OptionInfo {
   const char* name;
   bool default_on;
 };
-extern const OptionInfo kOptions[kNumOptions];
+// Registers a tracer's options as ids first..first+n-1 and returns first.
+// `rank` places the block in trace_options and options/ (after the core
+// options, lower ranks first, whatever the registration order; a tie goes
+// by registration). An instance that already exists takes the defaults.
+// Aborts past kMaxOptions or on a name already taken: both are bugs.
+// Context: static initialisers at init_priority(101), so every id is known
+// before an instance is created by other code or an option is looked up.
+int register_options(const OptionInfo* opts, int n, int rank);
+// Every option's id, in listing order. Context: control plane.
+std::vector<int> listed_options();
+const OptionInfo& option_info(int id);
 int option_by_name(std::string_view name);  // -1 if unknown
 
 // Pid filters (set_event_pid / set_event_notrace_pid), immutable once
@@ -225,7 +228,8 @@ class Instance {
   // snapshots_'s owner, and those replaced with their buffers; destroyed
   // before buffers_ (declared after it).
   std::vector<std::unique_ptr<Snapshots>> all_snapshots_ USRTRACE_GUARDED_BY(mu_);
-  std::atomic<bool> options_[kNumOptions];
+  std::atomic<bool> options_[kMaxOptions] = {};
+  friend int register_options(const OptionInfo* opts, int n, int rank);
   std::atomic<int> readers_{0};
   std::atomic<int> buffer_percent_{50};
   mutable base::Mutex mu_;  // pid filter, error log

@@ -12,6 +12,20 @@
 
 namespace usrtrace::latency {
 
+namespace {
+// function-trace, the latency tracers' option (irqsoff's tracer_flags):
+// trace the functions a section calls. Rank 2: after the function tracers'.
+int g_function_trace;
+struct RegisterOptions {
+  RegisterOptions() {
+    static constexpr instance::OptionInfo kOpts[] = {{"function-trace", true}};
+    g_function_trace = instance::register_options(kOpts, 1, 2);
+  }
+};
+__attribute__((init_priority(101))) RegisterOptions g_register_options;
+instance::Option function_trace_option() { return static_cast<instance::Option>(g_function_trace); }
+}  // namespace
+
 using namespace detail;  // NOLINT: this component's own
 
 namespace {
@@ -135,7 +149,7 @@ int set_tracer(instance::Instance& inst, std::string_view name, std::string* why
   g_bars[slot].max.store(0, std::memory_order_relaxed);
   g_bars[slot].thresh.store(ns_to_ticks(function::thresh_us(inst) * 1000), std::memory_order_relaxed);
   // Functions are traced as the function tracer does, with function-trace.
-  function::set_tracer(inst, inst.option(instance::kOptFunctionTrace) ? "function" : "nop");
+  function::set_tracer(inst, inst.option(function_trace_option()) ? "function" : "nop");
   const uint64_t bit = uint64_t{1} << slot;
   if (std::atomic<uint64_t>* m = mask_of(t)) m->fetch_or(bit, std::memory_order_relaxed);
   if (t == Tracer::kSectionKind) kind->own.fetch_or(bit, std::memory_order_relaxed);
@@ -201,7 +215,7 @@ void set_thresh_us(instance::Instance& inst, uint64_t us) {
 void options_changed(instance::Instance& inst) {
   base::MutexLock l(&g_mu);
   if (g_config[inst.slot()].tracer == Tracer::kNone) return;
-  function::set_tracer(inst, inst.option(instance::kOptFunctionTrace) ? "function" : "nop");
+  function::set_tracer(inst, inst.option(function_trace_option()) ? "function" : "nop");
 }
 
 Window window_of(const instance::SnapshotInfo& info) {
@@ -244,7 +258,7 @@ namespace {
 struct RegisterHooks {
   RegisterHooks() {
     instance::add_instance_hooks({&instance_removed, [](instance::Instance& inst, instance::Option o) {
-                                    if (o == instance::kOptFunctionTrace) options_changed(inst);
+                                    if (o == function_trace_option()) options_changed(inst);
                                   }});
   }
 };

@@ -33,6 +33,7 @@
 #include "events/registry.h"
 #include "function/control.h"
 #include "function/core.h"
+#include "function/options.h"
 #include "writers/writers.h"
 #include "latency/latency.h"
 #include "events/flags.h"
@@ -96,13 +97,13 @@ Opts options_of(Instance& inst) {
   o.self_pid = o.tgid ? static_cast<int>(getpid()) : 0;  // a system call: only when shown
   o.tracer = function::tracer(inst);
   o.graph_text = o.tracer == function::Tracer::kGraph && !o.raw && !o.hex && !o.bin;
-  o.fg_cpu = inst.option(instance::kOptFuncgraphCpu);
-  o.fg_overhead = inst.option(instance::kOptFuncgraphOverhead);
-  o.fg_duration = inst.option(instance::kOptFuncgraphDuration);
-  o.fg_proc = inst.option(instance::kOptFuncgraphProc);
-  o.fg_abstime = inst.option(instance::kOptFuncgraphAbstime);
-  o.fg_tail = inst.option(instance::kOptFuncgraphTail);
-  o.fg_irqs = inst.option(instance::kOptFuncgraphIrqs);
+  o.fg_cpu = inst.option(function::option(function::kFuncgraphCpu));
+  o.fg_overhead = inst.option(function::option(function::kFuncgraphOverhead));
+  o.fg_duration = inst.option(function::option(function::kFuncgraphDuration));
+  o.fg_proc = inst.option(function::option(function::kFuncgraphProc));
+  o.fg_abstime = inst.option(function::option(function::kFuncgraphAbstime));
+  o.fg_tail = inst.option(function::option(function::kFuncgraphTail));
+  o.fg_irqs = inst.option(function::option(function::kFuncgraphIrqs));
   return o;
 }
 

@@ -154,9 +154,9 @@ long write_clock(Instance& inst, std::string_view s) {
 
 std::string show_options(Instance& inst) {
   std::string out;
-  for (int i = 0; i < instance::kNumOptions; ++i) {
+  for (const int i : instance::listed_options()) {
     if (!inst.option(static_cast<instance::Option>(i))) out += "no";
-    out.append(instance::kOptions[i].name).append("\n");
+    out.append(instance::option_info(i).name).append("\n");
   }
   return out;
 }

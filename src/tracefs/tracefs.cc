@@ -286,7 +286,7 @@ void list_dir(const Node& n, std::vector<std::string>* out) {
       if (top || (std::string_view(dir) != "instances" && std::string_view(dir) != "trace_stat"))
         out->emplace_back(dir);
   } else if (d == "options") {
-    for (const auto& o : instance::kOptions) out->emplace_back(o.name);
+    for (const int o : instance::listed_options()) out->emplace_back(instance::option_info(o).name);
   } else if (d == "per_cpu") {
     for (int c = 0; c < n.inst->buffer().nr_cpus(); ++c) out->push_back("cpu" + std::to_string(c));
   } else if (d == "trace_stat") {

@@ -42,8 +42,10 @@ class TracefsTest : public ::testing::TestWithParam<bool> {
     EXPECT_GE(wr(p_ + "tracing_on", "1"), 0);
     EXPECT_GE(wr(p_ + "buffer_percent", "50"), 0);
     EXPECT_GE(wr(p_ + "buffer_size_kb", "1408"), 0);
-    for (const auto& o : instance::kOptions)
+    for (const int id : instance::listed_options()) {
+      const auto& o = instance::option_info(id);
       EXPECT_GE(wr(p_ + "options/" + o.name, o.default_on ? "1" : "0"), 0);
+    }
     std::string all = rd(p_ + "tracing_cpumask");
     inst_->set_cpumask({});  // every CPU
     if (inst_->buffer().clock() != clock::ClockId::kLocal) {
@@ -209,7 +211,10 @@ TEST_P(TracefsTest, TraceOptionsAndOptionFiles) {
   const std::string opts = rd(path("trace_options"));
   EXPECT_NE(opts.find("\noverwrite\n"), std::string::npos);
   EXPECT_NE(opts.find("\nnolatency-format\n"), std::string::npos);
-  EXPECT_EQ(count(opts, "\n"), static_cast<size_t>(instance::kNumOptions));
+  EXPECT_EQ(count(opts, "\n"), instance::listed_options().size());
+  // The tracers' own options follow the core ones, function's before latency's.
+  EXPECT_NE(opts.find("\nnoevent-fork\nnofunc_stack_trace\n"), std::string::npos) << opts;
+  EXPECT_NE(opts.find("\ngraph-time\nfunction-trace\n"), std::string::npos) << opts;
   ASSERT_EQ(wr(path("trace_options"), "latency-format\n"), 15);
   EXPECT_EQ(rd(path("options/latency-format")), "1\n");
   EXPECT_TRUE(inst_->option(instance::kOptLatencyFormat));
