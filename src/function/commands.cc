@@ -23,27 +23,7 @@ std::vector<std::string> split_colons(const std::string& s) {
   return out;
 }
 
-const char* probe_name(ProbeKind k) {
-  switch (k) {
-    case ProbeKind::kTraceOn:
-      return "traceon";
-    case ProbeKind::kTraceOff:
-      return "traceoff";
-    case ProbeKind::kSnapshot:
-      return "snapshot";
-    case ProbeKind::kStacktrace:
-      return "stacktrace";
-    case ProbeKind::kEnableEvent:
-      return "enable_event";
-    case ProbeKind::kDisableEvent:
-      return "disable_event";
-    case ProbeKind::kDump:
-      return "dump";
-    case ProbeKind::kCpuDump:
-      return "cpudump";
-  }
-  return "?";
-}
+const char* probe_name(ProbeKind k) { return trigger::actions::name(k); }
 
 bool same_probe(const ProbeEntry& e, int slot, const Command& c) {
   if (e.probe->slot != slot || e.probe->kind != c.kind) return false;
@@ -67,16 +47,10 @@ size_t command_colon(const std::string& tok) {
 
 int parse_command(const std::string& rest, size_t pos, Command* c, Error* err) {
   std::vector<std::string> parts = split_colons(rest);
-  static const ProbeKind kKinds[] = {ProbeKind::kTraceOn,     ProbeKind::kTraceOff,     ProbeKind::kSnapshot,
-                                     ProbeKind::kStacktrace,  ProbeKind::kEnableEvent,  ProbeKind::kDisableEvent,
-                                     ProbeKind::kDump,        ProbeKind::kCpuDump};
-  const auto kind = std::find_if(std::begin(kKinds), std::end(kKinds),
-                                 [&](ProbeKind k) { return parts[0] == probe_name(k); });
-  if (kind == std::end(kKinds)) {
+  if (!trigger::actions::by_name(parts[0], trigger::actions::kFunctionCommand, &c->kind)) {
     *err = {Error::kUnknownCommand, "Unknown function command '" + parts[0] + "'", pos};
     return -EINVAL;
   }
-  c->kind = *kind;
   size_t count_at = 1;
   if (c->kind == ProbeKind::kEnableEvent || c->kind == ProbeKind::kDisableEvent) {
     if (parts.size() < 3 || parts[1].empty() || parts[2].empty()) {

@@ -9,6 +9,7 @@
 #include "clock/trace_clock.h"
 #include "function/function.h"
 #include "instance/instance.h"
+#include "trigger/actions.h"
 #include "writers/writers.h"
 #include "usrtrace/internal/event_impl.h"
 
@@ -39,16 +40,8 @@ struct Site {
 // and exit; the control plane frees it only after a grace period that
 // follows the publication of a table without it. `count` lives here, so a
 // probe keeps its count across table rebuilds.
-enum class ProbeKind : uint8_t {
-  kTraceOn,
-  kTraceOff,
-  kSnapshot,
-  kStacktrace,
-  kEnableEvent,
-  kDisableEvent,
-  kDump,
-  kCpuDump,
-};
+// The command's action (trigger/actions.h: the list event triggers share).
+using ProbeKind = trigger::actions::Action;
 struct Probe {
   ProbeKind kind;
   uint8_t slot;

@@ -53,6 +53,10 @@ void fire(const Probe& p, uint64_t parent, const writers::ThreadState& t) {
       if (const DumpHooks* h = g_dump_hooks.load(std::memory_order_acquire); h != nullptr)
         h->dump(p.kind == ProbeKind::kCpuDump);
       return;
+    case ProbeKind::kEnableHist:
+    case ProbeKind::kDisableHist:
+    case ProbeKind::kHist:
+      return;  // event triggers only
   }
 }
 

@@ -1,9 +1,56 @@
 // Built with -fno-exceptions: the write path (trigger/actions.h).
 #include "trigger/actions.h"
 
+#include <iterator>
+
 #include "instance/instance.h"
 
 namespace usrtrace::trigger::actions {
+namespace {
+
+struct Entry {
+  const char* name;
+  Action action;
+  uint8_t users;  // User bits
+};
+constexpr uint8_t kBoth = kTrigger | kFunctionCommand;
+// In Action's order (name() indexes it).
+constexpr Entry kActions[] = {
+    {"traceon", Action::kTraceOn, kBoth},
+    {"traceoff", Action::kTraceOff, kBoth},
+    {"snapshot", Action::kSnapshot, kBoth},
+    {"stacktrace", Action::kStacktrace, kBoth},
+    {"enable_event", Action::kEnableEvent, kBoth},
+    {"disable_event", Action::kDisableEvent, kBoth},
+    {"enable_hist", Action::kEnableHist, kTrigger},
+    {"disable_hist", Action::kDisableHist, kTrigger},
+    {"hist", Action::kHist, kTrigger},
+    {"dump", Action::kDump, kFunctionCommand},
+    {"cpudump", Action::kCpuDump, kFunctionCommand},
+};
+constexpr bool in_order() {
+  for (size_t i = 0; i < std::size(kActions); ++i)
+    if (static_cast<size_t>(kActions[i].action) != i) return false;
+  return true;
+}
+static_assert(in_order(), "kActions must list the actions in Action's order");
+
+}  // namespace
+
+bool by_name(std::string_view n, User user, Action* out) {
+  for (const Entry& e : kActions) {
+    if (n == e.name && (e.users & user) != 0) {
+      *out = e.action;
+      return true;
+    }
+  }
+  return false;
+}
+
+const char* name(Action a) {
+  const auto i = static_cast<size_t>(a);
+  return i < std::size(kActions) ? kActions[i].name : "?";
+}
 
 bool take_count(std::atomic<long>& count) {
   long v = count.load(std::memory_order_relaxed);

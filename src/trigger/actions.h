@@ -12,10 +12,34 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string_view>
 
 #include "usrtrace/internal/event_impl.h"
 
 namespace usrtrace::trigger::actions {
+
+// What an event trigger (events/SYS/EVENT/trigger) or a function command
+// (set_ftrace_filter's FUNC:CMD) does: one list for both, with one name
+// each. Some belong to one side only, as in the kernel: the hist ones to
+// triggers, dump and cpudump to function commands.
+enum class Action : uint8_t {
+  kTraceOn,
+  kTraceOff,
+  kSnapshot,
+  kStacktrace,
+  kEnableEvent,
+  kDisableEvent,
+  kEnableHist,   // triggers only
+  kDisableHist,  // triggers only
+  kHist,         // triggers only
+  kDump,         // function commands only
+  kCpuDump,      // function commands only
+};
+// Who may name an action.
+enum User : uint8_t { kTrigger = 1, kFunctionCommand = 2 };
+// The action `name` names for `user`; false if none. Context: control plane.
+bool by_name(std::string_view name, User user, Action* out);
+const char* name(Action a);
 
 // Takes one firing from `count`; false when none is left.
 bool take_count(std::atomic<long>& count);

@@ -150,24 +150,6 @@ struct Command {
   size_t filter_pos = 0;
 };
 
-struct KindName {
-  const char* name;
-  Kind kind;
-};
-constexpr KindName kKinds[] = {
-    {"traceon", Kind::kTraceOn},           {"traceoff", Kind::kTraceOff},
-    {"snapshot", Kind::kSnapshot},         {"stacktrace", Kind::kStacktrace},
-    {"enable_event", Kind::kEnableEvent},  {"disable_event", Kind::kDisableEvent},
-    {"enable_hist", Kind::kEnableHist},    {"disable_hist", Kind::kDisableHist},
-    {"hist", Kind::kHist},
-};
-
-const char* kind_name(Kind k) {
-  for (const KindName& n : kKinds)
-    if (n.kind == k) return n.name;
-  return "?";
-}
-
 bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\n'; }
 
 // Splits "[!]cmd[:args][ if FILTER]"; `s` is trimmed. Offsets are into `s`.
@@ -186,14 +168,7 @@ int parse_command(std::string_view s, Command* c, Error* err) {
     c->args = c->head.substr(colon + 1);
     c->args_pos = i + colon + 1;
   }
-  bool known = false;
-  for (const KindName& k : kKinds) {
-    if (c->name == k.name) {
-      c->kind = k.kind;
-      known = true;
-    }
-  }
-  if (!known) {
+  if (!actions::by_name(c->name, actions::kTrigger, &c->kind)) {
     *err = trigger_error("Unknown trigger command", s, i);
     return -EINVAL;
   }
@@ -318,6 +293,9 @@ int build_trigger(int slot, const EventDesc& ev, std::string_view s, const Comma
       }
       break;
     }
+    case Kind::kDump:
+    case Kind::kCpuDump:
+      return -EINVAL;  // function commands only: parse_command refused them
   }
   if (!count_text.empty()) {
     long n = 0;
@@ -357,7 +335,7 @@ std::string trigger_line(const Trigger& t) {
     if (line.empty() || line.back() != '\n') line.push_back('\n');
     return line;
   }
-  std::string line = kind_name(t.kind);
+  std::string line = actions::name(t.kind);
   if (t.target) line.append(":").append(t.target->system).append(":").append(t.target->name);
   line.append(":").append(count_text(t));
   if (t.filter) line.append(" if ").append(filter);

@@ -36,22 +36,14 @@
 #include "filter/filter.h"
 #include "hist/hist.h"
 #include "instance/instance.h"
+#include "trigger/actions.h"
 #include "writers/writers.h"
 #include "usrtrace/internal/event_impl.h"
 
 namespace usrtrace::trigger {
 
-enum class Kind : uint8_t {
-  kTraceOn,
-  kTraceOff,
-  kSnapshot,
-  kStacktrace,
-  kEnableEvent,
-  kDisableEvent,
-  kEnableHist,
-  kDisableHist,
-  kHist,
-};
+// A trigger's action (trigger/actions.h: the list function commands share).
+using Kind = actions::Action;
 
 struct Trigger {
   Kind kind;

@@ -78,6 +78,9 @@ void fire(Trigger& t, int slot, const Fire& f) {
       t.hist->record(f.rec, f.len, hctx);
       return;
     }
+    case Kind::kDump:
+    case Kind::kCpuDump:
+      return;  // function commands only
   }
 }
 

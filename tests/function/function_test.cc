@@ -453,6 +453,8 @@ TEST_F(FunctionTest, CommandErrorsAreLogged) {
     const char* message;
   } cases[] = {
       {"set_ftrace_filter", "fxt_leaf:bogus", "Unknown function command"},
+      {"set_ftrace_filter", "fxt_leaf:hist", "Unknown function command"},  // a trigger, not a command
+      {"set_ftrace_filter", "fxt_leaf:enable_hist:fxt:ev", "Unknown function command"},
       {"set_ftrace_filter", "fxt_leaf:traceoff:abc", "Invalid count"},
       {"set_ftrace_filter", "fxt_leaf:traceoff:-1", "Invalid count"},
       {"set_ftrace_filter", "fxt_leaf:traceoff:1:2", "Invalid count"},

@@ -233,6 +233,8 @@ TEST_F(TriggerTest, BadCommandsFailWithAnErrorLogLine) {
   };
   const Case cases[] = {
       {"traceoffx", EINVAL, "Unknown trigger command", 0},
+      {"dump", EINVAL, "Unknown trigger command", 0},  // a function command, not a trigger
+      {"cpudump", EINVAL, "Unknown trigger command", 0},
       {"traceoff:", EINVAL, "Missing count after ':'", 9},
       {"traceoff:-1", EINVAL, "Invalid count", 9},
       {"traceoff:5:6", EINVAL, "Invalid count", 9},
