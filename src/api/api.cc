@@ -7,6 +7,7 @@
 
 #include "api/api_internal.h"
 #include "base/compiler.h"
+#include "events/builtin.h"
 #include "instance/instance.h"
 #include "usrtrace/instance.h"
 #include "usrtrace/internal/event_impl.h"
@@ -14,9 +15,11 @@
 
 using usrtrace::instance::Instance;
 
-// The ftrace:print record holds kMaxRecord bytes: a 16-byte header (common
-// fields + ip), the text, its newline and NUL (instance/slot_write.cc).
-static_assert(usrtrace::Instance::kMaxPrint == usrtrace::internal::kMaxRecord - 16 - 2);
+// The ftrace:print record holds kMaxRecord bytes: its fixed part (common
+// fields + ip, events/builtin.h), the text, its newline and NUL
+// (instance/slot_write.cc).
+static_assert(usrtrace::Instance::kMaxPrint ==
+              usrtrace::internal::kMaxRecord - sizeof(usrtrace::events::PrintRecord) - 2);
 
 namespace {
 

@@ -16,6 +16,7 @@
 
 #include "base/compiler.h"
 #include "base/mutex.h"
+#include "events/builtin.h"  // kPrintId, kRawDataId
 #include "usrtrace/internal/event_impl.h"
 
 namespace usrtrace::events {
@@ -23,8 +24,6 @@ namespace usrtrace::events {
 using internal::EventDesc;
 using internal::FieldDesc;
 
-inline constexpr uint16_t kPrintId = 5;     // ftrace:print, as on the kernel
-inline constexpr uint16_t kRawDataId = 12;  // ftrace:raw_data
 inline constexpr uint16_t kFirstDynamicId = 1000;
 
 class Registry {

@@ -63,34 +63,13 @@ std::atomic<uint64_t> g_sigreturn{0};
 
 namespace {
 
-// ---- Events: ftrace's own, with the kernel's ids and layouts, so that
-// trace-cmd and libtraceevent print them (and trace-cmd's function graph
-// display pairs entries and exits).
+// ---- Events: ftrace's own, with the kernel's ids and layouts
+// (events/builtin.h), so that trace-cmd and libtraceevent print them (and
+// trace-cmd's function graph display pairs entries and exits).
 
-struct FunctionRecord {
-  internal::CommonHeader common;
-  uint64_t ip;
-  uint64_t parent_ip;
-};
-static_assert(sizeof(FunctionRecord) == 24);
-
-struct GraphEntryRecord {
-  internal::CommonHeader common;
-  uint64_t func;
-  uint32_t depth;
-  uint32_t pad;
-};
-static_assert(sizeof(GraphEntryRecord) == 24);
-
-struct GraphExitRecord {
-  internal::CommonHeader common;
-  uint64_t func;
-  uint32_t depth;
-  uint32_t overrun;
-  uint64_t calltime;
-  uint64_t rettime;
-};
-static_assert(sizeof(GraphExitRecord) == 40);
+using events::FunctionRecord;
+using events::GraphEntryRecord;
+using events::GraphExitRecord;
 
 template <class R>
 R load(const void* rec) {
@@ -122,40 +101,17 @@ int print_graph_exit(const void* rec, uint32_t len, char* out, size_t size) {
                   r.depth);
 }
 
-using internal::FieldKind;
-const internal::FieldDesc kFunctionFields[] = {
-    {"ip", "unsigned long", 8, 8, 0, false, FieldKind::kInteger},
-    {"parent_ip", "unsigned long", 16, 8, 0, false, FieldKind::kInteger},
-};
-const internal::FieldDesc kGraphEntryFields[] = {
-    {"func", "unsigned long", 8, 8, 0, false, FieldKind::kInteger},
-    {"depth", "unsigned int", 16, 4, 0, false, FieldKind::kInteger},
-};
-const internal::FieldDesc kGraphExitFields[] = {
-    {"func", "unsigned long", 8, 8, 0, false, FieldKind::kInteger},
-    {"depth", "unsigned int", 16, 4, 0, false, FieldKind::kInteger},
-    {"overrun", "unsigned int", 20, 4, 0, false, FieldKind::kInteger},
-    {"calltime", "unsigned long long", 24, 8, 0, false, FieldKind::kInteger},
-    {"rettime", "unsigned long long", 32, 8, 0, false, FieldKind::kInteger},
-};
-
-internal::EventDesc g_function_desc{"ftrace", "function", "\" %ps <-- %ps\", (void *)REC->ip, (void *)REC->parent_ip",
-                                    kFunctionFields, 2, sizeof(FunctionRecord), &print_function};
-internal::EventDesc g_entry_desc{"ftrace", "funcgraph_entry", "\"--> %ps (%u)\", (void *)REC->func, REC->depth",
-                                 kGraphEntryFields, 2, sizeof(GraphEntryRecord), &print_graph_entry};
-internal::EventDesc g_exit_desc{
-    "ftrace", "funcgraph_exit",
-    "\"<-- %ps (%u) (start: %llx  end: %llx) over: %u\", (void *)REC->func, REC->depth, REC->calltime, "
-    "REC->rettime, REC->depth",
-    kGraphExitFields, 5, sizeof(GraphExitRecord), &print_graph_exit};
+constinit internal::EventDesc g_function_desc =
+    events::builtin_desc<events::FunctionEvent>(&print_function);
+constinit internal::EventDesc g_entry_desc =
+    events::builtin_desc<events::GraphEntryEvent>(&print_graph_entry);
+constinit internal::EventDesc g_exit_desc =
+    events::builtin_desc<events::GraphExitEvent>(&print_graph_exit);
 
 struct RegisterEvents {
   RegisterEvents() {
-    g_function_desc.id = kFunctionId;
     events::Registry::get().add(&g_function_desc);
-    g_entry_desc.id = kGraphEntryId;
     events::Registry::get().add(&g_entry_desc);
-    g_exit_desc.id = kGraphExitId;
     events::Registry::get().add(&g_exit_desc);
   }
 };

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "clock/trace_clock.h"
+#include "events/builtin.h"
 #include "function/function.h"
 #include "instance/instance.h"
 #include "trigger/actions.h"
@@ -15,10 +16,11 @@
 
 namespace usrtrace::function {
 
-// ftrace's event ids for its function events, as on the kernel.
-inline constexpr uint16_t kFunctionId = 1;
-inline constexpr uint16_t kGraphExitId = 10;
-inline constexpr uint16_t kGraphEntryId = 11;
+// ftrace's event ids for its function events, as on the kernel
+// (events/builtin.h).
+inline constexpr uint16_t kFunctionId = events::FunctionEvent::kId;
+inline constexpr uint16_t kGraphExitId = events::GraphExitEvent::kId;
+inline constexpr uint16_t kGraphEntryId = events::GraphEntryEvent::kId;
 
 // One traceable function: the instances (bit = slot) whose tracer traces it
 // (set_ftrace_filter / set_ftrace_notrace), for which it begins a graph

@@ -11,6 +11,7 @@
 
 #include "base/compiler.h"
 #include "base/rseq.h"
+#include "events/builtin.h"
 #include "events/registry.h"
 #include "instance/slot_write.h"
 #include "instance/instance.h"
@@ -60,21 +61,16 @@ bool write_to_slot(int slot, const void* rec, uint32_t len, int tid) {
 bool write_to_slot_at(int slot, const void* rec, uint32_t len, int tid, uint64_t tsc) {
   rb::RingBuffer* rb = admit(slot, tid);
   if (rb == nullptr) return false;
-  // The function_graph records' lengths, inline; others out of line.
-  if (len == 24) return rb->write_at<24>(rec, tsc);
-  if (len == 40) return rb->write_at<40>(rec, tsc);
+  // The function tracers' record lengths, inline; others out of line.
+  static_assert(sizeof(FunctionRecord) == sizeof(GraphEntryRecord));
+  if (len == sizeof(GraphEntryRecord)) return rb->write_at<sizeof(GraphEntryRecord)>(rec, tsc);
+  if (len == sizeof(GraphExitRecord)) return rb->write_at<sizeof(GraphExitRecord)>(rec, tsc);
   return rb->write_at(rec, len, tsc);
 }
 
 namespace {
 
-// ftrace:print: trace_marker writes and printk-style writes.
-struct PrintRecord {
-  internal::CommonHeader common;
-  uint64_t ip;
-  // char buf[] follows
-};
-
+// ftrace:print (events/builtin.h): "caller: text", as the kernel prints it.
 int print_print(const void* rec, uint32_t len, char* out, size_t size) {
   if (len < sizeof(PrintRecord)) return snprintf(out, size, "<bad print record>");
   uint64_t ip;
@@ -88,48 +84,26 @@ int print_print(const void* rec, uint32_t len, char* out, size_t size) {
   return snprintf(out, size, "0x%llx: %.*s", static_cast<unsigned long long>(ip), n, text);
 }
 
-const internal::FieldDesc kPrintFields[] = {
-    {"ip", "unsigned long", 8, 8, 0, false, internal::FieldKind::kInteger},
-    {"buf", "char", 16, 0, 0, true, internal::FieldKind::kCharArray},
-};
+constinit internal::EventDesc g_print_desc = builtin_desc<PrintEvent>(&print_print);
 
-internal::EventDesc g_print_desc{"ftrace",        "print", "\"%ps: %s\", (void *)REC->ip, REC->buf",
-                                 kPrintFields,    2,       sizeof(PrintRecord),
-                                 &print_print};
-
-// ftrace:raw_data: trace_marker_raw writes (a u32 id, then binary data).
-struct RawRecord {
-  internal::CommonHeader common;
-  uint32_t id;
-  // char buf[] follows
-};
-
+// ftrace:raw_data (events/builtin.h).
 int print_raw(const void* rec, uint32_t len, char* out, size_t size) {
-  if (len < sizeof(RawRecord)) return snprintf(out, size, "<bad raw_data record>");
+  if (len < sizeof(RawDataRecord)) return snprintf(out, size, "<bad raw_data record>");
   uint32_t id;
-  std::memcpy(&id, static_cast<const char*>(rec) + offsetof(RawRecord, id), sizeof id);
+  std::memcpy(&id, static_cast<const char*>(rec) + offsetof(RawDataRecord, id), sizeof id);
   // The kernel's trace_raw_data(): every stored byte, padding included.
   int n = snprintf(out, size, "# %x buf:", id);
-  const auto* p = static_cast<const unsigned char*>(rec) + sizeof(RawRecord);
-  for (uint32_t i = 0; i < len - sizeof(RawRecord) && n >= 0 && static_cast<size_t>(n) < size; ++i)
+  const auto* p = static_cast<const unsigned char*>(rec) + sizeof(RawDataRecord);
+  for (uint32_t i = 0; i < len - sizeof(RawDataRecord) && n >= 0 && static_cast<size_t>(n) < size; ++i)
     n += snprintf(out + n, size - static_cast<size_t>(n), " %02x", p[i]);
   return n;
 }
 
-const internal::FieldDesc kRawFields[] = {
-    {"id", "unsigned int", 8, 4, 0, false, internal::FieldKind::kInteger},
-    {"buf", "char", 12, 0, 0, true, internal::FieldKind::kCharArray},
-};
-
-internal::EventDesc g_raw_desc{"ftrace",   "raw_data", "\"id:%04x %08x\", REC->id, (int)REC->buf[0]",
-                               kRawFields, 2,          sizeof(RawRecord),
-                               &print_raw};
+constinit internal::EventDesc g_raw_desc = builtin_desc<RawDataEvent>(&print_raw);
 
 struct RegisterBuiltins {
   RegisterBuiltins() {
-    g_print_desc.id = kPrintId;
     Registry::get().add(&g_print_desc);
-    g_raw_desc.id = kRawDataId;
     Registry::get().add(&g_raw_desc);
   }
 };
@@ -171,13 +145,13 @@ long write_print(int slot, std::string_view text, uint64_t ip) {
 
 long write_raw(int slot, std::string_view data) {
   if (data.size() < 4) return -EINVAL;
-  if (data.size() - 4 > internal::kMaxRecord - sizeof(RawRecord)) return -EINVAL;
+  if (data.size() - 4 > internal::kMaxRecord - sizeof(RawDataRecord)) return -EINVAL;
   alignas(8) char buf[internal::kMaxRecord + 8];
-  auto* r = reinterpret_cast<RawRecord*>(buf);
+  auto* r = reinterpret_cast<RawDataRecord*>(buf);
   r->common.type = g_raw_desc.id;
   std::memcpy(&r->id, data.data(), 4);
-  std::memcpy(buf + sizeof(RawRecord), data.data() + 4, data.size() - 4);
-  uint32_t len = internal::pad_record(buf, static_cast<uint32_t>(sizeof(RawRecord) + data.size() - 4));
+  std::memcpy(buf + sizeof(RawDataRecord), data.data() + 4, data.size() - 4);
+  uint32_t len = internal::pad_record(buf, static_cast<uint32_t>(sizeof(RawDataRecord) + data.size() - 4));
   write_marker_record(slot, buf, len);
   return static_cast<long>(data.size());
 }

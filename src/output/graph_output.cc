@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "events/builtin.h"
 #include "events/registry.h"
 #include "function/core.h"
 #include "events/flags.h"
@@ -22,6 +23,7 @@
 namespace usrtrace::output::detail {
 namespace {
 
+// What the layout needs of an entry (func, depth) or an exit.
 struct GraphRecord {
   uint64_t func;
   uint32_t depth;
@@ -30,20 +32,25 @@ struct GraphRecord {
   uint64_t rettime;
 };
 
-// 0: not a graph event; 1: entry; 2: exit.
+// 0: not a graph event; 1: entry; 2: exit. The records are copied out of
+// the buffer (events/builtin.h), whose entries are only 4-byte aligned.
 int graph_kind(const rb::Event& ev, CommonHeader* h, GraphRecord* r) {
   if (!read_header(ev, h)) return 0;
-  if (h->type == function::kGraphEntryId && ev.len >= 24) {
-    std::memcpy(&r->func, ev.data + 8, 8);
-    std::memcpy(&r->depth, ev.data + 16, 4);
+  if (h->type == function::kGraphEntryId && ev.len >= sizeof(events::GraphEntryRecord)) {
+    events::GraphEntryRecord e;
+    std::memcpy(&e, ev.data, sizeof e);
+    r->func = e.func;
+    r->depth = e.depth;
     return 1;
   }
-  if (h->type == function::kGraphExitId && ev.len >= 40) {
-    std::memcpy(&r->func, ev.data + 8, 8);
-    std::memcpy(&r->depth, ev.data + 16, 4);
-    std::memcpy(&r->overrun, ev.data + 20, 4);
-    std::memcpy(&r->calltime, ev.data + 24, 8);
-    std::memcpy(&r->rettime, ev.data + 32, 8);
+  if (h->type == function::kGraphExitId && ev.len >= sizeof(events::GraphExitRecord)) {
+    events::GraphExitRecord x;
+    std::memcpy(&x, ev.data, sizeof x);
+    r->func = x.func;
+    r->depth = x.depth;
+    r->overrun = x.overrun;
+    r->calltime = x.calltime;
+    r->rettime = x.rettime;
     return 2;
   }
   return 0;

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "clock/trace_clock.h"
+#include "events/builtin.h"
 #include "events/registry.h"
 #include "function/control.h"
 #include "function/core.h"
@@ -335,13 +336,12 @@ void put_fields(const EventDesc& d, const rb::Event& ev, std::string* out) {
   out->push_back('\n');
 }
 
-// ftrace:print's record: the common header, an ip, then the text.
-constexpr size_t kPrintTextOffset = 16;
-
+// ftrace:print's text: what follows the fixed part (events/builtin.h).
 std::string_view print_buf(const rb::Event& ev) {
-  if (ev.len <= kPrintTextOffset) return {};
-  const char* p = reinterpret_cast<const char*>(ev.data) + kPrintTextOffset;
-  return {p, strnlen(p, ev.len - kPrintTextOffset)};
+  constexpr size_t kText = sizeof(events::PrintRecord);
+  if (ev.len <= kText) return {};
+  const char* p = reinterpret_cast<const char*>(ev.data) + kText;
+  return {p, strnlen(p, ev.len - kText)};
 }
 
 // Kernel: print_raw_fmt() and the events' raw functions.
@@ -356,7 +356,8 @@ void put_raw(const Opts& o, const CommonHeader& h, const EventDesc* d, const rb:
     out->append(buf);
   } else if (d->id == events::kPrintId) {
     uint64_t ip = 0;
-    if (ev.len >= 16) std::memcpy(&ip, ev.data + 8, 8);
+    if (ev.len >= sizeof(events::PrintRecord))
+      std::memcpy(&ip, ev.data + offsetof(events::PrintRecord, ip), sizeof ip);
     snprintf(buf, sizeof buf, "# %llx ", static_cast<unsigned long long>(ip));
     out->append(buf);
     std::string_view t = print_buf(ev);

@@ -1,6 +1,7 @@
 // The stacktrace trigger: the writing thread's user-space backtrace as an
-// ftrace:user_stack record (kernel id 13, same layout, so trace-cmd and
-// libtraceevent print it as they print the kernel's user stacks).
+// ftrace:user_stack record (kernel id 13, same layout: events/builtin.h, so
+// trace-cmd and libtraceevent print it as they print the kernel's user
+// stacks).
 //
 // Unwinding uses libgcc's _Unwind_Backtrace, which walks the DWARF CFI of
 // each frame (no frame pointers needed) and, with glibc >= 2.35, finds the
@@ -18,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "events/builtin.h"
 #include "events/registry.h"
 #include "instance/slot_write.h"
 #include "trigger/internal.h"
@@ -25,16 +27,8 @@
 namespace usrtrace::trigger {
 namespace {
 
-inline constexpr int kUserStackEntries = 8;  // the kernel's FTRACE_STACK_ENTRIES
-inline constexpr uint16_t kUserStackId = 13;  // TRACE_USER_STACK
-
-struct UserStackRecord {
-  internal::CommonHeader common;
-  uint32_t tgid;
-  uint32_t pad;
-  uint64_t caller[kUserStackEntries];
-};
-static_assert(offsetof(UserStackRecord, caller) == 16 && sizeof(UserStackRecord) == 80);
+using events::kUserStackEntries;
+using events::UserStackRecord;
 
 // Kernel: trace_user_stack_print(): a head line, then " => " and each
 // address until the first zero; we add the symbol when dladdr knows it.
@@ -63,23 +57,8 @@ int print_user_stack(const void* rec, uint32_t len, char* out, size_t size) {
   return n;
 }
 
-const internal::FieldDesc kUserStackFields[] = {
-    {"tgid", "unsigned int", 8, 4, 0, false, internal::FieldKind::kInteger},
-    {"caller", "unsigned long", 16, 8 * kUserStackEntries, kUserStackEntries, false,
-     internal::FieldKind::kByteArray},
-};
-
-internal::EventDesc g_user_stack_desc{
-    "ftrace",
-    "user_stack",
-    "\"\\t=> %ps\\n\\t=> %ps\\n\\t=> %ps\\n\" \"\\t=> %ps\\n\\t=> %ps\\n\\t=> %ps\\n\" "
-    "\"\\t=> %ps\\n\\t=> %ps\\n\", (void *)REC->caller[0], (void *)REC->caller[1], "
-    "(void *)REC->caller[2], (void *)REC->caller[3], (void *)REC->caller[4], "
-    "(void *)REC->caller[5], (void *)REC->caller[6], (void *)REC->caller[7]",
-    kUserStackFields,
-    2,
-    sizeof(UserStackRecord),
-    &print_user_stack};
+constinit internal::EventDesc g_user_stack_desc =
+    events::builtin_desc<events::UserStackEvent>(&print_user_stack);
 
 // getpid() is a system call: the write path reads a copy, kept current in
 // forked children.
@@ -88,7 +67,6 @@ void refresh_tgid() { g_tgid.store(getpid(), std::memory_order_relaxed); }
 
 struct RegisterUserStack {
   RegisterUserStack() {
-    g_user_stack_desc.id = kUserStackId;
     events::Registry::get().add(&g_user_stack_desc);
     refresh_tgid();
     pthread_atfork(nullptr, nullptr, &refresh_tgid);
