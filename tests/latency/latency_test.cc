@@ -278,10 +278,15 @@ TEST_F(LatencyTest, ThreshKeepsEverySectionOverIt) {
 TEST_F(LatencyTest, WritingTheMaxRestartsTheSearch) {
   usrtrace_section_kind* k = usrtrace_section_kind_get("lt_frame");
   ASSERT_GT(wr(p("current_tracer"), "section_lt_frame"), 0);
-  run_section(k, 1, 3000);
+  const Seen s1 = run_section(k, 1, 3000);
   EXPECT_GE(num(p("tracing_max_latency")), 3000u);
-  run_section(k, 2, 500);
-  EXPECT_EQ(steps(rd(p("trace")))[0].first, 1u);  // not a new max
+  const Seen s2 = run_section(k, 2, 500);
+  // Not a new max, unless a preemption stretched the 500 us spin past the
+  // first section (seen under load): then it must be.
+  const unsigned kept = steps(rd(p("trace")))[0].first;
+  if (s2.outer_us < s1.inner_us) EXPECT_EQ(kept, 1u);
+  else if (s2.inner_us > s1.outer_us + 1.0) EXPECT_EQ(kept, 2u);
+  else EXPECT_TRUE(kept == 1u || kept == 2u) << kept;
   ASSERT_GT(wr(p("tracing_max_latency"), "0"), 0);
   EXPECT_EQ(num(p("tracing_max_latency")), 0u);
   const Seen s = run_section(k, 3, 500);
