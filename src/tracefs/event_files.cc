@@ -8,6 +8,10 @@
 //   *:* or *    everything            !token          disables instead
 // The ftrace system is not enabled through these files (its events are
 // written by trace_marker and printk only), as in the kernel.
+//
+// Their table, kEventFiles, is at the end.
+#include <fcntl.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <string>
@@ -156,129 +160,195 @@ long fail_with(Instance& inst, const trigger::Error& err, int errnum) {
   return fail_text(inst, err.subsystem, err.message, err.command, err.pos, errnum);
 }
 
-}  // namespace
+bool truncating(int flags) { return (flags & O_ACCMODE) != O_RDONLY && (flags & O_TRUNC); }
 
-std::unique_ptr<File> open_event_file(Node node, int flags, int* err) {
-  const bool trunc = (flags & O_ACCMODE) != O_RDONLY && (flags & O_TRUNC);
-  Instance* ip = node.inst.get();
-  const std::string sys = node.system, name = node.event;
-  auto f = std::make_unique<SimpleFile>(std::move(node.inst));
-  switch (node.kind) {
-    case Kind::kAvailableEvents:
-      f->show = [] {
-        std::string out;
-        for (const EventName& e : settable_events()) out.append(e.system).append(":").append(e.name).append("\n");
-        return out;
-      };
-      break;
-    case Kind::kSetEvent:
-      if (trunc) ip->clear_events();  // echo > set_event
-      f->show = [ip] { return show_set_event(*ip); };
-      f->store = [ip](std::string_view s) { return write_set_event(*ip, s); };
-      break;
-    case Kind::kSetEventPid:
-    case Kind::kSetEventNotracePid: {
-      const bool notrace = node.kind == Kind::kSetEventNotracePid;
-      if (trunc) clear_pids(*ip, notrace);
-      f->show = [ip, notrace] { return show_pids(*ip, notrace); };
-      f->store = [ip, notrace](std::string_view s) { return write_pids(*ip, notrace, s); };
-      break;
-    }
-    case Kind::kEventsEnable:
-    case Kind::kSystemEnable:
-      f->show = [ip, sys] { return show_enable(*ip, sys); };
-      f->store = [ip, sys](std::string_view s) -> long {
-        bool on = false;
-        if (long rc = parse_bool(*ip, s, &on); rc < 0) return rc;
-        for (const EventName& e : settable_events())
-          if (sys.empty() || e.system == sys) ip->set_event(e.system, e.name, on);
-        return static_cast<long>(s.size());
-      };
-      break;
-    case Kind::kHeaderPage:
-      f->show = [ip] { return rb::header_page_text(ip->buffer().page_size(0)); };
-      break;
-    case Kind::kHeaderEvent:
-      f->show = [] { return rb::header_event_text(); };
-      break;
-    case Kind::kEventEnable:
-      f->show = [ip, sys, name]() -> std::string {
-        const auto* e = lookup(sys, name);
-        if (!e) return "0\n";
-        // "0*" / "1*": enable_event / disable_event triggers name the event.
-        std::string v = ip->event_enabled(e->id) ? "1" : "0";
-        if (trigger::soft_mode(ip->slot(), *e)) v += "*";
-        return v + "\n";
-      };
-      f->store = [ip, sys, name](std::string_view s) -> long {
-        bool on = false;
-        if (long rc = parse_bool(*ip, s, &on); rc < 0) return rc;
-        if (!lookup(sys, name)) return -ENODEV;
-        ip->set_event(sys, name, on);
-        return static_cast<long>(s.size());
-      };
-      break;
-    case Kind::kEventFilter:
-      f->show = [ip, sys, name]() -> std::string {
-        const auto* e = lookup(sys, name);
-        return e ? trigger::filter_text(ip->slot(), *e) + "\n" : std::string();
-      };
-      f->store = [ip, sys, name](std::string_view s) -> long {
-        auto* e = lookup(sys, name);
-        if (!e) return -ENODEV;
-        trigger::Error why;
-        if (int rc = trigger::set_filter(ip->slot(), *e, s, &why); rc < 0) return fail_with(*ip, why, -rc);
-        return static_cast<long>(s.size());
-      };
-      break;
-    case Kind::kSystemFilter:
-      f->show = [ip, sys] { return trigger::system_filter_text(ip->slot(), sys); };
-      f->store = [ip, sys](std::string_view s) -> long {
-        trigger::Error why;
-        if (int rc = trigger::set_system_filter(ip->slot(), sys, s, &why); rc < 0)
-          return fail_with(*ip, why, -rc);
-        return static_cast<long>(s.size());
-      };
-      break;
-    case Kind::kEventTrigger:
-      f->show = [ip, sys, name]() -> std::string {
-        const auto* e = lookup(sys, name);
-        return e ? trigger::trigger_text(ip->slot(), *e) : std::string();
-      };
-      f->store = [ip, sys, name](std::string_view s) -> long {
-        auto* e = lookup(sys, name);
-        if (!e) return -ENODEV;
-        trigger::Error why;
-        if (int rc = trigger::write_trigger(ip->slot(), *e, s, &why); rc < 0) {
-          if (why.message.empty()) return rc;
-          return fail_with(*ip, why, -rc);
-        }
-        return static_cast<long>(s.size());
-      };
-      break;
-    case Kind::kEventHist:
-      f->show = [ip, sys, name]() -> std::string {
-        const auto* e = lookup(sys, name);
-        return e ? trigger::hist_text(ip->slot(), *e) : std::string();
-      };
-      break;
-    case Kind::kEventFormat:
-      f->show = [sys, name]() -> std::string {
-        const auto* e = lookup(sys, name);
-        return e ? events::format_text(*e) : std::string();
-      };
-      break;
-    case Kind::kEventId:
-      f->show = [sys, name]() -> std::string {
-        const auto* e = lookup(sys, name);
-        return e ? std::to_string(e->id) + "\n" : std::string();
-      };
-      break;
-    default:
-      *err = ENOENT;
-      return nullptr;
-  }
+// ---- The open functions; `ip` stays valid as long as the file, which holds
+// the node's reference on it.
+
+std::unique_ptr<File> open_available_events(Node n, int, int*) {
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [] {
+    std::string out;
+    for (const EventName& e : settable_events()) out.append(e.system).append(":").append(e.name).append("\n");
+    return out;
+  };
   return f;
 }
+
+std::unique_ptr<File> open_set_event(Node n, int flags, int*) {
+  Instance* ip = n.inst.get();
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  if (truncating(flags)) ip->clear_events();  // echo > set_event
+  f->show = [ip] { return show_set_event(*ip); };
+  f->store = [ip](std::string_view s) { return write_set_event(*ip, s); };
+  return f;
+}
+
+// set_event_pid (notrace false) and set_event_notrace_pid.
+template <bool notrace>
+std::unique_ptr<File> open_event_pids(Node n, int flags, int*) {
+  Instance* ip = n.inst.get();
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  if (truncating(flags)) clear_pids(*ip, notrace);
+  f->show = [ip] { return show_pids(*ip, notrace); };
+  f->store = [ip](std::string_view s) { return write_pids(*ip, notrace, s); };
+  return f;
+}
+
+// events/enable (every system: n.system is empty) and events/SYS/enable.
+std::unique_ptr<File> open_enable(Node n, int, int*) {
+  Instance* ip = n.inst.get();
+  const std::string sys = n.system;
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [ip, sys] { return show_enable(*ip, sys); };
+  f->store = [ip, sys](std::string_view s) -> long {
+    bool on = false;
+    if (long rc = parse_bool(*ip, s, &on); rc < 0) return rc;
+    for (const EventName& e : settable_events())
+      if (sys.empty() || e.system == sys) ip->set_event(e.system, e.name, on);
+    return static_cast<long>(s.size());
+  };
+  return f;
+}
+
+std::unique_ptr<File> open_header_page(Node n, int, int*) {
+  Instance* ip = n.inst.get();
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [ip] { return rb::header_page_text(ip->buffer().page_size(0)); };
+  return f;
+}
+
+std::unique_ptr<File> open_header_event(Node n, int, int*) {
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [] { return rb::header_event_text(); };
+  return f;
+}
+
+std::unique_ptr<File> open_system_filter(Node n, int, int*) {
+  Instance* ip = n.inst.get();
+  const std::string sys = n.system;
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [ip, sys] { return trigger::system_filter_text(ip->slot(), sys); };
+  f->store = [ip, sys](std::string_view s) -> long {
+    trigger::Error why;
+    if (int rc = trigger::set_system_filter(ip->slot(), sys, s, &why); rc < 0) return fail_with(*ip, why, -rc);
+    return static_cast<long>(s.size());
+  };
+  return f;
+}
+
+std::unique_ptr<File> open_event_enable(Node n, int, int*) {
+  Instance* ip = n.inst.get();
+  const std::string sys = n.system, name = n.event;
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [ip, sys, name]() -> std::string {
+    const auto* e = lookup(sys, name);
+    if (!e) return "0\n";
+    // "0*" / "1*": enable_event / disable_event triggers name the event.
+    std::string v = ip->event_enabled(e->id) ? "1" : "0";
+    if (trigger::soft_mode(ip->slot(), *e)) v += "*";
+    return v + "\n";
+  };
+  f->store = [ip, sys, name](std::string_view s) -> long {
+    bool on = false;
+    if (long rc = parse_bool(*ip, s, &on); rc < 0) return rc;
+    if (!lookup(sys, name)) return -ENODEV;
+    ip->set_event(sys, name, on);
+    return static_cast<long>(s.size());
+  };
+  return f;
+}
+
+std::unique_ptr<File> open_event_filter(Node n, int, int*) {
+  Instance* ip = n.inst.get();
+  const std::string sys = n.system, name = n.event;
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [ip, sys, name]() -> std::string {
+    const auto* e = lookup(sys, name);
+    return e ? trigger::filter_text(ip->slot(), *e) + "\n" : std::string();
+  };
+  f->store = [ip, sys, name](std::string_view s) -> long {
+    auto* e = lookup(sys, name);
+    if (!e) return -ENODEV;
+    trigger::Error why;
+    if (int rc = trigger::set_filter(ip->slot(), *e, s, &why); rc < 0) return fail_with(*ip, why, -rc);
+    return static_cast<long>(s.size());
+  };
+  return f;
+}
+
+std::unique_ptr<File> open_event_format(Node n, int, int*) {
+  const std::string sys = n.system, name = n.event;
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [sys, name]() -> std::string {
+    const auto* e = lookup(sys, name);
+    return e ? events::format_text(*e) : std::string();
+  };
+  return f;
+}
+
+std::unique_ptr<File> open_event_hist(Node n, int, int*) {
+  Instance* ip = n.inst.get();
+  const std::string sys = n.system, name = n.event;
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [ip, sys, name]() -> std::string {
+    const auto* e = lookup(sys, name);
+    return e ? trigger::hist_text(ip->slot(), *e) : std::string();
+  };
+  return f;
+}
+
+std::unique_ptr<File> open_event_id(Node n, int, int*) {
+  const std::string sys = n.system, name = n.event;
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [sys, name]() -> std::string {
+    const auto* e = lookup(sys, name);
+    return e ? std::to_string(e->id) + "\n" : std::string();
+  };
+  return f;
+}
+
+std::unique_ptr<File> open_event_trigger(Node n, int, int*) {
+  Instance* ip = n.inst.get();
+  const std::string sys = n.system, name = n.event;
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [ip, sys, name]() -> std::string {
+    const auto* e = lookup(sys, name);
+    return e ? trigger::trigger_text(ip->slot(), *e) : std::string();
+  };
+  f->store = [ip, sys, name](std::string_view s) -> long {
+    auto* e = lookup(sys, name);
+    if (!e) return -ENODEV;
+    trigger::Error why;
+    if (int rc = trigger::write_trigger(ip->slot(), *e, s, &why); rc < 0) {
+      if (why.message.empty()) return rc;
+      return fail_with(*ip, why, -rc);
+    }
+    return static_cast<long>(s.size());
+  };
+  return f;
+}
+
+constexpr FileSpec kFiles[] = {
+    {"available_events", kRO, Dir::kRoot, kTopOnly, open_available_events},
+    {"set_event", kRW, Dir::kRoot, 0, open_set_event},
+    {"set_event_notrace_pid", kRW, Dir::kRoot, 0, open_event_pids<true>},
+    {"set_event_pid", kRW, Dir::kRoot, 0, open_event_pids<false>},
+    {"enable", kRW, Dir::kEvents, 0, open_enable},
+    {"header_page", kRO, Dir::kEvents, 0, open_header_page},
+    {"header_event", kRO, Dir::kEvents, 0, open_header_event},
+    {"enable", kRW, Dir::kSystem, kNoFtrace, open_enable},
+    {"filter", kRW, Dir::kSystem, kNoFtrace, open_system_filter},
+    {"enable", kRW, Dir::kEvent, kNoFtrace, open_event_enable},
+    {"filter", kRW, Dir::kEvent, kNoFtrace, open_event_filter},
+    {"format", kRO, Dir::kEvent, 0, open_event_format},
+    {"hist", kRO, Dir::kEvent, kNoFtrace, open_event_hist},
+    {"id", kRO, Dir::kEvent, 0, open_event_id},
+    {"trigger", kRW, Dir::kEvent, kNoFtrace, open_event_trigger},
+};
+
+}  // namespace
+
+constinit const std::span<const FileSpec> kEventFiles = kFiles;
 
 }  // namespace usrtrace::tracefs::detail

@@ -1,5 +1,7 @@
 // The files at the root of an instance directory (and options/NAME): the
-// kernel's trace.c files, with its value rules and errnos.
+// kernel's trace.c files, with its value rules and errnos. Their table,
+// kInstanceFiles, is at the end.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -419,137 +421,247 @@ long write_buffer_size(Instance& inst, int cpu, std::string_view s) {
   return size_of(s);
 }
 
-std::unique_ptr<File> open_instance_file(Node node, int flags, int* err) {
-  const bool writing = (flags & O_ACCMODE) != O_RDONLY;
-  const bool trunc = writing && (flags & O_TRUNC);
-  Instance* ip = node.inst.get();
-  Instance& inst = *ip;
-  if (node.kind == Kind::kTracePipe)
-    return make_trace_pipe(std::move(node.inst), -1, (flags & O_NONBLOCK) != 0);
+namespace {
 
-  auto f = std::make_unique<SimpleFile>(std::move(node.inst));
-  switch (node.kind) {
-    case Kind::kReadme:
-      f->show = [] { return std::string(kReadme); };
-      break;
-    case Kind::kAvailableTracers:
-      f->show = [] {
-        std::string out;
-        // The kernel's order: timerlat, function_graph, the wakeup tracers,
-        // the irqsoff family, function, nop.
-        std::vector<std::string> names = latency::tracer_names();
-        const std::vector<std::string>& fn = function::tracer_names();
-        names.insert(names.begin() + 1, fn[0]);
-        names.insert(names.end(), fn.begin() + 1, fn.end());
-        for (const std::string& t : names) out += (out.empty() ? "" : " ") + t;
-        return out + "\n";
-      };
-      break;
-    case Kind::kCurrentTracer:
-      f->show = [ip] { return current_tracer(*ip) + "\n"; };
-      f->store = [ip](std::string_view s) { return write_tracer(*ip, s); };
-      break;
-    case Kind::kBufferFile:
-      f->show = [ip] {
-        std::string p = ip->buffer_file();
-        return p + "\n";
-      };
-      f->store = [ip](std::string_view s) { return write_buffer_file(*ip, s); };
-      break;
-    case Kind::kBufferPercent:
-      f->show = [ip] { return line(static_cast<uint64_t>(ip->buffer_percent())); };
-      f->store = [ip](std::string_view s) { return write_percent(*ip, s); };
-      break;
-    case Kind::kBufferSizeKb:
-      f->show = [ip] { return show_buffer_size(*ip, -1); };
-      f->store = [ip](std::string_view s) { return write_buffer_size(*ip, -1, s); };
-      break;
-    case Kind::kBufferTotalSizeKb:
-      f->show = [ip] {
-        base::MutexLock l(&size_mu());
-        uint64_t kb = 0;
-        for (int c = 0; c < ip->buffer().nr_cpus(); ++c) kb += ip->buffer().size_bytes(c) >> 10;
-        return line(kb);
-      };
-      break;
-    case Kind::kErrorLog:
-      if (trunc) inst.clear_error_log();
-      f->show = [ip] { return ip->error_log(); };
-      f->store = [](std::string_view s) { return size_of(s); };
-      break;
-    case Kind::kFreeBuffer:
-      f->store = [](std::string_view s) { return size_of(s); };  // what is written does not matter
-      f->on_close = [ip] {
-        if (ip->option(instance::kOptDisableOnFree)) ip->set_tracing_on(false);
-        base::MutexLock l(&size_mu());
-        ip->snapshots().resize(-1, 1);  // the smallest buffer the ring allows
-      };
-      break;
-    case Kind::kSavedCmdlines:
-      f->show = [] { return show_saved(false); };
-      break;
-    case Kind::kSavedTgids:
-      f->show = [] { return show_saved(true); };
-      break;
-    case Kind::kFtraceDumpOnOops:
-      f->show = [] { return std::string(crash::mode_name(crash::mode())) + "\n"; };
-      f->store = [ip](std::string_view s) { return write_dump_on_oops(*ip, s); };
-      break;
-    case Kind::kFtraceDumpOnOopsFile:
-      f->show = [] { return crash::file() + "\n"; };
-      f->store = [ip](std::string_view s) { return write_dump_file(*ip, s); };
-      break;
-    case Kind::kTrace:
-      if (trunc) {
-        // While a latency tracer runs `trace` is its max trace (the kernel
-        // empties the max buffer then).
-        if (latency::uses_max_buffer(inst))
-          inst.snapshots().clear(-1);
-        else
-          inst.buffer().reset();
-      }
-      // Made as it is read (output::TraceText), from the first read on.
-      f->stream = [ip, t = std::shared_ptr<output::TraceText>()](std::string* out, size_t want) mutable {
-        if (!t) t = output::TraceText::live(*ip, -1);
-        return t->fill(out, want);
-      };
-      f->store = [](std::string_view s) { return size_of(s); };  // the kernel ignores it too
-      break;
-    case Kind::kTraceClock:
-      f->show = [ip] { return show_clock(*ip); };
-      f->store = [ip](std::string_view s) { return write_clock(*ip, s); };
-      break;
-    case Kind::kTraceMarker:
-      f->store = [ip](std::string_view s) { return write_marker(*ip, s, false); };
-      break;
-    case Kind::kTraceMarkerRaw:
-      f->store = [ip](std::string_view s) { return write_marker(*ip, s, true); };
-      break;
-    case Kind::kTraceOptions:
-      f->show = [ip] { return show_options(*ip); };
-      f->store = [ip](std::string_view s) { return write_options(*ip, s); };
-      break;
-    case Kind::kTracingCpumask:
-      f->show = [ip] { return show_cpumask(*ip); };
-      f->store = [ip](std::string_view s) { return write_cpumask(*ip, s); };
-      break;
-    case Kind::kTracingOn:
-      f->show = [ip] { return std::string(ip->tracing_on() ? "1\n" : "0\n"); };
-      f->store = [ip](std::string_view s) { return write_tracing_on(*ip, s); };
-      break;
-    case Kind::kOption: {
-      const int o = node.option;
-      f->show = [ip, o] {
-        return std::string(ip->option(static_cast<instance::Option>(o)) ? "1\n" : "0\n");
-      };
-      f->store = [ip, o](std::string_view s) { return write_bool_option(*ip, o, s); };
-      break;
-    }
-    default:
-      *err = ENOENT;
-      return nullptr;
-  }
+// The open functions, one per file; `ip` stays valid as long as the file,
+// which holds the node's reference on it.
+
+std::unique_ptr<File> open_readme(Node n, int, int*) {
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [] { return std::string(kReadme); };
   return f;
 }
+
+std::unique_ptr<File> open_available_tracers(Node n, int, int*) {
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [] {
+    std::string out;
+    // The kernel's order: timerlat, function_graph, the wakeup tracers,
+    // the irqsoff family, function, nop.
+    std::vector<std::string> names = latency::tracer_names();
+    const std::vector<std::string>& fn = function::tracer_names();
+    names.insert(names.begin() + 1, fn[0]);
+    names.insert(names.end(), fn.begin() + 1, fn.end());
+    for (const std::string& t : names) out += (out.empty() ? "" : " ") + t;
+    return out + "\n";
+  };
+  return f;
+}
+
+std::unique_ptr<File> open_current_tracer(Node n, int, int*) {
+  Instance* ip = n.inst.get();
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [ip] { return current_tracer(*ip) + "\n"; };
+  f->store = [ip](std::string_view s) { return write_tracer(*ip, s); };
+  return f;
+}
+
+std::unique_ptr<File> open_buffer_file(Node n, int, int*) {
+  Instance* ip = n.inst.get();
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [ip] {
+    std::string p = ip->buffer_file();
+    return p + "\n";
+  };
+  f->store = [ip](std::string_view s) { return write_buffer_file(*ip, s); };
+  return f;
+}
+
+std::unique_ptr<File> open_buffer_percent(Node n, int, int*) {
+  Instance* ip = n.inst.get();
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [ip] { return line(static_cast<uint64_t>(ip->buffer_percent())); };
+  f->store = [ip](std::string_view s) { return write_percent(*ip, s); };
+  return f;
+}
+
+std::unique_ptr<File> open_buffer_size_kb(Node n, int, int*) {
+  Instance* ip = n.inst.get();
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [ip] { return show_buffer_size(*ip, -1); };
+  f->store = [ip](std::string_view s) { return write_buffer_size(*ip, -1, s); };
+  return f;
+}
+
+std::unique_ptr<File> open_buffer_total_size_kb(Node n, int, int*) {
+  Instance* ip = n.inst.get();
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [ip] {
+    base::MutexLock l(&size_mu());
+    uint64_t kb = 0;
+    for (int c = 0; c < ip->buffer().nr_cpus(); ++c) kb += ip->buffer().size_bytes(c) >> 10;
+    return line(kb);
+  };
+  return f;
+}
+
+std::unique_ptr<File> open_error_log(Node n, int flags, int*) {
+  Instance* ip = n.inst.get();
+  if ((flags & O_ACCMODE) != O_RDONLY && (flags & O_TRUNC)) ip->clear_error_log();
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [ip] { return ip->error_log(); };
+  f->store = [](std::string_view s) { return size_of(s); };
+  return f;
+}
+
+std::unique_ptr<File> open_free_buffer(Node n, int, int*) {
+  Instance* ip = n.inst.get();
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->store = [](std::string_view s) { return size_of(s); };  // what is written does not matter
+  f->on_close = [ip] {
+    if (ip->option(instance::kOptDisableOnFree)) ip->set_tracing_on(false);
+    base::MutexLock l(&size_mu());
+    ip->snapshots().resize(-1, 1);  // the smallest buffer the ring allows
+  };
+  return f;
+}
+
+std::unique_ptr<File> open_saved_cmdlines(Node n, int, int*) {
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [] { return show_saved(false); };
+  return f;
+}
+
+std::unique_ptr<File> open_saved_tgids(Node n, int, int*) {
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [] { return show_saved(true); };
+  return f;
+}
+
+std::unique_ptr<File> open_dump_on_oops(Node n, int, int*) {
+  Instance* ip = n.inst.get();
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [] { return std::string(crash::mode_name(crash::mode())) + "\n"; };
+  f->store = [ip](std::string_view s) { return write_dump_on_oops(*ip, s); };
+  return f;
+}
+
+std::unique_ptr<File> open_dump_on_oops_file(Node n, int, int*) {
+  Instance* ip = n.inst.get();
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [] { return crash::file() + "\n"; };
+  f->store = [ip](std::string_view s) { return write_dump_file(*ip, s); };
+  return f;
+}
+
+std::unique_ptr<File> open_trace(Node n, int flags, int*) {
+  Instance* ip = n.inst.get();
+  if ((flags & O_ACCMODE) != O_RDONLY && (flags & O_TRUNC)) {
+    // While a latency tracer runs `trace` is its max trace (the kernel
+    // empties the max buffer then).
+    if (latency::uses_max_buffer(*ip))
+      ip->snapshots().clear(-1);
+    else
+      ip->buffer().reset();
+  }
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  // Made as it is read (output::TraceText), from the first read on.
+  f->stream = [ip, t = std::shared_ptr<output::TraceText>()](std::string* out, size_t want) mutable {
+    if (!t) t = output::TraceText::live(*ip, -1);
+    return t->fill(out, want);
+  };
+  f->store = [](std::string_view s) { return size_of(s); };  // the kernel ignores it too
+  return f;
+}
+
+std::unique_ptr<File> open_trace_clock(Node n, int, int*) {
+  Instance* ip = n.inst.get();
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [ip] { return show_clock(*ip); };
+  f->store = [ip](std::string_view s) { return write_clock(*ip, s); };
+  return f;
+}
+
+std::unique_ptr<File> open_trace_marker(Node n, int, int*) {
+  Instance* ip = n.inst.get();
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->store = [ip](std::string_view s) { return write_marker(*ip, s, false); };
+  return f;
+}
+
+std::unique_ptr<File> open_trace_marker_raw(Node n, int, int*) {
+  Instance* ip = n.inst.get();
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->store = [ip](std::string_view s) { return write_marker(*ip, s, true); };
+  return f;
+}
+
+std::unique_ptr<File> open_trace_options(Node n, int, int*) {
+  Instance* ip = n.inst.get();
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [ip] { return show_options(*ip); };
+  f->store = [ip](std::string_view s) { return write_options(*ip, s); };
+  return f;
+}
+
+std::unique_ptr<File> open_trace_pipe(Node n, int flags, int*) {
+  return make_trace_pipe(std::move(n.inst), -1, (flags & O_NONBLOCK) != 0);
+}
+
+std::unique_ptr<File> open_tracing_cpumask(Node n, int, int*) {
+  Instance* ip = n.inst.get();
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [ip] { return show_cpumask(*ip); };
+  f->store = [ip](std::string_view s) { return write_cpumask(*ip, s); };
+  return f;
+}
+
+std::unique_ptr<File> open_tracing_on(Node n, int, int*) {
+  Instance* ip = n.inst.get();
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [ip] { return std::string(ip->tracing_on() ? "1\n" : "0\n"); };
+  f->store = [ip](std::string_view s) { return write_tracing_on(*ip, s); };
+  return f;
+}
+
+// options/NAME: one file per instance option.
+bool match_option(std::string_view name, Node* n) {
+  const int o = instance::option_by_name(name);
+  if (o < 0) return false;
+  n->option = o;
+  return true;
+}
+
+void list_options(const Node&, std::vector<std::string>* out) {
+  for (const int o : instance::listed_options()) out->emplace_back(instance::option_info(o).name);
+}
+
+std::unique_ptr<File> open_option(Node n, int, int*) {
+  Instance* ip = n.inst.get();
+  const int o = n.option;
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [ip, o] { return std::string(ip->option(static_cast<instance::Option>(o)) ? "1\n" : "0\n"); };
+  f->store = [ip, o](std::string_view s) { return write_bool_option(*ip, o, s); };
+  return f;
+}
+
+constexpr FileSpec kFiles[] = {
+    {"README", kRO, Dir::kRoot, kTopOnly, open_readme},
+    {"available_tracers", kRO, Dir::kRoot, 0, open_available_tracers},
+    {"buffer_file", kRW, Dir::kRoot, 0, open_buffer_file},
+    {"buffer_percent", kRW, Dir::kRoot, 0, open_buffer_percent},
+    {"buffer_size_kb", kRW, Dir::kRoot, 0, open_buffer_size_kb},
+    {"buffer_total_size_kb", kRO, Dir::kRoot, 0, open_buffer_total_size_kb},
+    {"current_tracer", kRW, Dir::kRoot, 0, open_current_tracer},
+    {"error_log", kRW, Dir::kRoot, 0, open_error_log},
+    {"free_buffer", 0200, Dir::kRoot, 0, open_free_buffer},
+    {"ftrace_dump_on_oops", kRW, Dir::kRoot, kTopOnly, open_dump_on_oops},
+    {"ftrace_dump_on_oops_file", kRW, Dir::kRoot, kTopOnly, open_dump_on_oops_file},
+    {"saved_cmdlines", kRO, Dir::kRoot, kTopOnly, open_saved_cmdlines},
+    {"saved_tgids", kRO, Dir::kRoot, kTopOnly, open_saved_tgids},
+    {"trace", kRW, Dir::kRoot, 0, open_trace},
+    {"trace_clock", kRW, Dir::kRoot, 0, open_trace_clock},
+    {"trace_marker", 0220, Dir::kRoot, 0, open_trace_marker},
+    {"trace_marker_raw", 0220, Dir::kRoot, 0, open_trace_marker_raw},
+    {"trace_options", kRW, Dir::kRoot, 0, open_trace_options},
+    {"trace_pipe", kRO, Dir::kRoot, 0, open_trace_pipe},
+    {"tracing_cpumask", kRW, Dir::kRoot, 0, open_tracing_cpumask},
+    {"tracing_on", kRW, Dir::kRoot, 0, open_tracing_on},
+    {nullptr, kRW, Dir::kOptions, 0, open_option, match_option, list_options},
+};
+
+}  // namespace
+
+constinit const std::span<const FileSpec> kInstanceFiles = kFiles;
 
 }  // namespace usrtrace::tracefs::detail

@@ -1,5 +1,5 @@
-// Private to src/tracefs: the resolved form of a path, the file kinds, the
-// generic file object, the error table and the kernel-style value parsers.
+// Private to src/tracefs: the resolved form of a path, the file spec tables,
+// the generic file object, the error table and the kernel-style value parsers.
 #pragma once
 
 #include <sys/types.h>
@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -49,96 +50,93 @@ class InstanceRef {
   Instance* inst_ = nullptr;
 };
 
-enum class Kind : uint8_t {
-  kDir,
-  // Instance root files.
-  kReadme,
-  kAvailableEvents,
-  kAvailableTracers,
-  kBufferFile,
-  kBufferPercent,
-  kBufferSizeKb,
-  kBufferTotalSizeKb,
-  kCurrentTracer,
-  kErrorLog,
-  kFreeBuffer,
-  kFtraceDumpOnOops,
-  kFtraceDumpOnOopsFile,
-  kSavedCmdlines,
-  kSavedTgids,
-  kSetEvent,
-  kSetEventNotracePid,
-  kSetEventPid,
-  kTrace,
-  kTraceClock,
-  kTraceMarker,
-  kTraceMarkerRaw,
-  kTraceOptions,
-  kTracePipe,
-  kTracingCpumask,
-  kTracingOn,
-  kSnapshot,
-  kSnapshotEnabled,
-  kSnapshotRingSize,
-  kSnapshotOld,  // snapshot.AGE
-  kCpuSnapshot,
-  kCpuSnapshotRaw,
-  // Function tracers (function_files.cc).
-  kAvailableFilterFunctions,
-  kEnabledFunctions,
-  kSetFtraceFilter,
-  kSetFtraceNotrace,
-  kSetGraphFunction,
-  kSetGraphNotrace,
-  kSetFtracePid,
-  kSetFtraceNotracePid,
-  kMaxGraphDepth,
-  kTracingThresh,
-  // Latency tracers (function_files.cc).
-  kTracingMaxLatency,
-  kTimerlatPeriodUs,
-  kFunctionProfileEnabled,
-  kFunctionStat,  // trace_stat/functionN
-  // options/NAME
-  kOption,
-  // events/
-  kEventsEnable,
-  kHeaderPage,
-  kHeaderEvent,
-  kSystemEnable,
-  kSystemFilter,
-  kEventEnable,
-  kEventFilter,
-  kEventFormat,
-  kEventHist,
-  kEventId,
-  kEventTrigger,
-  // per_cpu/cpuN/
-  kCpuBufferSizeKb,
-  kCpuStats,
-  kCpuTrace,
-  kCpuTracePipe,
-  kCpuTracePipeRaw,
+// ---- The tree: each file described once, in its group's table.
+//
+// A FileSpec is the kernel's trace_create_file(name, mode, parent, data,
+// fops) call as data: the file's name, mode, directory and open function.
+// Each group of files keeps its table beside its open functions (the
+// tables below); tracefs.cc walks them all to resolve a path, to list a
+// directory and to open a file, and knows no file by name.
+
+// The directories of an instance; where a file is.
+enum class Dir : uint8_t {
+  kRoot,       // an instance directory, the top one included
+  kInstances,  // instances/ (top only)
+  kOptions,    // options/
+  kTraceStat,  // trace_stat/ (top only)
+  kPerCpu,     // per_cpu/
+  kCpu,        // per_cpu/cpuN/
+  kEvents,     // events/
+  kSystem,     // events/SYS/
+  kEvent,      // events/SYS/EVENT/
 };
+
+struct FileSpec;
 
 // What a path names.
 struct Node {
-  Kind kind = Kind::kDir;
+  const FileSpec* spec = nullptr;  // the file; null for a directory
+  Dir dir = Dir::kRoot;            // the directory, or the file's directory
   mode_t mode = 0;
   InstanceRef inst;  // null only for the instances/ directory itself
   bool in_instances_dir = false;  // the path is instances/ or below
-  int cpu = -1;                   // per_cpu/cpuN
+  int cpu = -1;                   // per_cpu/cpuN, trace_stat/functionN
   int option = -1;                // options/NAME
   int age = 0;                    // snapshot.AGE
   std::string system, event;      // events/SYS[/EVENT]
-  std::string dir_path;           // for list(): what directory this is
 };
+
+// Opens the file of `node` (taking over its instance reference) with the
+// open(2) flags, which were checked against the file's mode; null with
+// *err set (or left 0: ENOENT) when it cannot.
+// Context: control plane; may allocate and take locks.
+using OpenFn = std::unique_ptr<File> (*)(Node node, int flags, int* err);
+
+// The kernel's modes since 5.17: TRACE_MODE_WRITE 0640, TRACE_MODE_READ
+// 0440; trace_marker(_raw) 0220, free_buffer 0200; directories 0750.
+inline constexpr mode_t kRW = 0640, kRO = 0440, kDirMode = 0750;
+
+// FileSpec::flags: where else a file does not show.
+enum SpecFlag : uint8_t {
+  kTopOnly = 1 << 0,    // only in the top instance (the kernel's global files)
+  kNoFtrace = 1 << 1,   // not in events/ftrace/ (its events are written by
+                        // trace_marker and printk only, as in the kernel)
+  kNoSubpath = 1 << 2,  // NAME/more is ENOENT, not ENOTDIR (snapshot.AGE,
+                        // which was only ever matched as the last component)
+};
+
+// One file, or one family of files named by a parameter (options/NAME,
+// snapshot.AGE, trace_stat/functionN), which `match` and `names` handle.
+struct FileSpec {
+  const char* name;  // null for a family
+  mode_t mode;
+  Dir dir;
+  uint8_t flags;  // SpecFlag bits
+  OpenFn open;
+  // A family: whether `name` is one of it, setting its parameter in *n
+  // (which holds the instance and the directory's parameters).
+  bool (*match)(std::string_view name, Node* n) = nullptr;
+  // A family: the names there are now in the directory of `n`.
+  void (*names)(const Node& n, std::vector<std::string>* out) = nullptr;
+};
+
+// The groups' tables, walked by tracefs.cc.
+extern const std::span<const FileSpec> kInstanceFiles;  // instance_files.cc: trace.c's, options/NAME
+extern const std::span<const FileSpec> kEventFiles;     // event_files.cc: set_event*, events/
+extern const std::span<const FileSpec> kSnapshotFiles;  // snapshot_files.cc
+extern const std::span<const FileSpec> kPerCpuFiles;    // per_cpu_files.cc: per_cpu/cpuN/
+extern const std::span<const FileSpec> kFunctionFiles;  // function_files.cc, trace_stat/
+extern const std::span<const FileSpec> kLatencyFiles;   // latency_files.cc
 
 // Resolves a path; -ENOENT, -ENOTDIR, -ENAMETOOLONG, -EINVAL.
 // Context: control plane; takes the instance table and registry locks.
 int resolve(std::string_view path, Node* node);
 // The names in a directory node.
 void list_dir(const Node& node, std::vector<std::string>* names);
+
+// "cpu12" -> 12 if below nr_cpus, else -1 (no leading zeros, as the names
+// are made).
+int parse_cpu_dir(std::string_view name, int nr_cpus);
 
 // A file whose read side is a text generated on the first read and whose
 // write side is a callback, the shape of most of the kernel's tracefs files
@@ -178,12 +176,6 @@ std::string show_buffer_size(Instance& inst, int cpu);
 // trace_pipe (cpu < 0) and per_cpu/cpuN/trace_pipe.
 std::unique_ptr<File> make_trace_pipe(InstanceRef inst, int cpu, bool nonblock);
 
-// File constructors by group; each takes the node (and its reference).
-std::unique_ptr<File> open_instance_file(Node node, int flags, int* err);
-std::unique_ptr<File> open_event_file(Node node, int flags, int* err);
-std::unique_ptr<File> open_per_cpu_file(Node node, int flags, int* err);
-std::unique_ptr<File> open_snapshot_file(Node node, int flags, int* err);
-std::unique_ptr<File> open_function_file(Node node, int flags, int* err);
 // trace_pipe_raw of `rb`, consumed; `keep` holds what keeps `rb` alive.
 std::unique_ptr<File> make_pipe_raw(InstanceRef inst, rb::RingBuffer* rb, int cpu, bool nonblock,
                                     std::shared_ptr<void> keep);
@@ -239,6 +231,12 @@ long fail(Instance& inst, std::string_view subsystem, Err e, std::string_view co
 // 0x / 0), then at most one '\n'. Returns 0, -EINVAL (with *bad at the
 // offending byte) or -ERANGE (*bad at the first digit that overflowed).
 int parse_u64(std::string_view s, int base, uint64_t* v, size_t* bad);
+
+// A decimal number up to `max` written to a numeric file (the function and
+// latency tracers' files): returns the size taken, or logs under
+// `subsystem` and returns -ERANGE / -EINVAL.
+long write_u64(Instance& inst, std::string_view subsystem, std::string_view s, uint64_t max,
+               uint64_t* v);
 
 // fail() with a message of the caller's (filter and trigger errors).
 long fail_text(Instance& inst, std::string_view subsystem, std::string_view message,

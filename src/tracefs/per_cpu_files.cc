@@ -1,5 +1,7 @@
 // per_cpu/cpuN/: one CPU's trace, trace_pipe, trace_pipe_raw, stats and
-// buffer_size_kb.
+// buffer_size_kb. Their table, kPerCpuFiles, is at the end.
+#include <fcntl.h>
+
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -89,41 +91,61 @@ std::unique_ptr<File> make_pipe_raw(InstanceRef inst, rb::RingBuffer* rb, int cp
   return std::make_unique<PipeRaw>(std::move(inst), rb, cpu, nonblock, std::move(keep));
 }
 
-std::unique_ptr<File> open_per_cpu_file(Node node, int flags, int* err) {
-  const bool trunc = (flags & O_ACCMODE) != O_RDONLY && (flags & O_TRUNC);
-  const bool nonblock = (flags & O_NONBLOCK) != 0;
-  const int cpu = node.cpu;
-  Instance* ip = node.inst.get();
-  switch (node.kind) {
-    case Kind::kCpuTracePipe:
-      return make_trace_pipe(std::move(node.inst), cpu, nonblock);
-    case Kind::kCpuTracePipeRaw:
-      return make_pipe_raw(std::move(node.inst), &ip->buffer(), cpu, nonblock, nullptr);
-    default:
-      break;
-  }
-  auto f = std::make_unique<SimpleFile>(std::move(node.inst));
-  switch (node.kind) {
-    case Kind::kCpuBufferSizeKb:
-      f->show = [ip, cpu] { return show_buffer_size(*ip, cpu); };
-      f->store = [ip, cpu](std::string_view s) { return write_buffer_size(*ip, cpu, s); };
-      break;
-    case Kind::kCpuStats:
-      f->show = [ip, cpu] { return show_stats(*ip, cpu); };
-      break;
-    case Kind::kCpuTrace:
-      if (trunc) ip->buffer().reset(cpu);
-      f->stream = [ip, cpu, t = std::shared_ptr<output::TraceText>()](std::string* out, size_t want) mutable {
-        if (!t) t = output::TraceText::live(*ip, cpu);
-        return t->fill(out, want);
-      };
-      f->store = [](std::string_view s) { return static_cast<long>(s.size()); };
-      break;
-    default:
-      *err = ENOENT;
-      return nullptr;
-  }
+namespace {
+
+// The open functions; `ip` stays valid as long as the file, which holds the
+// node's reference on it.
+
+std::unique_ptr<File> open_buffer_size_kb(Node n, int, int*) {
+  Instance* ip = n.inst.get();
+  const int cpu = n.cpu;
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [ip, cpu] { return show_buffer_size(*ip, cpu); };
+  f->store = [ip, cpu](std::string_view s) { return write_buffer_size(*ip, cpu, s); };
   return f;
 }
+
+std::unique_ptr<File> open_stats(Node n, int, int*) {
+  Instance* ip = n.inst.get();
+  const int cpu = n.cpu;
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [ip, cpu] { return show_stats(*ip, cpu); };
+  return f;
+}
+
+std::unique_ptr<File> open_trace(Node n, int flags, int*) {
+  Instance* ip = n.inst.get();
+  const int cpu = n.cpu;
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  if ((flags & O_ACCMODE) != O_RDONLY && (flags & O_TRUNC)) ip->buffer().reset(cpu);
+  f->stream = [ip, cpu, t = std::shared_ptr<output::TraceText>()](std::string* out, size_t want) mutable {
+    if (!t) t = output::TraceText::live(*ip, cpu);
+    return t->fill(out, want);
+  };
+  f->store = [](std::string_view s) { return static_cast<long>(s.size()); };
+  return f;
+}
+
+std::unique_ptr<File> open_trace_pipe(Node n, int flags, int*) {
+  return make_trace_pipe(std::move(n.inst), n.cpu, (flags & O_NONBLOCK) != 0);
+}
+
+std::unique_ptr<File> open_trace_pipe_raw(Node n, int flags, int*) {
+  rb::RingBuffer* rb = &n.inst->buffer();
+  return make_pipe_raw(std::move(n.inst), rb, n.cpu, (flags & O_NONBLOCK) != 0, nullptr);
+}
+
+// per_cpu/cpuN/snapshot and snapshot_raw are in snapshot_files.cc.
+constexpr FileSpec kFiles[] = {
+    {"buffer_size_kb", kRW, Dir::kCpu, 0, open_buffer_size_kb},
+    {"stats", kRO, Dir::kCpu, 0, open_stats},
+    {"trace", kRW, Dir::kCpu, 0, open_trace},
+    {"trace_pipe", kRO, Dir::kCpu, 0, open_trace_pipe},
+    {"trace_pipe_raw", kRO, Dir::kCpu, 0, open_trace_pipe_raw},
+};
+
+}  // namespace
+
+constinit const std::span<const FileSpec> kPerCpuFiles = kFiles;
 
 }  // namespace usrtrace::tracefs::detail

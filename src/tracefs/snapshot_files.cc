@@ -1,6 +1,7 @@
 // snapshot, snapshot_enabled, snapshot_ring_size, snapshot.AGE and
 // per_cpu/cpuN/snapshot, snapshot_raw: the kernel's snapshot files over
-// instance::Snapshots (instance/snapshot.h).
+// instance::Snapshots (instance/snapshot.h). Their table, kSnapshotFiles,
+// is at the end.
 #include <cerrno>
 #include <memory>
 
@@ -84,51 +85,89 @@ long write_ring_size(Instance& inst, std::string_view s) {
   }
 }
 
-}  // namespace
+// ---- The open functions; `ip` stays valid as long as the file, which holds
+// the node's reference on it.
 
-std::unique_ptr<File> open_snapshot_file(Node node, int /*flags*/, int* err) {
-  Instance* ip = node.inst.get();
-  const int cpu = node.cpu;
-  if (node.kind == Kind::kCpuSnapshotRaw) {
-    auto ref = std::make_shared<instance::Snapshots::Ref>(ip->snapshots().get(0));
-    if (!*ref) {
-      *err = ENODEV;  // the kernel's answer when no spare is allocated
-      return nullptr;
-    }
-    rb::RingBuffer* rb = &ref->buffer();
-    return make_pipe_raw(std::move(node.inst), rb, cpu, true, std::move(ref));
-  }
-  auto f = std::make_unique<SimpleFile>(std::move(node.inst));
-  switch (node.kind) {
-    case Kind::kSnapshot:
-    case Kind::kCpuSnapshot:
-      f->stream = [ip, cpu, t = std::shared_ptr<output::TraceText>()](std::string* out, size_t want) mutable {
-        if (!t) t = output::TraceText::snapshot(*ip, 0, cpu);
-        return t->fill(out, want);
-      };
-      f->store = [ip, cpu](std::string_view s) { return write_snapshot(*ip, cpu, s); };
-      break;
-    case Kind::kSnapshotOld: {
-      const int age = node.age;
-      f->stream = [ip, age, t = std::shared_ptr<output::TraceText>()](std::string* out, size_t want) mutable {
-        if (!t) t = output::TraceText::snapshot(*ip, age, -1);
-        return t->fill(out, want);
-      };
-      break;
-    }
-    case Kind::kSnapshotEnabled:
-      f->show = [ip] { return std::string(ip->snapshots().allocated() ? "1\n" : "0\n"); };
-      f->store = [ip](std::string_view s) { return write_enabled(*ip, s); };
-      break;
-    case Kind::kSnapshotRingSize:
-      f->show = [ip] { return std::to_string(ip->snapshots().ring_size()) + "\n"; };
-      f->store = [ip](std::string_view s) { return write_ring_size(*ip, s); };
-      break;
-    default:
-      *err = ENOENT;
-      return nullptr;
-  }
+// snapshot (n.cpu -1) and per_cpu/cpuN/snapshot.
+std::unique_ptr<File> open_snapshot(Node n, int, int*) {
+  Instance* ip = n.inst.get();
+  const int cpu = n.cpu;
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->stream = [ip, cpu, t = std::shared_ptr<output::TraceText>()](std::string* out, size_t want) mutable {
+    if (!t) t = output::TraceText::snapshot(*ip, 0, cpu);
+    return t->fill(out, want);
+  };
+  f->store = [ip, cpu](std::string_view s) { return write_snapshot(*ip, cpu, s); };
   return f;
 }
+
+std::unique_ptr<File> open_snapshot_raw(Node n, int, int* err) {
+  Instance* ip = n.inst.get();
+  auto ref = std::make_shared<instance::Snapshots::Ref>(ip->snapshots().get(0));
+  if (!*ref) {
+    *err = ENODEV;  // the kernel's answer when no spare is allocated
+    return nullptr;
+  }
+  rb::RingBuffer* rb = &ref->buffer();
+  return make_pipe_raw(std::move(n.inst), rb, n.cpu, true, std::move(ref));
+}
+
+// snapshot.AGE: the kept snapshots older than the newest.
+bool match_age(std::string_view name, Node* n) {
+  if (name.substr(0, 9) != "snapshot.") return false;
+  uint64_t age = 0;
+  size_t bad = 0;
+  const std::string_view d = name.substr(9);
+  if (d.empty() || d[0] == '0' || d[0] == '+' || parse_u64(d, 10, &age, &bad) < 0 ||
+      age >= static_cast<uint64_t>(n->inst->snapshots().ring_size()))
+    return false;
+  n->age = static_cast<int>(age);
+  return true;
+}
+
+void list_ages(const Node& n, std::vector<std::string>* out) {
+  for (int age = 1; age < n.inst->snapshots().ring_size(); ++age)
+    out->push_back("snapshot." + std::to_string(age));
+}
+
+std::unique_ptr<File> open_snapshot_old(Node n, int, int*) {
+  Instance* ip = n.inst.get();
+  const int age = n.age;
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->stream = [ip, age, t = std::shared_ptr<output::TraceText>()](std::string* out, size_t want) mutable {
+    if (!t) t = output::TraceText::snapshot(*ip, age, -1);
+    return t->fill(out, want);
+  };
+  return f;
+}
+
+std::unique_ptr<File> open_snapshot_enabled(Node n, int, int*) {
+  Instance* ip = n.inst.get();
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [ip] { return std::string(ip->snapshots().allocated() ? "1\n" : "0\n"); };
+  f->store = [ip](std::string_view s) { return write_enabled(*ip, s); };
+  return f;
+}
+
+std::unique_ptr<File> open_snapshot_ring_size(Node n, int, int*) {
+  Instance* ip = n.inst.get();
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [ip] { return std::to_string(ip->snapshots().ring_size()) + "\n"; };
+  f->store = [ip](std::string_view s) { return write_ring_size(*ip, s); };
+  return f;
+}
+
+constexpr FileSpec kFiles[] = {
+    {"snapshot", kRW, Dir::kRoot, 0, open_snapshot},
+    {"snapshot_enabled", kRW, Dir::kRoot, 0, open_snapshot_enabled},
+    {"snapshot_ring_size", kRW, Dir::kRoot, 0, open_snapshot_ring_size},
+    {nullptr, kRO, Dir::kRoot, kNoSubpath, open_snapshot_old, match_age, list_ages},
+    {"snapshot", kRW, Dir::kCpu, 0, open_snapshot},
+    {"snapshot_raw", kRO, Dir::kCpu, 0, open_snapshot_raw},
+};
+
+}  // namespace
+
+constinit const std::span<const FileSpec> kSnapshotFiles = kFiles;
 
 }  // namespace usrtrace::tracefs::detail

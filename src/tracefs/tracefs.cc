@@ -1,28 +1,37 @@
 // The tree: path resolution, stat/list/mkdir/rmdir/open, the generic file,
-// errors and value parsers. The files themselves are in instance_files.cc,
-// event_files.cc and per_cpu_files.cc.
+// errors and value parsers. The files themselves are described by the
+// tables of their groups (FileSpec, tracefs/internal.h), each beside its
+// open functions: instance_files.cc, event_files.cc, snapshot_files.cc,
+// per_cpu_files.cc, function_files.cc and latency_files.cc. Here are only
+// the directories (kDirs) and the walk over both.
 //
 // Layout (every instance directory, the root included, has the instance
 // files; the root also has the top-only ones):
 //
-//   <instance>/  available_tracers buffer_percent buffer_size_kb
+//   <instance>/  available_tracers buffer_file buffer_percent buffer_size_kb
 //                buffer_total_size_kb current_tracer error_log free_buffer
-//                set_event set_event_pid set_event_notrace_pid trace
-//                trace_clock trace_marker trace_marker_raw trace_options
-//                trace_pipe tracing_cpumask tracing_max_latency tracing_on
-//                tracing_thresh timerlat_period_us
+//                trace trace_clock trace_marker trace_marker_raw
+//                trace_options trace_pipe tracing_cpumask tracing_on
+//                options/NAME                                  (instance_files.cc)
+//                set_event set_event_pid set_event_notrace_pid
+//                events/{enable,header_page,header_event}
+//                events/SYS/{enable,filter}  (not for the ftrace system, as in the kernel)
+//                events/SYS/EVENT/{enable,filter,format,hist,id,trigger}
+//                                                              (event_files.cc)
+//                snapshot snapshot_enabled snapshot_ring_size snapshot.AGE
+//                per_cpu/cpuN/{snapshot,snapshot_raw}          (snapshot_files.cc)
+//                per_cpu/cpuN/{buffer_size_kb,stats,trace,trace_pipe,trace_pipe_raw}
+//                                                              (per_cpu_files.cc)
 //                set_ftrace_filter set_ftrace_notrace set_ftrace_pid
 //                set_ftrace_notrace_pid set_graph_function set_graph_notrace
-//                max_graph_depth (function_files.cc)
-//                options/NAME
-//                events/{enable,header_page,header_event}
-//                events/SYS/enable   (not for the ftrace system, as in the kernel)
-//                events/SYS/EVENT/{enable,filter,format,id,trigger}
-//                per_cpu/cpuN/{buffer_size_kb,stats,trace,trace_pipe,trace_pipe_raw}
-//   root only:   README available_events saved_cmdlines saved_tgids instances/
+//                max_graph_depth tracing_thresh                (function_files.cc)
+//                tracing_max_latency timerlat_period_us        (latency_files.cc)
+//   root only:   instances/
+//                README saved_cmdlines saved_tgids
+//                ftrace_dump_on_oops ftrace_dump_on_oops_file  (instance_files.cc)
+//                available_events                              (event_files.cc)
 //                available_filter_functions enabled_functions
-//                function_profile_enabled trace_stat/functionN
-//                ftrace_dump_on_oops ftrace_dump_on_oops_file (src/crash)
+//                function_profile_enabled trace_stat/functionN (function_files.cc)
 #include "tracefs/tracefs.h"
 
 #include <algorithm>
@@ -38,93 +47,23 @@ namespace usrtrace::tracefs {
 namespace detail {
 namespace {
 
-struct FileSpec {
-  const char* name;
-  Kind kind;
-  mode_t mode;
-  bool top_only;
+// Every group's files. No two of them name the same file in one directory,
+// so the order is only that of the walk.
+constexpr const std::span<const FileSpec>* kGroups[] = {
+    &kInstanceFiles, &kEventFiles, &kSnapshotFiles, &kPerCpuFiles, &kFunctionFiles, &kLatencyFiles,
 };
 
-// The kernel's modes since 5.17: TRACE_MODE_WRITE 0640, TRACE_MODE_READ
-// 0440; trace_marker(_raw) 0220, free_buffer 0200; directories 0750.
-constexpr mode_t kRW = 0640, kRO = 0440, kDirMode = 0750;
-
-constexpr FileSpec kRootFiles[] = {
-    {"README", Kind::kReadme, kRO, true},
-    {"available_events", Kind::kAvailableEvents, kRO, true},
-    {"available_filter_functions", Kind::kAvailableFilterFunctions, kRO, true},
-    {"available_tracers", Kind::kAvailableTracers, kRO, false},
-    {"buffer_file", Kind::kBufferFile, kRW, false},
-    {"buffer_percent", Kind::kBufferPercent, kRW, false},
-    {"buffer_size_kb", Kind::kBufferSizeKb, kRW, false},
-    {"buffer_total_size_kb", Kind::kBufferTotalSizeKb, kRO, false},
-    {"current_tracer", Kind::kCurrentTracer, kRW, false},
-    {"enabled_functions", Kind::kEnabledFunctions, kRO, true},
-    {"error_log", Kind::kErrorLog, kRW, false},
-    {"free_buffer", Kind::kFreeBuffer, 0200, false},
-    {"max_graph_depth", Kind::kMaxGraphDepth, kRW, false},
-    {"ftrace_dump_on_oops", Kind::kFtraceDumpOnOops, kRW, true},
-    {"ftrace_dump_on_oops_file", Kind::kFtraceDumpOnOopsFile, kRW, true},
-    {"function_profile_enabled", Kind::kFunctionProfileEnabled, kRW, true},
-    {"saved_cmdlines", Kind::kSavedCmdlines, kRO, true},
-    {"saved_tgids", Kind::kSavedTgids, kRO, true},
-    {"set_event", Kind::kSetEvent, kRW, false},
-    {"set_event_notrace_pid", Kind::kSetEventNotracePid, kRW, false},
-    {"set_event_pid", Kind::kSetEventPid, kRW, false},
-    {"set_ftrace_filter", Kind::kSetFtraceFilter, kRW, false},
-    {"set_ftrace_notrace", Kind::kSetFtraceNotrace, kRW, false},
-    {"set_ftrace_notrace_pid", Kind::kSetFtraceNotracePid, kRW, false},
-    {"set_ftrace_pid", Kind::kSetFtracePid, kRW, false},
-    {"set_graph_function", Kind::kSetGraphFunction, kRW, false},
-    {"set_graph_notrace", Kind::kSetGraphNotrace, kRW, false},
-    {"snapshot", Kind::kSnapshot, kRW, false},
-    {"snapshot_enabled", Kind::kSnapshotEnabled, kRW, false},
-    {"snapshot_ring_size", Kind::kSnapshotRingSize, kRW, false},
-    {"trace", Kind::kTrace, kRW, false},
-    {"trace_clock", Kind::kTraceClock, kRW, false},
-    {"trace_marker", Kind::kTraceMarker, 0220, false},
-    {"trace_marker_raw", Kind::kTraceMarkerRaw, 0220, false},
-    {"trace_options", Kind::kTraceOptions, kRW, false},
-    {"trace_pipe", Kind::kTracePipe, kRO, false},
-    {"tracing_cpumask", Kind::kTracingCpumask, kRW, false},
-    {"tracing_on", Kind::kTracingOn, kRW, false},
-    {"tracing_max_latency", Kind::kTracingMaxLatency, kRW, false},
-    {"tracing_thresh", Kind::kTracingThresh, kRW, false},
-    {"timerlat_period_us", Kind::kTimerlatPeriodUs, kRW, false},
-};
-constexpr const char* kRootDirs[] = {"events", "instances", "options", "per_cpu", "trace_stat"};
-
-constexpr FileSpec kCpuFiles[] = {
-    {"buffer_size_kb", Kind::kCpuBufferSizeKb, kRW, false},
-    {"snapshot", Kind::kCpuSnapshot, kRW, false},
-    {"snapshot_raw", Kind::kCpuSnapshotRaw, kRO, false},
-    {"stats", Kind::kCpuStats, kRO, false},
-    {"trace", Kind::kCpuTrace, kRW, false},
-    {"trace_pipe", Kind::kCpuTracePipe, kRO, false},
-    {"trace_pipe_raw", Kind::kCpuTracePipeRaw, kRO, false},
-};
-
-constexpr FileSpec kEventFiles[] = {
-    {"enable", Kind::kEventEnable, kRW, false},
-    {"filter", Kind::kEventFilter, kRW, false},
-    {"format", Kind::kEventFormat, kRO, false},
-    {"hist", Kind::kEventHist, kRO, false},
-    {"id", Kind::kEventId, kRO, false},
-    {"trigger", Kind::kEventTrigger, kRW, false},
+// A directory in a directory, or a family of them named by a parameter
+// (per_cpu/cpuN, events/SYS, events/SYS/EVENT), as FileSpec is for files.
+struct DirSpec {
+  const char* name;  // null for a family
+  Dir parent, self;
+  uint8_t flags;  // kTopOnly
+  bool (*match)(std::string_view name, Node* n) = nullptr;
+  void (*names)(const Node& n, std::vector<std::string>* out) = nullptr;
 };
 
 bool is_ftrace(std::string_view system) { return system == "ftrace"; }
-
-void set_dir(Node* n, std::string path) {
-  n->kind = Kind::kDir;
-  n->mode = kDirMode;
-  n->dir_path = std::move(path);
-}
-
-void set_file(Node* n, Kind k, mode_t mode) {
-  n->kind = k;
-  n->mode = mode;
-}
 
 bool system_exists(std::string_view sys) {
   for (const auto& s : events::Registry::get().systems())
@@ -132,7 +71,103 @@ bool system_exists(std::string_view sys) {
   return false;
 }
 
-// "cpu12" -> 12 if below nr_cpus, else -1 (no leading zeros, as the names are made).
+bool match_cpu(std::string_view name, Node* n) {
+  const int cpu = parse_cpu_dir(name, n->inst->buffer().nr_cpus());
+  if (cpu < 0) return false;
+  n->cpu = cpu;
+  return true;
+}
+
+void list_cpus(const Node& n, std::vector<std::string>* out) {
+  for (int c = 0; c < n.inst->buffer().nr_cpus(); ++c) out->push_back("cpu" + std::to_string(c));
+}
+
+bool match_system(std::string_view name, Node* n) {
+  if (!system_exists(name)) return false;
+  n->system = std::string(name);
+  return true;
+}
+
+void list_systems(const Node&, std::vector<std::string>* out) {
+  for (auto& s : events::Registry::get().systems()) out->push_back(std::move(s));
+}
+
+bool match_event(std::string_view name, Node* n) {
+  if (!events::Registry::get().find(n->system, name)) return false;
+  n->event = std::string(name);
+  return true;
+}
+
+void list_events(const Node& n, std::vector<std::string>* out) {
+  events::Registry::get().for_each([&](events::EventDesc& e) {
+    if (n.system == e.system) out->emplace_back(e.name);
+  });
+}
+
+constexpr DirSpec kDirs[] = {
+    {"events", Dir::kRoot, Dir::kEvents, 0},
+    // Listed only: resolve() takes instances/ before the walk, which
+    // needs the instance to walk in.
+    {"instances", Dir::kRoot, Dir::kInstances, kTopOnly},
+    {"options", Dir::kRoot, Dir::kOptions, 0},
+    {"per_cpu", Dir::kRoot, Dir::kPerCpu, 0},
+    {"trace_stat", Dir::kRoot, Dir::kTraceStat, kTopOnly},
+    {nullptr, Dir::kPerCpu, Dir::kCpu, 0, match_cpu, list_cpus},
+    {nullptr, Dir::kEvents, Dir::kSystem, 0, match_system, list_systems},
+    {nullptr, Dir::kSystem, Dir::kEvent, 0, match_event, list_events},
+};
+
+// Whether a file or directory with these flags shows where `n` is.
+bool shows(uint8_t flags, const Node& n) {
+  if ((flags & kTopOnly) && n.in_instances_dir) return false;
+  if ((flags & kNoFtrace) && is_ftrace(n.system)) return false;
+  return true;
+}
+
+const FileSpec* find_file(Dir d, std::string_view name, Node* n) {
+  for (const std::span<const FileSpec>* group : kGroups) {
+    for (const FileSpec& f : *group) {
+      if (f.dir != d || !shows(f.flags, *n)) continue;
+      if (f.name ? name == f.name : f.match(name, n)) return &f;
+    }
+  }
+  return nullptr;
+}
+
+const DirSpec* find_dir(Dir d, std::string_view name, Node* n) {
+  for (const DirSpec& s : kDirs) {
+    if (s.parent != d || !shows(s.flags, *n)) continue;
+    if (s.name ? name == s.name : s.match(name, n)) return &s;
+  }
+  return nullptr;
+}
+
+// Resolves the components from c[i] on, below an instance directory (*n
+// holds the instance). Files come before directories in a directory: a
+// system named "enable" would be hidden by events/enable, as an event named
+// "filter" by events/SYS/filter.
+int resolve_in_instance(const std::vector<std::string_view>& c, size_t i, Node* n) {
+  Dir d = Dir::kRoot;
+  for (; i < c.size(); ++i) {
+    if (const FileSpec* f = find_file(d, c[i], n)) {
+      // A file name followed by more components: not a directory.
+      if (i + 1 < c.size()) return (f->flags & kNoSubpath) ? -ENOENT : -ENOTDIR;
+      n->spec = f;
+      n->dir = d;
+      n->mode = f->mode;
+      return 0;
+    }
+    const DirSpec* sub = find_dir(d, c[i], n);
+    if (!sub) return -ENOENT;
+    d = sub->self;
+  }
+  n->dir = d;
+  n->mode = kDirMode;
+  return 0;
+}
+
+}  // namespace
+
 int parse_cpu_dir(std::string_view name, int nr_cpus) {
   if (name.size() < 4 || name.size() > 10 || name.substr(0, 3) != "cpu") return -1;
   std::string_view d = name.substr(3);
@@ -144,101 +179,6 @@ int parse_cpu_dir(std::string_view name, int nr_cpus) {
   }
   return v < nr_cpus ? v : -1;
 }
-
-// Resolves `rest` (the components below an instance directory).
-int resolve_in_instance(const std::vector<std::string_view>& c, size_t i, bool top, Node* n) {
-  Instance& inst = *n->inst;
-  const size_t left = c.size() - i;
-  if (left == 0) {
-    set_dir(n, "");
-    return 0;
-  }
-  const std::string_view name = c[i];
-  if (left == 1 && name.substr(0, 9) == "snapshot.") {
-    // snapshot.AGE: the kept snapshots older than the newest.
-    uint64_t age = 0;
-    size_t bad = 0;
-    const std::string_view d = name.substr(9);
-    if (d.empty() || d[0] == '0' || d[0] == '+' || parse_u64(d, 10, &age, &bad) < 0 ||
-        age >= static_cast<uint64_t>(inst.snapshots().ring_size()))
-      return -ENOENT;
-    n->age = static_cast<int>(age);
-    set_file(n, Kind::kSnapshotOld, kRO);
-    return 0;
-  }
-  if (left == 1) {
-    for (const FileSpec& f : kRootFiles) {
-      if (name == f.name && (top || !f.top_only)) {
-        set_file(n, f.kind, f.mode);
-        return 0;
-      }
-    }
-  }
-  auto leaf = [&](int depth) { return left == static_cast<size_t>(depth) ? 0 : -ENOTDIR; };
-  if (name == "options") {
-    if (left == 1) return set_dir(n, "options"), 0;
-    const int o = instance::option_by_name(c[i + 1]);
-    if (o < 0) return -ENOENT;
-    n->option = o;
-    set_file(n, Kind::kOption, kRW);
-    return leaf(2);
-  }
-  if (name == "trace_stat" && top) {
-    // trace_stat/functionN: the function profiler's per-CPU tables.
-    if (left == 1) return set_dir(n, "trace_stat"), 0;
-    const std::string_view f = c[i + 1];
-    if (f.size() < 9 || f.substr(0, 8) != "function") return -ENOENT;
-    const int cpu = parse_cpu_dir(std::string("cpu").append(f.substr(8)), inst.buffer().nr_cpus());
-    if (cpu < 0) return -ENOENT;
-    n->cpu = cpu;
-    set_file(n, Kind::kFunctionStat, kRO);
-    return leaf(2);
-  }
-  if (name == "per_cpu") {
-    if (left == 1) return set_dir(n, "per_cpu"), 0;
-    const int cpu = parse_cpu_dir(c[i + 1], inst.buffer().nr_cpus());
-    if (cpu < 0) return -ENOENT;
-    n->cpu = cpu;
-    if (left == 2) return set_dir(n, "per_cpu/cpu"), 0;
-    for (const FileSpec& f : kCpuFiles) {
-      if (c[i + 2] == f.name) {
-        set_file(n, f.kind, f.mode);
-        return leaf(3);
-      }
-    }
-    return -ENOENT;
-  }
-  if (name == "events") {
-    if (left == 1) return set_dir(n, "events"), 0;
-    const std::string_view sub = c[i + 1];
-    if (sub == "enable") return set_file(n, Kind::kEventsEnable, kRW), leaf(2);
-    if (sub == "header_page") return set_file(n, Kind::kHeaderPage, kRO), leaf(2);
-    if (sub == "header_event") return set_file(n, Kind::kHeaderEvent, kRO), leaf(2);
-    if (!system_exists(sub)) return -ENOENT;
-    n->system = std::string(sub);
-    if (left == 2) return set_dir(n, "events/SYS"), 0;
-    const std::string_view ev = c[i + 2];
-    if (ev == "enable" && !is_ftrace(sub)) return set_file(n, Kind::kSystemEnable, kRW), leaf(3);
-    if (ev == "filter" && !is_ftrace(sub)) return set_file(n, Kind::kSystemFilter, kRW), leaf(3);
-    if (!events::Registry::get().find(sub, ev)) return -ENOENT;
-    n->event = std::string(ev);
-    if (left == 3) return set_dir(n, "events/SYS/EVENT"), 0;
-    for (const FileSpec& f : kEventFiles) {
-      if (c[i + 3] == f.name && (!is_ftrace(sub) || f.kind == Kind::kEventFormat ||
-                                 f.kind == Kind::kEventId)) {
-        set_file(n, f.kind, f.mode);
-        return leaf(4);
-      }
-    }
-    return -ENOENT;
-  }
-  // A file name followed by more components: not a directory.
-  for (const FileSpec& f : kRootFiles)
-    if (name == f.name && (top || !f.top_only)) return -ENOTDIR;
-  return -ENOENT;
-}
-
-}  // namespace
 
 int resolve(std::string_view path, Node* n) {
   if (path.size() >= PATH_MAX) return -ENAMETOOLONG;
@@ -256,55 +196,37 @@ int resolve(std::string_view path, Node* n) {
   if (!c.empty() && c[0] == "instances") {
     n->in_instances_dir = true;
     if (c.size() == 1) {
-      set_dir(n, "instances");
+      n->dir = Dir::kInstances;
+      n->mode = kDirMode;
       return 0;
     }
     Instance* inst = Instance::find_get(c[1]);
     if (!inst) return -ENOENT;
     n->inst = InstanceRef(inst);
-    return resolve_in_instance(c, 2, false, n);
+    return resolve_in_instance(c, 2, n);
   }
   Instance* top = Instance::find_get("");
   if (!top) return -ENOSYS;
   n->inst = InstanceRef(top);
-  return resolve_in_instance(c, 0, true, n);
+  return resolve_in_instance(c, 0, n);
 }
 
 void list_dir(const Node& n, std::vector<std::string>* out) {
-  const std::string& d = n.dir_path;
-  if (d == "instances") {
-    *out = Instance::names();
+  if (n.dir == Dir::kInstances) {
+    *out = Instance::names();  // already sorted
     return;
   }
-  if (d.empty()) {
-    const bool top = !n.in_instances_dir;
-    for (const FileSpec& f : kRootFiles)
-      if (top || !f.top_only) out->emplace_back(f.name);
-    for (int age = 1; age < n.inst->snapshots().ring_size(); ++age)
-      out->push_back("snapshot." + std::to_string(age));
-    for (const char* dir : kRootDirs)
-      if (top || (std::string_view(dir) != "instances" && std::string_view(dir) != "trace_stat"))
-        out->emplace_back(dir);
-  } else if (d == "options") {
-    for (const int o : instance::listed_options()) out->emplace_back(instance::option_info(o).name);
-  } else if (d == "per_cpu") {
-    for (int c = 0; c < n.inst->buffer().nr_cpus(); ++c) out->push_back("cpu" + std::to_string(c));
-  } else if (d == "trace_stat") {
-    for (int c = 0; c < n.inst->buffer().nr_cpus(); ++c) out->push_back("function" + std::to_string(c));
-  } else if (d == "per_cpu/cpu") {
-    for (const FileSpec& f : kCpuFiles) out->emplace_back(f.name);
-  } else if (d == "events") {
-    out->assign({"enable", "header_event", "header_page"});
-    for (auto& s : events::Registry::get().systems()) out->push_back(std::move(s));
-  } else if (d == "events/SYS") {
-    if (!is_ftrace(n.system)) out->insert(out->end(), {"enable", "filter"});
-    events::Registry::get().for_each([&](events::EventDesc& e) {
-      if (n.system == e.system) out->emplace_back(e.name);
-    });
-  } else if (d == "events/SYS/EVENT") {
-    for (const FileSpec& f : kEventFiles)
-      if (!is_ftrace(n.system) || f.kind == Kind::kEventFormat || f.kind == Kind::kEventId)
-        out->emplace_back(f.name);
+  for (const std::span<const FileSpec>* group : kGroups) {
+    for (const FileSpec& f : *group) {
+      if (f.dir != n.dir || !shows(f.flags, n)) continue;
+      if (f.name) out->emplace_back(f.name);
+      else f.names(n, out);
+    }
+  }
+  for (const DirSpec& s : kDirs) {
+    if (s.parent != n.dir || !shows(s.flags, n)) continue;
+    if (s.name) out->emplace_back(s.name);
+    else s.names(n, out);
   }
   std::sort(out->begin(), out->end());
 }
@@ -450,6 +372,15 @@ int parse_u64(std::string_view s, int base, uint64_t* v, size_t* bad) {
   return 0;
 }
 
+long write_u64(Instance& inst, std::string_view subsystem, std::string_view s, uint64_t max,
+               uint64_t* v) {
+  size_t bad = 0;
+  const int rc = parse_u64(strip(s), 10, v, &bad);
+  if (rc < 0) return fail(inst, subsystem, rc == -ERANGE ? Err::kNumberRange : Err::kNotNumber, s, bad, -rc);
+  if (*v > max) return fail(inst, subsystem, Err::kNumberRange, s, 0, EINVAL);
+  return static_cast<long>(s.size());
+}
+
 std::vector<Token> tokens(std::string_view s) {
   std::vector<Token> out;
   size_t i = 0;
@@ -472,13 +403,12 @@ std::string_view strip(std::string_view s) {
 
 }  // namespace detail
 
-using detail::Kind;
 using detail::Node;
 
 int stat(std::string_view path, Stat* st) {
   Node n;
   if (int rc = detail::resolve(path, &n); rc < 0) return rc;
-  st->is_dir = n.kind == Kind::kDir;
+  st->is_dir = n.spec == nullptr;
   st->mode = n.mode;
   return 0;
 }
@@ -486,7 +416,7 @@ int stat(std::string_view path, Stat* st) {
 int list(std::string_view dir, std::vector<std::string>* names) {
   Node n;
   if (int rc = detail::resolve(dir, &n); rc < 0) return rc;
-  if (n.kind != Kind::kDir) return -ENOTDIR;
+  if (n.spec) return -ENOTDIR;
   names->clear();
   detail::list_dir(n, names);
   return 0;
@@ -537,64 +467,12 @@ int open(std::string_view path, int flags, std::unique_ptr<File>* out) {
   if (acc != O_RDONLY && acc != O_WRONLY && acc != O_RDWR) return -EINVAL;
   Node n;
   if (int rc = detail::resolve(path, &n); rc < 0) return rc;
-  if (n.kind == Kind::kDir) return -EISDIR;
+  if (!n.spec) return -EISDIR;
   const bool want_read = acc != O_WRONLY, want_write = acc != O_RDONLY;
   if ((want_read && !(n.mode & 0400)) || (want_write && !(n.mode & 0200))) return -EACCES;
   int err = 0;
-  std::unique_ptr<File> f;
-  switch (n.kind) {
-    case Kind::kSetEvent:
-    case Kind::kAvailableEvents:
-    case Kind::kSetEventPid:
-    case Kind::kSetEventNotracePid:
-    case Kind::kEventsEnable:
-    case Kind::kHeaderPage:
-    case Kind::kHeaderEvent:
-    case Kind::kSystemEnable:
-    case Kind::kSystemFilter:
-    case Kind::kEventEnable:
-    case Kind::kEventFilter:
-    case Kind::kEventHist:
-    case Kind::kEventFormat:
-    case Kind::kEventId:
-    case Kind::kEventTrigger:
-      f = detail::open_event_file(std::move(n), flags, &err);
-      break;
-    case Kind::kCpuBufferSizeKb:
-    case Kind::kCpuStats:
-    case Kind::kCpuTrace:
-    case Kind::kCpuTracePipe:
-    case Kind::kCpuTracePipeRaw:
-      f = detail::open_per_cpu_file(std::move(n), flags, &err);
-      break;
-    case Kind::kSnapshot:
-    case Kind::kSnapshotEnabled:
-    case Kind::kSnapshotRingSize:
-    case Kind::kSnapshotOld:
-    case Kind::kCpuSnapshot:
-    case Kind::kCpuSnapshotRaw:
-      f = detail::open_snapshot_file(std::move(n), flags, &err);
-      break;
-    case Kind::kAvailableFilterFunctions:
-    case Kind::kEnabledFunctions:
-    case Kind::kSetFtraceFilter:
-    case Kind::kSetFtraceNotrace:
-    case Kind::kSetGraphFunction:
-    case Kind::kSetGraphNotrace:
-    case Kind::kSetFtracePid:
-    case Kind::kSetFtraceNotracePid:
-    case Kind::kMaxGraphDepth:
-    case Kind::kTracingThresh:
-    case Kind::kTracingMaxLatency:
-    case Kind::kTimerlatPeriodUs:
-    case Kind::kFunctionProfileEnabled:
-    case Kind::kFunctionStat:
-      f = detail::open_function_file(std::move(n), flags, &err);
-      break;
-    default:
-      f = detail::open_instance_file(std::move(n), flags, &err);
-      break;
-  }
+  const detail::OpenFn open_file = n.spec->open;  // read before the node moves into it
+  std::unique_ptr<File> f = open_file(std::move(n), flags, &err);
   if (!f) return -(err ? err : ENOENT);
   *out = std::move(f);
   return 0;

@@ -128,6 +128,46 @@ TEST_P(TracefsTest, StatAndListShowTheKernelsTree) {
   EXPECT_EQ(tracefs::open(path("nosuch"), O_RDONLY, &f), -ENOENT);
 }
 
+// Each file is one entry of a spec table (src/tracefs/internal.h), and a
+// family of files (options/NAME, snapshot.AGE, per_cpu/cpuN, ...) names
+// itself in two functions, one to list and one to match: what a directory
+// lists must resolve, and open for the access its mode gives.
+TEST_P(TracefsTest, EveryListedNameResolvesAndOpensAsItsModeSays) {
+  ASSERT_GE(wr(path("snapshot_ring_size"), "3"), 0);  // snapshot.1 and snapshot.2 too
+  int files = 0;
+  auto walk = [&](const std::string& dir, auto& self) -> void {
+    std::vector<std::string> names;
+    ASSERT_EQ(tracefs::list(dir, &names), 0) << dir;
+    EXPECT_TRUE(std::is_sorted(names.begin(), names.end())) << dir;
+    EXPECT_EQ(std::adjacent_find(names.begin(), names.end()), names.end()) << dir;  // one spec a name
+    for (const std::string& name : names) {
+      const std::string p = dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
+      if (p == "instances") continue;  // the other instances are theirs
+      tracefs::Stat st;
+      ASSERT_EQ(tracefs::stat(p, &st), 0) << p;
+      if (st.is_dir) {
+        EXPECT_EQ(st.mode, 0750u) << p;
+        self(p, self);
+        continue;
+      }
+      ++files;
+      std::vector<std::string> none;
+      EXPECT_EQ(tracefs::list(p, &none), -ENOTDIR) << p;
+      for (const int acc : {O_RDONLY, O_WRONLY}) {
+        const bool allowed = st.mode & (acc == O_RDONLY ? 0400 : 0200);
+        std::unique_ptr<tracefs::File> f;
+        const int rc = tracefs::open(p, acc | O_NONBLOCK, &f);
+        if (!allowed) EXPECT_EQ(rc, -EACCES) << p;
+        else if (name == "snapshot_raw") EXPECT_EQ(rc, -ENODEV) << p;  // no spare allocated
+        else EXPECT_EQ(rc, 0) << p << " " << acc;
+      }
+    }
+  };
+  walk(path(""), walk);
+  EXPECT_GT(files, 50);
+  EXPECT_GE(wr(path("snapshot_ring_size"), "1"), 0);
+}
+
 TEST_P(TracefsTest, TracingOnStopsAndRestartsRecording) {
   EXPECT_EQ(rd(path("tracing_on")), "1\n");
   ASSERT_EQ(wr(path("trace_marker"), "one"), 3);
