@@ -122,14 +122,24 @@ Metadata::Tsc2Nsec tsc2nsec_for(clock::ClockId id) {
   Metadata::Tsc2Nsec t;
   const clock::ClockDesc& d = clock::describe(id);
   if (!d.tsc || !d.in_ns) return t;
-  const clock::TscCalibration& c = clock::tsc_calibration();
+  return tsc2nsec_from(clock::tsc_calibration());
+}
+
+Metadata::Tsc2Nsec tsc2nsec_from(const clock::TscCalibration& c) {
+  Metadata::Tsc2Nsec t;
+  // The option's mult is a u32 in the file, but trace-cmd keeps it in an
+  // int (trace-input.c: struct tsc2nsec) and widens it with sign extension
+  // before multiplying: a mult of 2^31 or more (a TSC slower than 2 GHz at
+  // shift 32) turns every time stamp into garbage there. So it stays below
+  // 2^31; a shift of 31 instead of 32 rounds to within one cycle's ns in
+  // 2^31 cycles (0.5 us per 1000 s at 2 GHz) instead of 2^32.
   uint64_t mult = c.mult;
   uint32_t shift = 32;
-  while (mult > UINT32_MAX && shift > 0) {
+  while (mult > INT32_MAX && shift > 0) {
     mult >>= 1;
     --shift;
   }
-  if (mult == 0 || mult > UINT32_MAX) return t;
+  if (mult == 0 || mult > INT32_MAX) return t;
   t.mult = static_cast<uint32_t>(mult);
   t.shift = shift;
   // ns = ns0 + (tsc - tsc0) * mult >> shift = (tsc * mult >> shift) + offset

@@ -26,6 +26,9 @@ int collect_instance_meta(const std::vector<std::string>& instances, control::Re
 // The TSC2NSEC/OFFSET conversion for a buffer on clock `id` (mult 0 when
 // its stamps are not TSC counts).
 Metadata::Tsc2Nsec tsc2nsec_for(clock::ClockId id);
+// The same from a given calibration: mult below 2^31, since trace-cmd reads
+// it into an int.
+Metadata::Tsc2Nsec tsc2nsec_from(const clock::TscCalibration& c);
 
 // One page of `cpu` as trace_pipe_raw hands it out, into `page`
 // (page_size bytes) with its unwritten tail zeroed; *missed gets the events

@@ -218,6 +218,39 @@ int write_scenario() {
   return 3 * 400;
 }
 
+// trace-cmd reads TSC2NSEC's mult into an int and sign-extends it: a TSC
+// slower than 2 GHz (1.996 GHz: the CI machines) made every stamp of
+// `trace-cmd report` wrap below zero. The mult written stays below 2^31 and
+// converts as the calibration does, at 2 GHz and on either side of it.
+TEST(Tsc2Nsec, TheMultFitsTraceCmdsIntAtAnyTscFrequency) {
+  for (const double ghz : {0.8, 1.0, 1.99625, 2.0, 2.0001, 3.7, 5.2}) {
+    SCOPED_TRACE(ghz);
+    clock::TscCalibration c{};
+    c.tsc0 = 3'000'000'000'000ull;  // 25 minutes of a 2 GHz TSC
+    c.ns0 = 1'500'000'000'000ull;
+    c.mult = static_cast<uint64_t>(4294967296.0 / ghz);
+    const auto t = tracedat::tsc2nsec_from(c);
+    ASSERT_NE(t.mult, 0u);
+    EXPECT_LE(t.mult, static_cast<uint32_t>(INT32_MAX));
+    // trace-cmd's conversion (trace-input.c: mul_u64_u32_shr, then the
+    // OFFSET), with the mult as the int it keeps, against the calibration's.
+    const int32_t as_int = static_cast<int32_t>(t.mult);
+    const uint64_t mul = static_cast<uint64_t>(static_cast<int64_t>(as_int));
+    for (const uint64_t dt : {0ull, 1'000'000ull, 7'200'000'000'000ull}) {
+      const uint64_t raw = c.tsc0 + dt;
+      const uint64_t al = raw & 0xffffffffu, ah = raw >> 32;
+      uint64_t ns = (al * mul) >> t.shift;
+      if (ah) ns += (ah * mul) << (32 - t.shift);
+      ns += static_cast<uint64_t>(t.offset);
+      __extension__ typedef unsigned __int128 u128;
+      const auto want = c.ns0 + static_cast<uint64_t>((static_cast<u128>(dt) * c.mult) >> 32);
+      // A mult below 2^31 rounds by up to 1/2^31 of the cycles elapsed.
+      EXPECT_NEAR(static_cast<double>(ns), static_cast<double>(want), 2.0 + static_cast<double>(dt) / 2147483648.0)
+          << "dt " << dt;
+    }
+  }
+}
+
 TEST_F(TraceDatTest, ExtractGivesBackExactlyWhatTheBuffersHeld) {
   const int ow_written = write_scenario();
   const std::vector<std::string> names = {"", "tdt_b", "tdt_ow"};
