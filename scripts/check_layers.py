@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Checks that every include between src/ directories (and from tools/) points
-down the level table of docs/design/layers.md.
+"""Checks that every include between src/ directories points down the level
+table of docs/design/layers.md, and that tools/ includes no src/ directory
+(it sees the public headers and src/toolkit's usrtrace_toolkit/ only).
 
 Usage: check_layers.py [--root DIR] [--stamp FILE]
 Exits 1, listing each forbidden include with its file and line, when one is
@@ -68,6 +69,14 @@ def main():
                 if not m:
                     continue
                 target = m.group(1)
+                if owner == "tools" and target in levels:
+                    # The command sees the internals only through the
+                    # tools-only layer's header (usrtrace_toolkit/), and
+                    # has no src/ include path to reach them otherwise.
+                    rel = os.path.relpath(path, root)
+                    bad.append(f"{rel}:{n}: tools includes src/{target}/ directly, not through "
+                               f"usrtrace_toolkit/toolkit.h: {line.strip()}")
+                    continue
                 if target == "usrtrace" or target == owner or target not in levels:
                     continue
                 if levels[target] >= levels[owner]:

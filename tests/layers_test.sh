@@ -2,7 +2,8 @@
 # The level check (scripts/check_layers.py, docs/design/layers.md): the tree
 # as it is passes; the same tree with one include planted that points up a
 # level (instance -> trigger), across a level (filter -> hist, both on one
-# level) or into a directory on no level fails, each naming the file.
+# level), from tools/ into src/ past the tools-only layer, or into a
+# directory on no level fails, each naming the file.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 check=$root/scripts/check_layers.py
@@ -26,5 +27,7 @@ plant() {  # plant NAME FILE LINE EXPECTED_RC EXPECTED_TEXT
 plant "up a level" src/instance/instance.h '#include "trigger/control.h"' 1 \
   'src/instance/instance.h:.*instance (level 6) includes trigger (level 9)'
 plant "within a level" src/filter/filter.cc '#include "hist/hist.h"' 1 'filter (level 8) includes hist (level 8)'
+plant "tools past the toolkit" tools/usrtrace/cmd_report.cc '#include "record/journal.h"' 1 \
+  'tools/usrtrace/cmd_report.cc:.*tools includes src/record/ directly'
 plant "a directory on no level" src/newdir/ '#include "base/sys.h"' 2 'src/newdir: on no level'
 echo "layers_test: passed"

@@ -69,6 +69,29 @@ char time_mark(uint64_t ns) {
 
 }  // namespace detail
 
+// Kernel: trace_print_lat_fmt() (flag letters of 6.13+).
+void put_flag_columns(std::string* out, uint8_t f, uint8_t preempt_count) {
+  const bool nmi = f & kFlagNmi, hard = f & kFlagHardirq, soft = f & kFlagSoftirq;
+  const bool bh = f & kFlagBhOff, irqs = f & kFlagIrqsOff;
+  char c[5];
+  c[0] = irqs && bh ? 'D' : irqs ? 'd' : bh ? 'b' : '.';
+  switch (f & (kFlagNeedResched | kFlagNeedReschedLazy | kFlagPreemptResched)) {
+    case kFlagNeedResched | kFlagNeedReschedLazy | kFlagPreemptResched: c[1] = 'B'; break;
+    case kFlagNeedResched | kFlagPreemptResched: c[1] = 'N'; break;
+    case kFlagNeedReschedLazy | kFlagPreemptResched: c[1] = 'L'; break;
+    case kFlagNeedResched | kFlagNeedReschedLazy: c[1] = 'b'; break;
+    case kFlagNeedResched: c[1] = 'n'; break;
+    case kFlagPreemptResched: c[1] = 'p'; break;
+    case kFlagNeedReschedLazy: c[1] = 'l'; break;
+    default: c[1] = '.'; break;
+  }
+  c[2] = nmi && hard ? 'Z' : nmi ? 'z' : hard && soft ? 'H' : hard ? 'h' : soft ? 's' : '.';
+  static constexpr char kHex[] = "0123456789abcdef";
+  c[3] = (preempt_count & 0xf) ? kHex[preempt_count & 0xf] : '.';
+  c[4] = (preempt_count & 0xf0) ? kHex[preempt_count >> 4] : '.';
+  out->append(c, 5);
+}
+
 namespace {
 
 using namespace detail;  // NOLINT: this file's own helpers
@@ -144,29 +167,7 @@ void put_sdec_left(std::string* out, int64_t v, size_t width) {
 // ns -> µs, rounded to nearest (the kernel's ns2usecs).
 uint64_t ns2usecs(uint64_t ns) { return (ns + 500) / 1000; }
 
-// Kernel: trace_print_lat_fmt() (flag letters of 6.13+).
-void put_flags(std::string* out, const CommonHeader& h) {
-  const uint8_t f = h.flags;
-  const bool nmi = f & kFlagNmi, hard = f & kFlagHardirq, soft = f & kFlagSoftirq;
-  const bool bh = f & kFlagBhOff, irqs = f & kFlagIrqsOff;
-  char c[5];
-  c[0] = irqs && bh ? 'D' : irqs ? 'd' : bh ? 'b' : '.';
-  switch (f & (kFlagNeedResched | kFlagNeedReschedLazy | kFlagPreemptResched)) {
-    case kFlagNeedResched | kFlagNeedReschedLazy | kFlagPreemptResched: c[1] = 'B'; break;
-    case kFlagNeedResched | kFlagPreemptResched: c[1] = 'N'; break;
-    case kFlagNeedReschedLazy | kFlagPreemptResched: c[1] = 'L'; break;
-    case kFlagNeedResched | kFlagNeedReschedLazy: c[1] = 'b'; break;
-    case kFlagNeedResched: c[1] = 'n'; break;
-    case kFlagPreemptResched: c[1] = 'p'; break;
-    case kFlagNeedReschedLazy: c[1] = 'l'; break;
-    default: c[1] = '.'; break;
-  }
-  c[2] = nmi && hard ? 'Z' : nmi ? 'z' : hard && soft ? 'H' : hard ? 'h' : soft ? 's' : '.';
-  static constexpr char kHex[] = "0123456789abcdef";
-  c[3] = (h.preempt_count & 0xf) ? kHex[h.preempt_count & 0xf] : '.';
-  c[4] = (h.preempt_count & 0xf0) ? kHex[h.preempt_count >> 4] : '.';
-  out->append(c, 5);
-}
+void put_flags(std::string* out, const CommonHeader& h) { put_flag_columns(out, h.flags, h.preempt_count); }
 
 // Kernel: trace_print_context().
 void put_context(const Opts& o, const CommonHeader& h, const rb::Event& ev, std::string* out) {

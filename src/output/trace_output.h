@@ -60,6 +60,12 @@ std::string read_snapshot(instance::Instance& inst, int age, int cpu);
 // Never blocks (the tracefs layer waits with RingBuffer::wait).
 size_t read_pipe(instance::Instance& inst, int cpu, size_t max_bytes, std::string* out);
 
+// The five latency-format columns of a record's common flags and
+// preempt_count bytes (irqs-off, need-resched, hardirq/softirq, preempt
+// depth, migrate-disable), as every line of the `trace` file shows them.
+// Context: async-signal-safe when `out` has 5 bytes of spare capacity.
+void put_flag_columns(std::string* out, uint8_t flags, uint8_t preempt_count);
+
 // ftrace_dump()'s line for one event (src/crash): the latency format, which
 // the kernel's dump forces (TRACE_FILE_LAT_FMT), with the instance's
 // irq-info, record-tgid, context-info and printk-msg-only options; raw, hex,

@@ -15,14 +15,11 @@
 
 #include "commands.h"
 #include "remote.h"
-#ifdef USRTRACE_HAVE_FUSE
-#include "fuse/fuse_fs.h"
-#endif
+#include "usrtrace_toolkit/toolkit.h"
 
 namespace usrtrace::tool {
 namespace {
 
-#ifdef USRTRACE_HAVE_FUSE
 // "" when `dir` is an empty directory, else why not.
 std::string not_empty_dir(const std::string& dir) {
   struct stat st {};
@@ -42,15 +39,16 @@ std::string not_empty_dir(const std::string& dir) {
 }
 
 int run_mount(int pid, const std::string& dir, bool foreground) {
+  if (!toolkit::have_fuse()) return fail("mount", "this usrtrace was built without libfuse3 (libfuse3-dev)");
   auto c = connect_to("mount", pid);
   if (!c) return 1;
   char abs[PATH_MAX];
-  if (::realpath(dir.c_str(), abs) && fusefs::is_mount(abs))
+  if (::realpath(dir.c_str(), abs) && toolkit::is_fuse_mount(abs))
     return fail("mount", dir + ": already a usrtrace mount");
   if (std::string e = not_empty_dir(dir); !e.empty()) return fail("mount", e);
   const std::string comm = c->comm();
   std::string err;
-  auto m = fusefs::Mount::create(std::move(c), dir, &err);
+  auto m = toolkit::FuseMount::create(std::move(c), dir, &err);
   if (!m) return fail("mount", err);
   if (foreground) {
     fprintf(stderr, "usrtrace mount: process %d (%s) on %s; Ctrl-C or usrtrace umount to stop\n", pid,
@@ -77,20 +75,13 @@ std::string mount_point(const std::string& dir) {
 }
 
 int run_umount(const std::string& dir) {
+  if (!toolkit::have_fuse()) return fail("umount", "this usrtrace was built without libfuse3 (libfuse3-dev)");
   const std::string abs = mount_point(dir);
-  if (!fusefs::is_mount(abs)) return fail("umount", dir + ": not a usrtrace mount");
+  if (!toolkit::is_fuse_mount(abs)) return fail("umount", dir + ": not a usrtrace mount");
   std::string err;
-  if (fusefs::unmount(abs, false, &err) != 0) return fail("umount", err);
+  if (toolkit::fuse_unmount(abs, false, &err) != 0) return fail("umount", err);
   return 0;
 }
-#else
-int run_mount(int, const std::string&, bool) {
-  return fail("mount", "this usrtrace was built without libfuse3 (libfuse3-dev)");
-}
-int run_umount(const std::string&) {
-  return fail("umount", "this usrtrace was built without libfuse3 (libfuse3-dev)");
-}
-#endif
 
 }  // namespace
 

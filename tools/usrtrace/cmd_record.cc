@@ -27,9 +27,9 @@
 #include <thread>
 
 #include "commands.h"
-#include "record/journal.h"
 #include "remote.h"
 #include "usrtrace/tracedat.h"
+#include "usrtrace_toolkit/toolkit.h"
 
 namespace usrtrace::tool {
 namespace {
@@ -341,7 +341,7 @@ Runner add_record(CLI::App& app) {
     std::string err;
     // A recording of the same output that was killed left its pages: say
     // so once, before this one adds its own journal beside them.
-    for (const std::string& j : tracedat::abandoned_journals(ro.output))
+    for (const std::string& j : toolkit::abandoned_journals(ro.output))
       fprintf(stderr,
               "usrtrace record: note: %s holds the pages of an earlier recording of %s that did not finish "
               "(`usrtrace recover %s` writes a trace.dat from them; or remove it)\n",

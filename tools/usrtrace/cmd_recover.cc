@@ -20,11 +20,9 @@
 
 #include <unistd.h>
 
-#include "base/files.h"
 #include "commands.h"
-#include "record/journal.h"
-#include "events/flags.h"
 #include "usrtrace/recover.h"
+#include "usrtrace_toolkit/toolkit.h"
 
 namespace usrtrace::tool {
 namespace {
@@ -41,21 +39,6 @@ struct Options {
 struct TepDeleter {
   void operator()(tep_handle* t) const { tep_free(t); }
 };
-
-// The flag columns as src/output/trace_output.cc prints them.
-void put_flags(std::string* out, uint8_t f, uint8_t preempt) {
-  using namespace usrtrace::output;
-  char c[5];
-  const bool irqs = f & kFlagIrqsOff, bh = f & kFlagBhOff;
-  c[0] = irqs && bh ? 'D' : irqs ? 'd' : bh ? 'b' : '.';
-  c[1] = (f & kFlagNeedResched) ? 'n' : '.';
-  const bool nmi = f & kFlagNmi, hard = f & kFlagHardirq, soft = f & kFlagSoftirq;
-  c[2] = nmi && hard ? 'Z' : nmi ? 'z' : hard && soft ? 'H' : hard ? 'h' : soft ? 's' : '.';
-  static constexpr char kHex[] = "0123456789abcdef";
-  c[3] = (preempt & 0xf) ? kHex[preempt & 0xf] : '.';
-  c[4] = (preempt & 0xf0) ? kHex[preempt >> 4] : '.';
-  out->append(c, 5);
-}
 
 int write_tracedat(const Recovery& rec, const Options& o) {
   if (o.file_version != 6 && o.file_version != 7) {
@@ -105,7 +88,7 @@ void print_buffer(const Recovery& rec, tep_handle* tep, uint32_t tag, const Opti
     char head[64];
     snprintf(head, sizeof head, "%16s-%-7d [%03d] ", comm ? comm : "<...>", pid, ev.cpu);
     line += head;
-    put_flags(&line, flags, preempt);
+    toolkit::put_flag_columns(&line, flags, preempt);
     if (info.clock_in_ns) {
       const uint64_t us = ev.ts / 1000;
       snprintf(head, sizeof head, " %5" PRIu64 ".%06" PRIu64 ": ", us / 1000000, us % 1000000);
@@ -131,40 +114,37 @@ void print_buffer(const Recovery& rec, tep_handle* tep, uint32_t tag, const Opti
 
 // A journal a recording left (killed, or stopped by a full disk): the
 // trace.dat it was writing, built from what it had taken
-// (record/journal.h). -o names another output; the journal's own
+// (src/record/journal.h). -o names another output; the journal's own
 // file version and compression hold unless given.
 int recover_journal(int fd, const Options& o, bool version_given, bool compress_given) {
-  tracedat::Journal j;
   std::string err;
-  if (tracedat::read_journal(fd, &j, &err) < 0) {
+  auto j = toolkit::JournalFile::read(fd, &err);
+  if (!j) {
     fprintf(stderr, "usrtrace recover: %s: %s\n", o.file.c_str(), err.c_str());
     return 1;
   }
-  if (!j.damage.empty())
+  if (!j->damage().empty())
     fprintf(stderr, "usrtrace recover: %s ends early (%s): what comes before is kept\n", o.file.c_str(),
-            j.damage.c_str());
+            j->damage().c_str());
   if (version_given) {
     if (o.file_version != 6 && o.file_version != 7) {
       fprintf(stderr, "usrtrace recover: --file-version must be 6 or 7\n");
       return 2;
     }
-    j.file_version = o.file_version;
+    j->set_file_version(o.file_version);
   }
-  if (compress_given) j.compress = o.compress;
-  if (j.compress && j.file_version != 7) {
+  if (compress_given) j->set_compress(o.compress);
+  if (j->compress() && j->file_version() != 7) {
     fprintf(stderr, "usrtrace recover: compression needs file version 7\n");
     return 2;
   }
-  const std::string out = o.tracedat.empty() ? j.output : o.tracedat;
-  if (tracedat::write_from_journal(j, out, {}, &err) < 0) {
+  const std::string out = o.tracedat.empty() ? j->output() : o.tracedat;
+  if (j->write(out, &err) < 0) {
     fprintf(stderr, "usrtrace recover: %s\n", err.c_str());
     return 1;
   }
-  uint64_t pages = 0;
-  for (const auto& s : j.streams)
-    for (const auto& c : s.cpus) pages += c.size() / s.page_size;
   fprintf(stderr, "usrtrace recover: wrote %s: %" PRIu64 " pages from the journal %s (it may be removed)\n",
-          out.c_str(), pages, o.file.c_str());
+          out.c_str(), j->pages(), o.file.c_str());
   return 0;
 }
 
@@ -172,14 +152,14 @@ int run(const Options& o, bool version_given, bool compress_given) {
   std::string err;
   {
     off_t size = 0;
-    const int fd = base::open_regular_for_read(o.file, &size, &err);
+    const int fd = toolkit::open_regular_for_read(o.file, &size, &err);
     if (fd < 0) {
       fprintf(stderr, "usrtrace recover: %s\n", err.c_str());
       return 1;
     }
     char magic[8];
     const bool journal = pread(fd, magic, sizeof magic, 0) == static_cast<ssize_t>(sizeof magic) &&
-                         tracedat::is_journal(magic, sizeof magic);
+                         toolkit::is_journal(magic, sizeof magic);
     const int rc = journal ? recover_journal(fd, o, version_given, compress_given) : -1;
     ::close(fd);
     if (journal) return rc;

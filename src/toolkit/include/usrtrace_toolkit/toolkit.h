@@ -1,0 +1,118 @@
+// The tools-only layer: what the `usrtrace` command needs of the library's
+// internals and the public API (include/usrtrace/) does not give, behind
+// headers that name no internal type. tools/ includes these and the public
+// headers only; it has no src/ include path (tools/CMakeLists.txt), so a
+// new internal include there fails to compile instead of growing a quiet
+// dependency. Not installed, not part of libusrtrace's ABI: the command is
+// built from the same tree as the library it links.
+//
+// Why a layer and not more public API: these are the command's conveniences
+// (the recording journal's recovery, the FUSE mount, the trace file's flag
+// letters), which a program tracing itself has no use for, and which may
+// change at any commit (include/README.md's "none" tier, seen through one
+// door).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "usrtrace/control.h"
+
+namespace usrtrace::tracedat {
+struct Journal;
+}
+namespace usrtrace::fusefs {
+class Mount;
+}
+
+namespace usrtrace::toolkit {
+
+// ---- Files (src/base/files.h) ----
+
+// Opens PATH for reading if it is a regular file (a FIFO or device is
+// refused without blocking on it); *size gets its size. The fd, or -errno
+// with *why saying it in one line.
+int open_regular_for_read(const std::string& path, off_t* size, std::string* why);
+
+// ---- The trace file's flag columns (src/output) ----
+
+// Appends the five latency-format columns (irqs-off, need-resched,
+// hardirq/softirq, preempt-depth, migrate-disable) of a record's common
+// `flags` and `preempt_count` bytes, exactly as the `trace` file prints
+// them.
+void put_flag_columns(std::string* out, uint8_t flags, uint8_t preempt_count);
+
+// ---- A recording's journal (src/record/journal.h) ----
+
+// True if the `n` bytes at `p` begin a journal.
+bool is_journal(const void* p, size_t n);
+
+// The journals beside `output` that no live recording holds: what killed
+// or failed recordings of that output left.
+std::vector<std::string> abandoned_journals(const std::string& output);
+
+// A journal read back, to write the trace.dat its recording was writing.
+class JournalFile {
+ public:
+  // Reads the journal open at `fd` (kept open by the caller while the
+  // JournalFile lives). nullptr with *err when it is not a journal.
+  static std::unique_ptr<JournalFile> read(int fd, std::string* err);
+  ~JournalFile();
+  JournalFile(const JournalFile&) = delete;
+  JournalFile& operator=(const JournalFile&) = delete;
+
+  const std::string& output() const;   // the trace.dat the recording named
+  int file_version() const;
+  bool compress() const;
+  const std::string& damage() const;   // why it ends early; "" if whole
+  uint64_t pages() const;              // pages it holds, all buffers
+  void set_file_version(int v);
+  void set_compress(bool c);
+
+  // Writes `output` (empty: the journal's own) from the journal. 0, or
+  // -errno with *err.
+  int write(const std::string& output, std::string* err) const;
+
+ private:
+  JournalFile();
+  std::unique_ptr<tracedat::Journal> j_;
+};
+
+// ---- The FUSE mount (src/fuse) ----
+
+// Whether this build has the mount (libfuse3-dev when it was built).
+bool have_fuse();
+
+class FuseMount {
+ public:
+  // Mounts the control files of `first`'s process on `dir`; nullptr with
+  // *err (also when the build has no FUSE).
+  static std::unique_ptr<FuseMount> create(std::unique_ptr<control::Client> first, const std::string& dir,
+                                           std::string* err);
+  ~FuseMount();
+  FuseMount(const FuseMount&) = delete;
+  FuseMount& operator=(const FuseMount&) = delete;
+
+  // Leaves the terminal: only the daemon returns, with 0.
+  int daemonize();
+  // Serves until the mount goes away; 0, or -1 when libfuse's loop failed.
+  int serve();
+  const std::string& dir() const;
+
+ private:
+  FuseMount();
+  std::unique_ptr<fusefs::Mount> m_;
+};
+
+// Whether `dir` (absolute) is a usrtrace mount.
+bool is_fuse_mount(const std::string& dir);
+
+// Unmounts `dir` (absolute); `lazy` detaches it while files are open.
+// 0, or -1 with *err.
+int fuse_unmount(const std::string& dir, bool lazy, std::string* err);
+
+}  // namespace usrtrace::toolkit

@@ -1,0 +1,53 @@
+// The tools-only layer (usrtrace_toolkit/toolkit.h): thin doors onto the
+// internals the command uses.
+#include "usrtrace_toolkit/toolkit.h"
+
+#include "base/files.h"
+#include "output/trace_output.h"
+#include "record/journal.h"
+
+namespace usrtrace::toolkit {
+
+int open_regular_for_read(const std::string& path, off_t* size, std::string* why) {
+  return base::open_regular_for_read(path, size, why);
+}
+
+void put_flag_columns(std::string* out, uint8_t flags, uint8_t preempt_count) {
+  output::put_flag_columns(out, flags, preempt_count);
+}
+
+bool is_journal(const void* p, size_t n) { return tracedat::is_journal(p, n); }
+
+std::vector<std::string> abandoned_journals(const std::string& output) {
+  return tracedat::abandoned_journals(output);
+}
+
+JournalFile::JournalFile() = default;
+JournalFile::~JournalFile() = default;
+
+std::unique_ptr<JournalFile> JournalFile::read(int fd, std::string* err) {
+  std::unique_ptr<JournalFile> f(new JournalFile);
+  f->j_ = std::make_unique<tracedat::Journal>();
+  if (tracedat::read_journal(fd, f->j_.get(), err) < 0) return nullptr;
+  return f;
+}
+
+const std::string& JournalFile::output() const { return j_->output; }
+int JournalFile::file_version() const { return j_->file_version; }
+bool JournalFile::compress() const { return j_->compress; }
+const std::string& JournalFile::damage() const { return j_->damage; }
+void JournalFile::set_file_version(int v) { j_->file_version = v; }
+void JournalFile::set_compress(bool c) { j_->compress = c; }
+
+uint64_t JournalFile::pages() const {
+  uint64_t pages = 0;
+  for (const auto& s : j_->streams)
+    for (const auto& c : s.cpus) pages += s.page_size ? c.size() / s.page_size : 0;
+  return pages;
+}
+
+int JournalFile::write(const std::string& output, std::string* err) const {
+  return tracedat::write_from_journal(*j_, output, {}, err);
+}
+
+}  // namespace usrtrace::toolkit
