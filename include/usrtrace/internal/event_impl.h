@@ -109,8 +109,15 @@ inline constexpr uint32_t kMaxRecord = 2048;
 
 // ---- Type to field mapping.
 
+// No mapping: the type is not a valid field type. Defined (not only
+// declared) so that the error names the types a field may have, where an
+// incomplete type would leave the user reading template internals.
 template <class T>
-struct FieldTraits;  // no mapping: the type is not a valid field type
+struct FieldTraits {
+  static_assert(sizeof(T*) == 0,
+                "USRTRACE_EVENT: not a field type; fields are integers, bool, enums, pointers, "
+                "const char* (a string), usrtrace::Bytes, char[N] and uint8_t[N]");
+};
 
 template <class T>
   requires(std::is_integral_v<T> && !std::is_same_v<T, bool>)
@@ -241,7 +248,7 @@ struct FieldTraits<Bytes> {
 };
 
 template <class T>
-concept DynamicField = requires { FieldTraits<T>::dynamic; };
+concept DynamicField = !std::is_void_v<T> && requires { FieldTraits<T>::dynamic; };  // void: kAnyDynamic's lead
 
 template <class... T>
 inline constexpr bool kAnyDynamic = (DynamicField<T> || ...);
