@@ -16,6 +16,7 @@
 #include "function/core.h"
 #include "function/instrumented.h"
 #include "instance/instance.h"
+#include "testing/instance_fixture.h"
 #include "tracefs/tracefs.h"
 #include "tracefs/tracefs_test_util.h"
 #include "usrtrace/latency.h"
@@ -51,22 +52,21 @@ std::string calls_of(const std::string& line) {
   return " us " + line.substr(bar);
 }
 
-// An instance for one test, removed at the end.
-class FunctionTest : public ::testing::Test {
+// Every test runs on the top instance and on a new one: each instance has
+// its own tracer, lists and options (function and function_graph are
+// allowed in instances, as in the kernel).
+class FunctionTest : public testing::InstanceTest {
  protected:
   void SetUp() override {
-    int err = 0;
-    name_ = std::string("fn_") + ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    name_ = name_.substr(0, 60);
-    inst_ = instance::Instance::create(name_, &err);
-    ASSERT_NE(inst_, nullptr) << err;
-    dir_ = "instances/" + name_ + "/";
+    InstanceTest::SetUp();
+    if (HasFatalFailure()) return;
+    inst_ = inst();
   }
   void TearDown() override {
-    wr(dir_ + "current_tracer", "nop");
-    EXPECT_EQ(instance::Instance::destroy(name_), 0);
+    wr(p("current_tracer"), "nop");
+    InstanceTest::TearDown();
   }
-  std::string p(const std::string& f) const { return dir_ + f; }
+  std::string p(const std::string& f) const { return path(f); }
   // Entries (funcgraph_entry) and exits (funcgraph_exit) of `fn` recorded.
   std::pair<int, int> graph_counts(uint64_t fn) {
     int in = 0, out = 0;
@@ -88,13 +88,14 @@ class FunctionTest : public ::testing::Test {
     }
     return n;
   }
-  std::string name_, dir_;
   instance::Instance* inst_ = nullptr;
 };
 
+INSTANTIATE_TEST_SUITE_P(TopAndNew, FunctionTest, ::testing::Values("", "fn_new"), testing::top_or_new);
+
 uint64_t addr(int (*f)(int)) { return reinterpret_cast<uint64_t>(f); }
 
-TEST_F(FunctionTest, TracersAndFilesAreListed) {
+TEST_P(FunctionTest, TracersAndFilesAreListed) {
   EXPECT_EQ(rd(p("available_tracers")), "timerlat function_graph wakeup_rt wakeup sigsoff section function nop\n");
   EXPECT_EQ(rd(p("current_tracer")), "nop\n");
   const std::string avail = rd("available_filter_functions");
@@ -113,7 +114,7 @@ TEST_F(FunctionTest, TracersAndFilesAreListed) {
   EXPECT_NE(rd(p("error_log")).find("Unknown tracer"), std::string::npos);
 }
 
-TEST_F(FunctionTest, FunctionTracerRecordsEachCallWithItsParent) {
+TEST_P(FunctionTest, FunctionTracerRecordsEachCallWithItsParent) {
   ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_leaf"), 8);
   EXPECT_EQ(rd(p("set_ftrace_filter")), "fxt_leaf\n");
   ASSERT_EQ(wr(p("current_tracer"), "function"), 8);
@@ -132,7 +133,7 @@ TEST_F(FunctionTest, FunctionTracerRecordsEachCallWithItsParent) {
 
 // irqsoff's function-trace: a latency tracer traces the functions of its
 // instance as `function` does, and the max trace holds those of the section.
-TEST_F(FunctionTest, ALatencyTracersMaxTraceHoldsTheSectionsFunctions) {
+TEST_P(FunctionTest, ALatencyTracersMaxTraceHoldsTheSectionsFunctions) {
   usrtrace_section_kind* k = usrtrace_section_kind_get("fn_section");
   ASSERT_NE(k, nullptr);
   ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_leaf"), 8);
@@ -151,7 +152,7 @@ TEST_F(FunctionTest, ALatencyTracersMaxTraceHoldsTheSectionsFunctions) {
   EXPECT_EQ(function_records(addr(fxt_leaf)), 1);
 }
 
-TEST_F(FunctionTest, GraphNestsCallsAndFoldsLeaves) {
+TEST_P(FunctionTest, GraphNestsCallsAndFoldsLeaves) {
   ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_outer fxt_leaf"), 18);
   ASSERT_EQ(wr(p("current_tracer"), "function_graph"), 14);
   fxt_outer(2);
@@ -175,7 +176,7 @@ TEST_F(FunctionTest, GraphNestsCallsAndFoldsLeaves) {
   EXPECT_EQ(l[3].find("/*"), std::string::npos) << t;
 }
 
-TEST_F(FunctionTest, SeveralInstancesEachWithItsTracerAndFilter) {
+TEST_P(FunctionTest, SeveralInstancesEachWithItsTracerAndFilter) {
   int err = 0;
   instance::Instance* b = instance::Instance::create("fn_mux_b", &err);
   ASSERT_NE(b, nullptr);
@@ -200,7 +201,7 @@ TEST_F(FunctionTest, SeveralInstancesEachWithItsTracerAndFilter) {
   EXPECT_EQ(instance::Instance::destroy("fn_mux_b"), 0);
 }
 
-TEST_F(FunctionTest, FilterGlobsRemovalNotraceAndErrors) {
+TEST_P(FunctionTest, FilterGlobsRemovalNotraceAndErrors) {
   ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_*"), 5);
   EXPECT_NE(rd(p("set_ftrace_filter")).find("fxt_outer\n"), std::string::npos);
   ASSERT_EQ(wr(p("set_ftrace_filter"), "!fxt_o*", true), 7);
@@ -238,7 +239,7 @@ TEST_F(FunctionTest, FilterGlobsRemovalNotraceAndErrors) {
   EXPECT_EQ(function_records(addr(fxt_leaf)), 0);
 }
 
-TEST_F(FunctionTest, GraphFunctionNotraceAndMaxDepth) {
+TEST_P(FunctionTest, GraphFunctionNotraceAndMaxDepth) {
   // set_graph_function: only calls inside fxt_outer are graphed.
   ASSERT_EQ(wr(p("set_graph_function"), "fxt_outer"), 9);
   ASSERT_EQ(wr(p("current_tracer"), "function_graph"), 14);
@@ -267,7 +268,7 @@ TEST_F(FunctionTest, GraphFunctionNotraceAndMaxDepth) {
   EXPECT_EQ(wr(p("max_graph_depth"), "x"), -EINVAL);
 }
 
-TEST_F(FunctionTest, TracingThreshRecordsOnlyLongCalls) {
+TEST_P(FunctionTest, TracingThreshRecordsOnlyLongCalls) {
   ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_outer fxt_leaf"), 18);
   ASSERT_EQ(wr(p("tracing_thresh"), "1000000"), 7);  // 1 s: nothing here is that long
   ASSERT_EQ(wr(p("current_tracer"), "function_graph"), 14);
@@ -279,7 +280,7 @@ TEST_F(FunctionTest, TracingThreshRecordsOnlyLongCalls) {
   EXPECT_EQ(graph_counts(addr(fxt_outer)), std::make_pair(1, 1));
 }
 
-TEST_F(FunctionTest, RecursionTenThousandDeepPairsUp) {
+TEST_P(FunctionTest, RecursionTenThousandDeepPairsUp) {
   ASSERT_EQ(wr(p("buffer_size_kb"), "4096"), 4);
   ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_recurse"), 11);
   ASSERT_EQ(wr(p("current_tracer"), "function_graph"), 14);
@@ -298,7 +299,7 @@ TEST_F(FunctionTest, RecursionTenThousandDeepPairsUp) {
   for (const auto& [d, n] : open) EXPECT_EQ(n, 0) << d;
 }
 
-TEST_F(FunctionTest, ExceptionsThroughTracedFramesKeepTheGraph) {
+TEST_P(FunctionTest, ExceptionsThroughTracedFramesKeepTheGraph) {
   ASSERT_EQ(wr(p("current_tracer"), "function_graph"), 14);
   EXPECT_EQ(fxt_catcher(5), 4);
   fxt_outer(1);  // after the catch, calls still pair
@@ -315,7 +316,7 @@ TEST_F(FunctionTest, ExceptionsThroughTracedFramesKeepTheGraph) {
   EXPECT_EQ(graph_counts(addr(fxt_catcher)), std::make_pair(1, 1));
 }
 
-TEST_F(FunctionTest, ThreadsAndPidFilter) {
+TEST_P(FunctionTest, ThreadsAndPidFilter) {
   ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_outer"), 9);
   ASSERT_EQ(wr(p("current_tracer"), "function_graph"), 14);
   std::vector<std::thread> ts;
@@ -340,7 +341,7 @@ TEST_F(FunctionTest, ThreadsAndPidFilter) {
 // One function_graph instance and nothing else takes the hooks' fast path;
 // a setting that needs the general path turns it off. A call that enters by
 // one path and returns by the other pairs up all the same.
-TEST_F(FunctionTest, FastAndGeneralPathsPopEachOthersFrames) {
+TEST_P(FunctionTest, FastAndGeneralPathsPopEachOthersFrames) {
   static std::string depth_file;
   depth_file = p("max_graph_depth");
   ASSERT_EQ(wr(p("current_tracer"), "function_graph"), 14);
@@ -364,6 +365,7 @@ TEST_F(FunctionTest, FastAndGeneralPathsPopEachOthersFrames) {
   }
   // Two instances, a function tracer, a profiler, a command or a pid filter:
   // the general path.
+  const testing::OtherInstance other(top(), "fn_other");
   ASSERT_EQ(wr(p("current_tracer"), "function_graph"), 14);
   ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_leaf:traceon"), 16);
   EXPECT_EQ(function::g_fast.load(), 0u);
@@ -374,13 +376,13 @@ TEST_F(FunctionTest, FastAndGeneralPathsPopEachOthersFrames) {
   EXPECT_EQ(function::g_fast.load(), 0u);
   ASSERT_EQ(wr(p("set_ftrace_pid"), ""), 0);
   EXPECT_NE(function::g_fast.load(), 0u);
-  ASSERT_EQ(wr("current_tracer", "function"), 8);
+  ASSERT_EQ(wr(other.path("current_tracer"), "function"), 8);
   EXPECT_EQ(function::g_fast.load(), 0u);
-  ASSERT_EQ(wr("current_tracer", "nop"), 3);
+  ASSERT_EQ(wr(other.path("current_tracer"), "nop"), 3);
   EXPECT_NE(function::g_fast.load(), 0u);
 }
 
-TEST_F(FunctionTest, NoTracerNoRecordAndNoShadowStack) {
+TEST_P(FunctionTest, NoTracerNoRecordAndNoShadowStack) {
   fxt_outer(3);
   EXPECT_TRUE(records(inst_).empty());
   EXPECT_EQ(function::g_tracing.load(), 0u);
@@ -388,7 +390,7 @@ TEST_F(FunctionTest, NoTracerNoRecordAndNoShadowStack) {
 
 // ---- Function commands of set_ftrace_filter.
 
-TEST_F(FunctionTest, TraceoffCommandStopsTracingWithOrWithoutATracer) {
+TEST_P(FunctionTest, TraceoffCommandStopsTracingWithOrWithoutATracer) {
   ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_leaf"), 8);
   ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_other:traceoff", true), 18);
   EXPECT_EQ(rd(p("set_ftrace_filter")), "fxt_leaf\nfxt_other:traceoff:unlimited\n");
@@ -419,7 +421,7 @@ TEST_F(FunctionTest, TraceoffCommandStopsTracingWithOrWithoutATracer) {
   EXPECT_EQ(function::g_tracing.load(), 0u);
 }
 
-TEST_F(FunctionTest, CountedTraceonAndTraceoffSpendCountsOnlyOnChanges) {
+TEST_P(FunctionTest, CountedTraceonAndTraceoffSpendCountsOnlyOnChanges) {
   ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_outer:traceon:1 fxt_other:traceoff:2"), 40);
   EXPECT_EQ(rd(p("set_ftrace_filter")),
             "#### all functions enabled ####\nfxt_outer:traceon:count=1\nfxt_other:traceoff:count=2\n");
@@ -446,7 +448,7 @@ TEST_F(FunctionTest, CountedTraceonAndTraceoffSpendCountsOnlyOnChanges) {
   ASSERT_EQ(wr(p("set_ftrace_filter"), "!fxt_o*:traceon !fxt_other:traceoff"), 35);
 }
 
-TEST_F(FunctionTest, CommandErrorsAreLogged) {
+TEST_P(FunctionTest, CommandErrorsAreLogged) {
   struct Case {
     const char* file;
     const char* text;
@@ -474,7 +476,7 @@ TEST_F(FunctionTest, CommandErrorsAreLogged) {
   EXPECT_EQ(function::g_tracing.load(), 0u);
 }
 
-TEST_F(FunctionTest, EnableEventAndDisableEventCommands) {
+TEST_P(FunctionTest, EnableEventAndDisableEventCommands) {
   const std::string ev = p("events/tfstest/ping/");
   ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_outer:enable_event:tfstest:ping:1 fxt_other:disable_event:tfstest:ping"),
             74);
@@ -499,7 +501,7 @@ TEST_F(FunctionTest, EnableEventAndDisableEventCommands) {
   EXPECT_EQ(rd(ev + "enable"), "0\n");
 }
 
-TEST_F(FunctionTest, StacktraceCommandAndFuncStackTraceNameTheCallers) {
+TEST_P(FunctionTest, StacktraceCommandAndFuncStackTraceNameTheCallers) {
   ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_leaf:stacktrace:2"), 21);
   fxt_outer(3);  // two stacks, from fxt_outer
   EXPECT_EQ(rd(p("set_ftrace_filter")), "#### all functions enabled ####\nfxt_leaf:stacktrace:count=0\n");
@@ -526,7 +528,7 @@ TEST_F(FunctionTest, StacktraceCommandAndFuncStackTraceNameTheCallers) {
   ASSERT_EQ(wr(p("options/func_stack_trace"), "0"), 1);
 }
 
-TEST_F(FunctionTest, SnapshotCommandKeepsTheBufferAtTheCall) {
+TEST_P(FunctionTest, SnapshotCommandKeepsTheBufferAtTheCall) {
   ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_leaf fxt_other:snapshot:1"), 29);
   EXPECT_NE(rd(p("set_ftrace_filter")).find("fxt_other:snapshot:count=1\n"), std::string::npos);
   ASSERT_EQ(wr(p("current_tracer"), "function"), 8);
@@ -540,12 +542,18 @@ TEST_F(FunctionTest, SnapshotCommandKeepsTheBufferAtTheCall) {
   EXPECT_EQ(count(rd(p("trace")), "fxt_leaf <-"), 4);
 }
 
-TEST_F(FunctionTest, DumpCommandWritesTheTopBufferOnce) {
+TEST_P(FunctionTest, DumpCommandWritesTheTopBufferOnce) {
   char path[] = "/tmp/usrtrace_fn_dump_XXXXXX";
   const int fd = mkstemp(path);
   ASSERT_GE(fd, 0);
   close(fd);
   ASSERT_GT(wr("ftrace_dump_on_oops_file", path), 0);
+  // Where to dump is the top's setting only (the kernel's is a sysctl); an
+  // instance's dump command follows it.
+  if (!top()) {
+    std::string out;
+    EXPECT_EQ(tracefs::read_file(p("ftrace_dump_on_oops_file"), &out), -ENOENT);
+  }
   ASSERT_GT(instance::Instance::top()->write_marker("before the dump"), 0);
   ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_other:dump"), 14);
   EXPECT_NE(rd(p("set_ftrace_filter")).find("fxt_other:dump:count=1\n"), std::string::npos);
@@ -569,7 +577,7 @@ TEST_F(FunctionTest, DumpCommandWritesTheTopBufferOnce) {
 
 // A signal handler's calls: marked with 'h', framed in the graph as the
 // kernel frames interrupts, left out with funcgraph-irqs off.
-TEST_F(FunctionTest, SignalHandlersAreMarkedAndFuncgraphIrqsLeavesThemOut) {
+TEST_P(FunctionTest, SignalHandlersAreMarkedAndFuncgraphIrqsLeavesThemOut) {
 #if USRTRACE_TEST_TSAN
   GTEST_SKIP() << "ThreadSanitizer calls handlers from its own wrapper: they are not recognised";
 #endif
@@ -601,7 +609,7 @@ TEST_F(FunctionTest, SignalHandlersAreMarkedAndFuncgraphIrqsLeavesThemOut) {
 }
 
 // sleep-time off: a call's duration is the time its thread ran.
-TEST_F(FunctionTest, SleepTimeOffLeavesTheSleepOutOfTheDuration) {
+TEST_P(FunctionTest, SleepTimeOffLeavesTheSleepOutOfTheDuration) {
   ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_sleep_ms"), 12);
   ASSERT_EQ(wr(p("current_tracer"), "function_graph"), 14);
   auto duration_ns = [&] {
@@ -626,8 +634,25 @@ TEST_F(FunctionTest, SleepTimeOffLeavesTheSleepOutOfTheDuration) {
   EXPECT_NE(function::g_fast.load(), 0u);
 }
 
+// Top only: the function profiler and the program-wide function lists are
+// the top instance's files, as in the kernel (function_profile_enabled,
+// trace_stat/, available_filter_functions and enabled_functions are made
+// once, at the root). An instance has none of them.
+TEST(FunctionProfile, AnInstanceHasNoProfilerFiles) {
+  ASSERT_EQ(tracefs::mkdir("instances/fn_noprof"), 0);
+  std::string out;
+  for (const char* f : {"function_profile_enabled", "trace_stat", "trace_stat/function0",
+                        "available_filter_functions", "enabled_functions"}) {
+    EXPECT_EQ(tracefs::read_file(std::string("instances/fn_noprof/") + f, &out), -ENOENT) << f;
+  }
+  EXPECT_EQ(wr("instances/fn_noprof/function_profile_enabled", "1"), -ENOENT);
+  EXPECT_EQ(rd("function_profile_enabled"), "0\n");
+  EXPECT_EQ(tracefs::rmdir("instances/fn_noprof"), 0);
+}
+
 // The function profiler: hits and time per function per CPU, for the
 // functions the top instance's filter selects.
+// top only: the profiler's files are the top's (see above).
 TEST(FunctionProfile, CountsEachFunctionsHitsAndTime) {
   ASSERT_EQ(wr("set_ftrace_filter", "fxt_outer fxt_leaf"), 18);
   EXPECT_EQ(rd("function_profile_enabled"), "0\n");
@@ -679,6 +704,7 @@ TEST(FunctionProfile, CountsEachFunctionsHitsAndTime) {
 // The profiler's time of a function and its callee, with graph-time (the
 // callee's time included, the default) and without; sleep-time off makes
 // both CPU times, so that a busy machine cannot move them.
+// top only: the profiler's files are the top's (see above).
 TEST(FunctionProfile, GraphTimeOffCountsOnlyTheFunctionsOwnTime) {
   ASSERT_EQ(wr("set_ftrace_filter", "fxt_spin_caller fxt_spin_cpu"), 28);
   ASSERT_EQ(wr("options/sleep-time", "0"), 1);

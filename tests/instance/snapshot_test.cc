@@ -17,6 +17,7 @@
 
 #include "events/registry.h"
 #include "instance/instance.h"
+#include "testing/instance_fixture.h"
 #include "tracefs/tracefs.h"
 #include "usrtrace/event.h"
 
@@ -53,26 +54,24 @@ uint64_t lost(rb::RingBuffer& rb) {
   return n;
 }
 
-// A fresh instance per test, removed at the end.
-class SnapshotTest : public ::testing::Test {
+// Every test runs on the top instance and on a new one.
+class SnapshotTest : public testing::InstanceTest {
  protected:
   void SetUp() override {
-    Instance::destroy(kName);
-    int err = 0;
-    inst_ = Instance::create(kName, &err);
-    ASSERT_NE(inst_, nullptr) << err;
+    InstanceTest::SetUp();
+    if (HasFatalFailure()) return;
+    inst_ = inst();
     inst_->set_event("snaptest", "tick", true);
   }
-  void TearDown() override { EXPECT_EQ(Instance::destroy(kName), 0); }
-  std::string path(const std::string& f) { return std::string("instances/") + kName + "/" + f; }
   std::string read(const std::string& f) {
     std::string out;
     EXPECT_GE(tracefs::read_file(path(f), &out), 0) << f;
     return out;
   }
-  static constexpr const char* kName = "snaptest";
   Instance* inst_ = nullptr;
 };
+
+INSTANTIATE_TEST_SUITE_P(TopAndNew, SnapshotTest, ::testing::Values("", "snaptest"), testing::top_or_new);
 
 size_t count(const std::string& text, const std::string& what) {
   size_t n = 0;
@@ -80,7 +79,7 @@ size_t count(const std::string& text, const std::string& what) {
   return n;
 }
 
-TEST_F(SnapshotTest, TheFilesDoWhatTheKernelsDo) {
+TEST_P(SnapshotTest, TheFilesDoWhatTheKernelsDo) {
   EXPECT_EQ(read("snapshot_enabled"), "0\n");
   EXPECT_NE(read("snapshot").find("# * Snapshot is freed *"), std::string::npos);
   for (uint32_t i = 0; i < 5; ++i) trace_snaptest_tick(1, i);
@@ -133,7 +132,7 @@ TEST_F(SnapshotTest, TheFilesDoWhatTheKernelsDo) {
   EXPECT_FALSE(inst_->snapshots().allocated());
 }
 
-TEST_F(SnapshotTest, BadWritesFailWithAnErrorLogLine) {
+TEST_P(SnapshotTest, BadWritesFailWithAnErrorLogLine) {
   tracefs::write_file(path("error_log"), "");
   EXPECT_EQ(tracefs::write_file(path("snapshot"), "x\n"), -EINVAL);
   EXPECT_EQ(tracefs::write_file(path("snapshot"), "0 why\n"), -EINVAL);
@@ -161,7 +160,7 @@ TEST_F(SnapshotTest, BadWritesFailWithAnErrorLogLine) {
   EXPECT_EQ(tracefs::read_file(path("snapshot.1"), &out), -ENOENT);  // ring of 1
 }
 
-TEST_F(SnapshotTest, NotAllocatedStopsTracingAsTheKernelDoes) {
+TEST_P(SnapshotTest, NotAllocatedStopsTracingAsTheKernelDoes) {
   trace_snaptest_tick(1, 0);
   EXPECT_EQ(inst_->snapshots().take("boom"), -ENOENT);
   EXPECT_FALSE(inst_->tracing_on());
@@ -172,12 +171,12 @@ TEST_F(SnapshotTest, NotAllocatedStopsTracingAsTheKernelDoes) {
   inst_->set_tracing_on(true);
 }
 
-TEST_F(SnapshotTest, TheRingKeepsTheLastN) {
+TEST_P(SnapshotTest, TheRingKeepsTheLastN) {
   ASSERT_EQ(tracefs::write_file(path("snapshot_ring_size"), "3\n"), 2);
   EXPECT_EQ(read("snapshot_ring_size"), "3\n");
   ASSERT_EQ(inst_->snapshots().allocate(), 0);
   std::vector<std::string> names;
-  ASSERT_EQ(tracefs::list("instances/snaptest", &names), 0);
+  ASSERT_EQ(tracefs::list(dir(), &names), 0);
   EXPECT_EQ(std::count(names.begin(), names.end(), "snapshot.1"), 1);
   EXPECT_EQ(std::count(names.begin(), names.end(), "snapshot.2"), 1);
   EXPECT_EQ(std::count(names.begin(), names.end(), "snapshot.3"), 0);
@@ -201,7 +200,7 @@ TEST_F(SnapshotTest, TheRingKeepsTheLastN) {
 // The case: a recoverable error while a hog thread keeps writing.
 // The snapshot holds what led to the error, the live buffer keeps
 // recording, and every event lands in exactly one of the two.
-TEST_F(SnapshotTest, AHogKeepsWritingAndNoEventIsLostAroundTheSwap) {
+TEST_P(SnapshotTest, AHogKeepsWritingAndNoEventIsLostAroundTheSwap) {
   ASSERT_EQ(inst_->snapshots().allocate(), 0);
   std::atomic<uint32_t> hog_written{0};
   // The hog writes until 1000 events after the swap. Before it, it never
@@ -282,7 +281,7 @@ class SnapshotOnSigusr1 {
 
 // A signal handler that interrupts the holder of the control lock cannot
 // wait for it: its snapshot runs when the holder unlocks.
-TEST_F(SnapshotTest, FromASignalHandlerThatInterruptedTheLockHolder) {
+TEST_P(SnapshotTest, FromASignalHandlerThatInterruptedTheLockHolder) {
   ASSERT_EQ(inst_->snapshots().allocate(), 0);
   SnapshotOnSigusr1 handler(inst_);
   for (uint32_t i = 0; i < 3; ++i) trace_snaptest_tick(1, i);
@@ -313,7 +312,7 @@ TEST_F(SnapshotTest, FromASignalHandlerThatInterruptedTheLockHolder) {
   EXPECT_EQ(ticks(r.buffer()).size(), 0u);  // nothing written between #1 and #2
 }
 
-TEST_F(SnapshotTest, MergedRequestsAreCountedAtTheHead) {
+TEST_P(SnapshotTest, MergedRequestsAreCountedAtTheHead) {
   ASSERT_EQ(inst_->snapshots().allocate(), 0);
   SnapshotOnSigusr1 handler(inst_);
   trace_snaptest_tick(1, 0);
@@ -333,7 +332,7 @@ TEST_F(SnapshotTest, MergedRequestsAreCountedAtTheHead) {
 // Writers on every CPU, snapshots from another thread and from signal
 // handlers on the writers, all at once: with a ring large enough to keep
 // every snapshot, each event is in exactly one buffer.
-TEST_F(SnapshotTest, ConcurrentSnapshotsLoseNothing) {
+TEST_P(SnapshotTest, ConcurrentSnapshotsLoseNothing) {
   ASSERT_EQ(inst_->snapshots().set_ring_size(kMaxSnapshotRing), 0);
   ASSERT_EQ(inst_->snapshots().allocate(), 0);
   SnapshotOnSigusr1 handler(inst_);

@@ -27,6 +27,7 @@
 #include "clock/trace_clock.h"
 #include "function/control.h"
 #include "instance/instance.h"
+#include "testing/instance_fixture.h"
 #include "tracefs/tracefs.h"
 #include "usrtrace/event.h"
 #include "usrtrace/latency.h"
@@ -35,10 +36,6 @@ USRTRACE_EVENT(lattest, step, (uint32_t, id)(uint32_t, seq), "id=%u seq=%u", REC
 
 namespace usrtrace::latency {
 namespace {
-
-constexpr const char* kName = "lat";
-
-std::string p(const std::string& file) { return std::string("instances/") + kName + "/" + file; }
 
 std::string rd(const std::string& path) {
   std::string out;
@@ -103,34 +100,38 @@ struct Seen {
   return {ticks_us(t2 - t1), ticks_us(t3 - t0)};
 }
 
-class LatencyTest : public ::testing::Test {
+// Every test runs on the top instance and on a new one.
+class LatencyTest : public testing::InstanceTest {
  protected:
   void SetUp() override {
-    tracefs::rmdir("instances/" + std::string(kName));
-    ASSERT_EQ(tracefs::mkdir("instances/" + std::string(kName)), 0);
-    inst_ = instance::Instance::find(kName);
-    ASSERT_NE(inst_, nullptr);
+    InstanceTest::SetUp();
+    if (HasFatalFailure()) return;
+    inst_ = inst();
     ASSERT_GT(wr(p("events/lattest/enable"), "1"), 0);
   }
   void TearDown() override {
     wr(p("current_tracer"), "nop");
-    tracefs::rmdir("instances/" + std::string(kName));
+    InstanceTest::TearDown();
   }
+  std::string p(const std::string& file) const { return path(file); }
   instance::Instance* inst_ = nullptr;
 };
+
+INSTANTIATE_TEST_SUITE_P(TopAndNew, LatencyTest, ::testing::Values("", "lat"), testing::top_or_new);
 
 // Never called: its kind is registered when the program loads, so a tracer
 // can be set for it before the first such section runs (as `usrtrace record`
 // sets tracing up before main()).
 [[gnu::noinline]] void never_run() { USRTRACE_SECTION("lt_never_run"); }
 
-TEST_F(LatencyTest, ASectionsKindExistsFromTheStart) {
+TEST_P(LatencyTest, ASectionsKindExistsFromTheStart) {
   EXPECT_NE(rd("available_tracers").find(" section_lt_never_run "), std::string::npos) << rd("available_tracers");
   EXPECT_GT(wr(p("current_tracer"), "section_lt_never_run"), 0);
   (void)&never_run;
 }
 
-TEST_F(LatencyTest, AKindShowsAsATracerAndIsFreeWhileUnwatched) {
+// No instance involved: the kinds are the process's.
+TEST(LatencyKindTest, AKindShowsAsATracerAndIsFreeWhileUnwatched) {
   usrtrace_section_kind* k = usrtrace_section_kind_get("lt_free");
   ASSERT_NE(k, nullptr);
   EXPECT_EQ(usrtrace_section_kind_get("lt_free"), k);  // one kind per name
@@ -144,7 +145,7 @@ TEST_F(LatencyTest, AKindShowsAsATracerAndIsFreeWhileUnwatched) {
   EXPECT_EQ(usrtrace_section_kind_get(""), nullptr);
 }
 
-TEST_F(LatencyTest, TheLongestSectionIsKeptWithExactlyItsEvents) {
+TEST_P(LatencyTest, TheLongestSectionIsKeptWithExactlyItsEvents) {
   usrtrace_section_kind* k = usrtrace_section_kind_get("lt_lock");
   ASSERT_NE(k, nullptr);
   ASSERT_GT(wr(p("current_tracer"), "section_lt_lock"), 0);
@@ -190,7 +191,7 @@ TEST_F(LatencyTest, TheLongestSectionIsKeptWithExactlyItsEvents) {
   EXPECT_NE(trace.find("run_section"), std::string::npos) << trace;  // both ends are in it
 }
 
-TEST_F(LatencyTest, SectionsNestPerKindAndAcrossKindsForTheSectionTracer) {
+TEST_P(LatencyTest, SectionsNestPerKindAndAcrossKindsForTheSectionTracer) {
   usrtrace_section_kind* a = usrtrace_section_kind_get("lt_outer");
   usrtrace_section_kind* b = usrtrace_section_kind_get("lt_inner");
   ASSERT_GT(wr(p("current_tracer"), "section"), 0);
@@ -245,7 +246,7 @@ TEST_F(LatencyTest, SectionsNestPerKindAndAcrossKindsForTheSectionTracer) {
   EXPECT_GE(ticks_us(t7 - t4) + 1.0, inner_us);
 }
 
-TEST_F(LatencyTest, ThreshKeepsEverySectionOverIt) {
+TEST_P(LatencyTest, ThreshKeepsEverySectionOverIt) {
   usrtrace_section_kind* k = usrtrace_section_kind_get("lt_req");
   ASSERT_GT(wr(p("snapshot_ring_size"), "8"), 0);
   ASSERT_GT(wr(p("tracing_thresh"), "1000"), 0);
@@ -275,7 +276,7 @@ TEST_F(LatencyTest, ThreshKeepsEverySectionOverIt) {
   ASSERT_GT(wr(p("tracing_thresh"), "0"), 0);
 }
 
-TEST_F(LatencyTest, WritingTheMaxRestartsTheSearch) {
+TEST_P(LatencyTest, WritingTheMaxRestartsTheSearch) {
   usrtrace_section_kind* k = usrtrace_section_kind_get("lt_frame");
   ASSERT_GT(wr(p("current_tracer"), "section_lt_frame"), 0);
   const Seen s1 = run_section(k, 1, 3000);
@@ -306,7 +307,7 @@ TEST_F(LatencyTest, WritingTheMaxRestartsTheSearch) {
   EXPECT_TRUE(steps(rd(p("trace"))).empty());
 }
 
-TEST_F(LatencyTest, TheMaxBufferIsBusyAndTheClockMustBeTsc) {
+TEST_P(LatencyTest, TheMaxBufferIsBusyAndTheClockMustBeTsc) {
   usrtrace_section_kind_get("lt_busy");
   ASSERT_GT(wr(p("trace_clock"), "mono"), 0);
   EXPECT_EQ(wr(p("current_tracer"), "section_lt_busy"), -EINVAL);
@@ -328,7 +329,7 @@ TEST_F(LatencyTest, TheMaxBufferIsBusyAndTheClockMustBeTsc) {
   EXPECT_GT(wr(p("snapshot"), "1"), 0);
 }
 
-TEST_F(LatencyTest, FunctionTraceAndEventsRecordMeanwhile) {
+TEST_P(LatencyTest, FunctionTraceAndEventsRecordMeanwhile) {
   usrtrace_section_kind* k = usrtrace_section_kind_get("lt_fn");
   ASSERT_GT(wr(p("current_tracer"), "section_lt_fn"), 0);
   EXPECT_EQ(rd(p("options/function-trace")), "1\n");
@@ -395,7 +396,7 @@ Seen wake_round(uint64_t hold, int policy) {
   return {ticks_us(t2 - t1), ticks_us(woke - t0)};
 }
 
-TEST_F(LatencyTest, WakeupKeepsTheLongestWakeToRun) {
+TEST_P(LatencyTest, WakeupKeepsTheLongestWakeToRun) {
   ASSERT_GT(wr(p("current_tracer"), "wakeup"), 0);
   std::vector<Seen> seen;
   for (int i = 0; i < 20; ++i) seen.push_back(wake_round(i == 11 ? 3000 : 0, SCHED_OTHER));
@@ -409,7 +410,7 @@ TEST_F(LatencyTest, WakeupKeepsTheLongestWakeToRun) {
   EXPECT_EQ(header_latency(trace), static_cast<long>(max_us));
 }
 
-TEST_F(LatencyTest, WakeupMeasuresTheFutexWrappers) {
+TEST_P(LatencyTest, WakeupMeasuresTheFutexWrappers) {
   ASSERT_GT(wr(p("current_tracer"), "wakeup"), 0);
   uint32_t word = 0;
   std::atomic<int> tid{0};
@@ -444,7 +445,7 @@ TEST_F(LatencyTest, WakeupMeasuresTheFutexWrappers) {
   EXPECT_EQ(inst_->snapshots().taken(), 1u);  // the one wake-up, measured once
 }
 
-TEST_F(LatencyTest, WakeupRtCountsOnlyRealTimeWaiters) {
+TEST_P(LatencyTest, WakeupRtCountsOnlyRealTimeWaiters) {
   ASSERT_GT(wr(p("current_tracer"), "wakeup_rt"), 0);
   wake_round(2000, SCHED_OTHER);
   EXPECT_EQ(num(p("tracing_max_latency")), 0u);
@@ -462,7 +463,7 @@ TEST_F(LatencyTest, WakeupRtCountsOnlyRealTimeWaiters) {
   EXPECT_NE(trace.find("policy:1 rt_prio:1)"), std::string::npos) << trace;
 }
 
-TEST_F(LatencyTest, TimerlatReportsHowLateAThreadWoke) {
+TEST_P(LatencyTest, TimerlatReportsHowLateAThreadWoke) {
   ASSERT_EQ(wr(p("timerlat_period_us"), "50"), -EINVAL);
   ASSERT_GT(wr(p("timerlat_period_us"), "2000"), 0);
   ASSERT_GT(wr(p("current_tracer"), "timerlat"), 0);
@@ -500,7 +501,7 @@ TEST_F(LatencyTest, TimerlatReportsHowLateAThreadWoke) {
   ASSERT_GT(wr(p("current_tracer"), "nop"), 0);  // stops the thread
 }
 
-TEST_F(LatencyTest, SigsoffMeasuresBlockedSignals) {
+TEST_P(LatencyTest, SigsoffMeasuresBlockedSignals) {
   ASSERT_GT(wr(p("current_tracer"), "sigsoff"), 0);
   // What the preloaded pthread_sigmask hook reports: a block that grows
   // the mask starts it, a return to the mask before ends it; nested

@@ -15,6 +15,7 @@
 #include "base/rseq.h"
 #include "events/registry.h"
 #include "instance/instance.h"
+#include "testing/instance_fixture.h"
 #include "tracefs/tracefs.h"
 #include "tracefs/tracefs_test_util.h"
 #include "usrtrace/event.h"
@@ -38,16 +39,15 @@ namespace {
 using tracefs_test::rd;
 long wr(const std::string& path, std::string_view text) { return tracefs::write_file(path, text, false); }
 
-class FilterFilesTest : public ::testing::Test {
+// Every test runs on the top instance and on a new one.
+class FilterFilesTest : public testing::InstanceTest {
  protected:
   void SetUp() override {
-    int err = 0;
-    inst_ = instance::Instance::create("filtest", &err);
-    ASSERT_NE(inst_, nullptr) << err;
+    InstanceTest::SetUp();
+    if (HasFatalFailure()) return;
     ASSERT_GT(wr(p("events/enable"), "1"), 0);
   }
-  void TearDown() override { ASSERT_EQ(instance::Instance::destroy("filtest"), 0); }
-  std::string p(const std::string& f) { return "instances/filtest/" + f; }
+  std::string p(const std::string& f) { return path(f); }
   // The records' text lines (after "name: "), oldest first.
   std::vector<std::string> lines(const char* name) {
     std::vector<std::string> out;
@@ -64,10 +64,11 @@ class FilterFilesTest : public ::testing::Test {
     const size_t at = log.rfind("event filter parse error");
     return at == std::string::npos ? log : log.substr(at);
   }
-  instance::Instance* inst_ = nullptr;
 };
 
-TEST_F(FilterFilesTest, EventsRstSignalExample) {
+INSTANTIATE_TEST_SUITE_P(TopAndNew, FilterFilesTest, ::testing::Values("", "filtest"), testing::top_or_new);
+
+TEST_P(FilterFilesTest, EventsRstSignalExample) {
   const std::string f = p("events/sigtest/signal_generate/filter");
   // events.rst writes `comm != bash`; current kernels want string values
   // quoted (unquoted: "Invalid value (did you forget quotes)?"), so do we.
@@ -84,7 +85,7 @@ TEST_F(FilterFilesTest, EventsRstSignalExample) {
                                       "sig=17 code=0 comm=zsh pid=1 grp=0 res=0"}));
 }
 
-TEST_F(FilterFilesTest, UnknownFieldIsRefusedWithACaretAndTheOldFilterStays) {
+TEST_P(FilterFilesTest, UnknownFieldIsRefusedWithACaretAndTheOldFilterStays) {
   const std::string f = p("events/sigtest/signal_generate/filter");
   ASSERT_GT(wr(f, "sig == 9"), 0);
   const std::string bad = "((sig >= 10 && sig < 15) || dsig == 17) && comm != \"bash\"";
@@ -102,7 +103,7 @@ TEST_F(FilterFilesTest, UnknownFieldIsRefusedWithACaretAndTheOldFilterStays) {
   EXPECT_EQ(lines("signal_generate").size(), 1u);
 }
 
-TEST_F(FilterFilesTest, ZeroClearsAndNoneIsShown) {
+TEST_P(FilterFilesTest, ZeroClearsAndNoneIsShown) {
   const std::string f = p("events/sigtest/signal_generate/filter");
   EXPECT_EQ(rd(f), "none\n");
   ASSERT_GT(wr(f, "sig == 1"), 0);
@@ -113,7 +114,7 @@ TEST_F(FilterFilesTest, ZeroClearsAndNoneIsShown) {
   EXPECT_EQ(lines("signal_generate"), (std::vector<std::string>{"sig=3 code=0 comm=a pid=1 grp=0 res=0"}));
 }
 
-TEST_F(FilterFilesTest, GlobsOnCharArraysAndDynamicStrings) {
+TEST_P(FilterFilesTest, GlobsOnCharArraysAndDynamicStrings) {
   const std::string sw = p("events/schedtest/sched_switch/filter");
   struct Case {
     const char* filter;
@@ -157,16 +158,16 @@ TEST_F(FilterFilesTest, GlobsOnCharArraysAndDynamicStrings) {
   EXPECT_EQ(lines("req").size(), 4u);
 }
 
-TEST_F(FilterFilesTest, FilteredOutRecordsNeverReachTheBuffer) {
+TEST_P(FilterFilesTest, FilteredOutRecordsNeverReachTheBuffer) {
   ASSERT_GT(wr(p("events/filtest/req/filter"), "id == 7"), 0);
-  const uint64_t before = inst_->entries_written();
+  const uint64_t before = inst()->entries_written();
   for (uint64_t i = 0; i < 1000; ++i) trace_filtest_req(i, 0, 0, "/x");
-  EXPECT_EQ(inst_->entries_written() - before, 1u);
+  EXPECT_EQ(inst()->entries_written() - before, 1u);
   const std::string stats = rd(p("per_cpu/cpu0/stats")) + rd(p("trace"));
   EXPECT_NE(stats.find("id=7 "), std::string::npos);
 }
 
-TEST_F(FilterFilesTest, SubsystemFilterSetsTheEventsThatHaveTheField) {
+TEST_P(FilterFilesTest, SubsystemFilterSetsTheEventsThatHaveTheField) {
   const std::string sys = p("events/schedtest/filter");
   const std::string head = "### global filter ###\n";
   EXPECT_EQ(rd(sys).rfind(head, 0), 0u);
@@ -191,7 +192,7 @@ TEST_F(FilterFilesTest, SubsystemFilterSetsTheEventsThatHaveTheField) {
   EXPECT_EQ(rd(sys).find("common_pid"), std::string::npos);
 }
 
-TEST_F(FilterFilesTest, CommonPidCommAndCpu) {
+TEST_P(FilterFilesTest, CommonPidCommAndCpu) {
   const std::string f = p("events/filtest/req/filter");
   const int tid = base::gettid_cached();
   ASSERT_GT(wr(f, "common_pid == " + std::to_string(tid)), 0);
@@ -225,21 +226,22 @@ TEST_F(FilterFilesTest, CommonPidCommAndCpu) {
   EXPECT_EQ(ids, (std::vector<std::string>{"id=1", "id=3", "id=5"}));
 }
 
-TEST_F(FilterFilesTest, FiltersArePerInstance) {
+TEST_P(FilterFilesTest, FiltersArePerInstance) {
+  const testing::OtherInstance other(top());
   ASSERT_GT(wr(p("events/filtest/req/filter"), "id == 1"), 0);
-  ASSERT_GT(wr("events/filtest/req/enable", "1"), 0);
-  instance::Instance::top()->buffer().reset();
-  EXPECT_EQ(rd("events/filtest/req/filter"), "none\n");
+  ASSERT_GT(wr(other.path("events/filtest/req/enable"), "1"), 0);
+  ASSERT_GT(wr(other.path("trace"), ""), -1);
+  EXPECT_EQ(rd(other.path("events/filtest/req/filter")), "none\n");
   trace_filtest_req(1, 0, 0, "");
   trace_filtest_req(2, 0, 0, "");
   EXPECT_EQ(lines("req").size(), 1u);
-  const std::string top = rd("trace");
-  EXPECT_NE(top.find("req: id=1 "), std::string::npos);
-  EXPECT_NE(top.find("req: id=2 "), std::string::npos);
-  ASSERT_GT(wr("events/filtest/req/enable", "0"), 0);
+  const std::string theirs = rd(other.path("trace"));
+  EXPECT_NE(theirs.find("req: id=1 "), std::string::npos);
+  EXPECT_NE(theirs.find("req: id=2 "), std::string::npos);
+  ASSERT_GT(wr(other.path("events/filtest/req/enable"), "0"), 0);
 }
 
-TEST_F(FilterFilesTest, TriggerFilters) {
+TEST_P(FilterFilesTest, TriggerFilters) {
   const std::string t = p("events/filtest/req/trigger");
   ASSERT_GT(wr(t, "traceoff if id > 5 && path ~ \"*.html\""), 0);
   EXPECT_EQ(rd(t), "traceoff:unlimited if id > 5 && path ~ \"*.html\"\n");

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "instance/instance.h"
+#include "testing/instance_fixture.h"
 #include "tracefs/tracefs.h"
 #include "tracefs/tracefs_test_util.h"
 #include "usrtrace/event.h"
@@ -30,21 +31,17 @@ long add(const std::string& path, std::string_view text) { return tracefs::write
 
 using tracefs_test::count;
 
-class HistFilesTest : public ::testing::Test {
+// Every test runs on the top instance and on a new one.
+class HistFilesTest : public testing::InstanceTest {
  protected:
-  void SetUp() override {
-    int err = 0;
-    inst_ = instance::Instance::create("histtest", &err);
-    ASSERT_NE(inst_, nullptr) << err;
-  }
-  void TearDown() override { ASSERT_EQ(instance::Instance::destroy("histtest"), 0); }
   std::string ev(const char* name, const char* file) {
-    return std::string("instances/histtest/events/histtest/") + name + "/" + file;
+    return path(std::string("events/histtest/") + name + "/" + file);
   }
-  instance::Instance* inst_ = nullptr;
 };
 
-TEST_F(HistFilesTest, KeysValuesTotalsWithoutTheEventEnabled) {
+INSTANTIATE_TEST_SUITE_P(TopAndNew, HistFilesTest, ::testing::Values("", "histtest"), testing::top_or_new);
+
+TEST_P(HistFilesTest, KeysValuesTotalsWithoutTheEventEnabled) {
   ASSERT_GT(add(ev("req", "trigger"), "hist:keys=id:vals=bytes"), 0);
   const std::string trig = rd(ev("req", "trigger"));
   EXPECT_EQ(trig.rfind("hist:keys=id:vals=hitcount,bytes:sort=hitcount:size=2048 [active]", 0), 0u) << trig;
@@ -56,10 +53,10 @@ TEST_F(HistFilesTest, KeysValuesTotalsWithoutTheEventEnabled) {
   EXPECT_NE(h.find("{ id:          2 } hitcount:          3  bytes:        300\n"), std::string::npos) << h;
   EXPECT_NE(h.find("Totals:\n    Hits: 10\n    Entries: 3\n    Dropped: 0\n"), std::string::npos) << h;
   // The event was never recorded: the trigger alone armed it.
-  EXPECT_EQ(rd("instances/histtest/trace").find("req: "), std::string::npos);
+  EXPECT_EQ(rd(path("trace")).find("req: "), std::string::npos);
 }
 
-TEST_F(HistFilesTest, PauseContinueClearAndRemove) {
+TEST_P(HistFilesTest, PauseContinueClearAndRemove) {
   const std::string t = ev("req", "trigger");
   ASSERT_GT(add(t, "hist:keys=id"), 0);
   EXPECT_EQ(add(t, "hist:keys=id"), -EEXIST);
@@ -78,11 +75,11 @@ TEST_F(HistFilesTest, PauseContinueClearAndRemove) {
   EXPECT_EQ(rd(ev("req", "hist")), "");
   EXPECT_EQ(add(t, "hist:keys=id:cont"), -ENOENT);
   EXPECT_EQ(add(t, "hist:keys=nosuch"), -EINVAL);
-  const std::string log = rd("instances/histtest/error_log");
+  const std::string log = rd(path("error_log"));
   EXPECT_NE(log.find("hist:histtest:req: error: "), std::string::npos) << log;
 }
 
-TEST_F(HistFilesTest, TriggerFilterAndStringKeys) {
+TEST_P(HistFilesTest, TriggerFilterAndStringKeys) {
   ASSERT_GT(add(ev("req", "trigger"), "hist:keys=path:vals=bytes:sort=bytes.descending if id > 1"), 0);
   EXPECT_NE(rd(ev("req", "trigger")).find(" if id > 1 [active]"), std::string::npos) << rd(ev("req", "trigger"));
   trace_histtest_req(1, 1000, "/skipped");
@@ -98,7 +95,7 @@ TEST_F(HistFilesTest, TriggerFilterAndStringKeys) {
   EXPECT_NE(h.find("Hits: 3\n"), std::string::npos) << h;
 }
 
-TEST_F(HistFilesTest, NamedHistogramSharedByTwoEvents) {
+TEST_P(HistFilesTest, NamedHistogramSharedByTwoEvents) {
   ASSERT_GT(add(ev("req", "trigger"), "hist:name=io:keys=id:vals=bytes"), 0);
   ASSERT_GT(add(ev("resp", "trigger"), "hist:name=io:keys=id:vals=bytes"), 0);
   trace_histtest_req(1, 10, "");
@@ -108,7 +105,7 @@ TEST_F(HistFilesTest, NamedHistogramSharedByTwoEvents) {
   EXPECT_NE(b.find("hitcount:          2  bytes:         15"), std::string::npos) << b;
 }
 
-TEST_F(HistFilesTest, EnableAndDisableHist) {
+TEST_P(HistFilesTest, EnableAndDisableHist) {
   ASSERT_GT(add(ev("resp", "trigger"), "hist:keys=id"), 0);
   ASSERT_GT(add(ev("req", "trigger"), "disable_hist:histtest:resp:1"), 0);
   trace_histtest_resp(1, 0);
@@ -119,7 +116,7 @@ TEST_F(HistFilesTest, EnableAndDisableHist) {
   EXPECT_EQ(rd(ev("req", "trigger")), "disable_hist:histtest:resp:count=0\n");
 }
 
-TEST_F(HistFilesTest, ExecnameIsTheNameAtTheFirstRecord) {
+TEST_P(HistFilesTest, ExecnameIsTheNameAtTheFirstRecord) {
   // As the kernel: the entry keeps the thread's name when it was made,
   // even after the thread renames itself.
   ASSERT_GT(add(ev("req", "trigger"), "hist:keys=common_pid.execname"), 0);
@@ -136,7 +133,7 @@ TEST_F(HistFilesTest, ExecnameIsTheNameAtTheFirstRecord) {
   EXPECT_NE(rd(ev("req", "hist")).find(want), std::string::npos) << rd(ev("req", "hist"));
 }
 
-TEST_F(HistFilesTest, ThreadsAggregateExactly) {
+TEST_P(HistFilesTest, ThreadsAggregateExactly) {
   EXPECT_EQ(add(ev("req", "trigger"), "hist:keys=id:vals=bytes:size=64"), -EINVAL);  // the kernel's minimum is 128
   ASSERT_GT(add(ev("req", "trigger"), "hist:keys=id:vals=bytes:size=100"), 0);        // rounded up to 128
   EXPECT_NE(rd(ev("req", "trigger")).find(":size=128 [active]"), std::string::npos);

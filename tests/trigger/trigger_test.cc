@@ -16,6 +16,7 @@
 #include "events/registry.h"
 #include "instance/instance.h"
 #include "output/trace_output.h"
+#include "testing/instance_fixture.h"
 #include "tracefs/tracefs.h"
 #include "tracefs/tracefs_test_util.h"
 #include "usrtrace/event.h"
@@ -50,31 +51,28 @@ std::vector<int32_t> values(rb::RingBuffer& rb, const char* name) {
   return out;
 }
 
-class TriggerTest : public ::testing::Test {
+// Every test runs on the top instance and on a new one.
+class TriggerTest : public testing::InstanceTest {
  protected:
-  void SetUp() override {
-    int err = 0;
-    inst_ = instance::Instance::create("trigtest", &err);
-    ASSERT_NE(inst_, nullptr) << err;
-  }
-  void TearDown() override { ASSERT_EQ(instance::Instance::destroy("trigtest"), 0); }
-  std::string p(const std::string& f) { return "instances/trigtest/" + f; }
+  std::string p(const std::string& f) { return path(f); }
   std::string ev(const char* name, const std::string& f) {
     return p("events/trigtest/" + std::string(name) + "/" + f);
   }
-  instance::Instance* inst_ = nullptr;
+  rb::RingBuffer& buffer() { return inst()->buffer(); }
 };
 
-TEST_F(TriggerTest, TraceoffKeepsTheEventThatFiredIt) {
+INSTANTIATE_TEST_SUITE_P(TopAndNew, TriggerTest, ::testing::Values("", "trigtest"), testing::top_or_new);
+
+TEST_P(TriggerTest, TraceoffKeepsTheEventThatFiredIt) {
   ASSERT_GT(wr(ev("ping", "enable"), "1"), 0);
   ASSERT_GT(wr(ev("ping", "trigger"), "traceoff"), 0);
   EXPECT_EQ(rd(ev("ping", "trigger")), "traceoff:unlimited\n");
   for (int i = 0; i < 5; ++i) trace_trigtest_ping(i, "a");
   EXPECT_EQ(rd(p("tracing_on")), "0\n");
-  EXPECT_EQ(values(inst_->buffer(), "ping"), std::vector<int32_t>{0});
+  EXPECT_EQ(values(buffer(), "ping"), std::vector<int32_t>{0});
 }
 
-TEST_F(TriggerTest, TraceonRecordsTheEventThatTurnedTracingOn) {
+TEST_P(TriggerTest, TraceonRecordsTheEventThatTurnedTracingOn) {
   ASSERT_GT(wr(ev("ping", "enable"), "1"), 0);
   ASSERT_GT(wr(p("tracing_on"), "0"), 0);
   ASSERT_GT(wr(ev("ping", "trigger"), "traceon:1"), 0);
@@ -85,10 +83,10 @@ TEST_F(TriggerTest, TraceonRecordsTheEventThatTurnedTracingOn) {
   ASSERT_GT(wr(p("tracing_on"), "0"), 0);
   trace_trigtest_ping(8, "a");
   EXPECT_EQ(rd(p("tracing_on")), "0\n");
-  EXPECT_EQ(values(inst_->buffer(), "ping"), std::vector<int32_t>{7});
+  EXPECT_EQ(values(buffer(), "ping"), std::vector<int32_t>{7});
 }
 
-TEST_F(TriggerTest, CountIsSpentOnlyOnAChangeOfState) {
+TEST_P(TriggerTest, CountIsSpentOnlyOnAChangeOfState) {
   ASSERT_GT(wr(ev("ping", "trigger"), "traceoff:2"), 0);
   trace_trigtest_ping(1, "a");  // on -> off: spends one
   trace_trigtest_ping(2, "a");  // already off: spends none
@@ -101,17 +99,17 @@ TEST_F(TriggerTest, CountIsSpentOnlyOnAChangeOfState) {
   EXPECT_EQ(rd(p("tracing_on")), "1\n");
 }
 
-TEST_F(TriggerTest, FiresWhenTheEventIsNotEnabled) {
+TEST_P(TriggerTest, FiresWhenTheEventIsNotEnabled) {
   // The kernel's soft mode: a trigger makes the event fire even where it
   // is not recorded.
   ASSERT_EQ(rd(ev("pong", "enable")), "0\n");
   ASSERT_GT(wr(ev("pong", "trigger"), "traceoff"), 0);
   trace_trigtest_pong(1);
   EXPECT_EQ(rd(p("tracing_on")), "0\n");
-  EXPECT_TRUE(values(inst_->buffer(), "pong").empty());
+  EXPECT_TRUE(values(buffer(), "pong").empty());
 }
 
-TEST_F(TriggerTest, EnableAndDisableEventWithSoftMode) {
+TEST_P(TriggerTest, EnableAndDisableEventWithSoftMode) {
   ASSERT_GT(wr(ev("ping", "trigger"), "enable_event:trigtest:pong:1"), 0);
   EXPECT_EQ(rd(ev("pong", "enable")), "0*\n");
   trace_trigtest_pong(1);  // not yet enabled
@@ -124,23 +122,23 @@ TEST_F(TriggerTest, EnableAndDisableEventWithSoftMode) {
             "disable_event:trigtest:pong:unlimited\nenable_event:trigtest:pong:count=0\n");
   trace_trigtest_ping(2, "a");
   trace_trigtest_pong(3);  // disabled again
-  EXPECT_EQ(values(inst_->buffer(), "pong"), std::vector<int32_t>{2});
+  EXPECT_EQ(values(buffer(), "pong"), std::vector<int32_t>{2});
   ASSERT_GT(wr(ev("ping", "trigger"), "!enable_event:trigtest:pong"), 0);
   ASSERT_GT(wr(ev("ping", "trigger"), "!disable_event:trigtest:pong"), 0);
   EXPECT_EQ(rd(ev("pong", "enable")), "0\n");  // soft mode over; the state stays
   EXPECT_EQ(rd(ev("ping", "trigger")).rfind("# Available triggers:", 0), 0u);
 }
 
-TEST_F(TriggerTest, SnapshotTriggerAllocatesAndKeepsTheFiringEvent) {
+TEST_P(TriggerTest, SnapshotTriggerAllocatesAndKeepsTheFiringEvent) {
   ASSERT_GT(wr(ev("ping", "enable"), "1"), 0);
   ASSERT_GT(wr(ev("ping", "trigger"), "snapshot:1"), 0);
-  EXPECT_TRUE(inst_->snapshots().allocated());
+  EXPECT_TRUE(inst()->snapshots().allocated());
   trace_trigtest_ping(1, "first");
   trace_trigtest_ping(2, "second");
   const std::string snap = rd(p("snapshot"));
   EXPECT_NE(snap.find("n=1 name=first"), std::string::npos) << snap;
   EXPECT_EQ(snap.find("n=2"), std::string::npos) << snap;
-  EXPECT_EQ(values(inst_->buffer(), "ping"), std::vector<int32_t>{2});
+  EXPECT_EQ(values(buffer(), "ping"), std::vector<int32_t>{2});
   EXPECT_EQ(rd(ev("ping", "trigger")), "snapshot:count=0\n");
 }
 
@@ -159,7 +157,7 @@ TEST_F(TriggerTest, SnapshotTriggerAllocatesAndKeepsTheFiringEvent) {
 
 namespace {
 
-TEST_F(TriggerTest, StacktraceRecordsTheCallersBacktrace) {
+TEST_P(TriggerTest, StacktraceRecordsTheCallersBacktrace) {
   ASSERT_GT(wr(ev("ping", "trigger"), "stacktrace:2"), 0);
   trigtest_fire_ping_from_here(1);
   trigtest_fire_ping_from_here(2);
@@ -191,7 +189,8 @@ std::atomic<int> g_handled{0};
 
 namespace {
 
-TEST_F(TriggerTest, TriggersFireFromSignalHandlers) {
+TEST_P(TriggerTest, TriggersFireFromSignalHandlers) {
+  g_handled = 0;  // the other param's run counted too
   ASSERT_GT(wr(ev("ping", "enable"), "1"), 0);
   ASSERT_GT(wr(ev("ping", "trigger"), "stacktrace"), 0);
   ASSERT_GT(wr(ev("ping", "trigger"), "enable_event:trigtest:pong"), 0);
@@ -208,7 +207,7 @@ TEST_F(TriggerTest, TriggersFireFromSignalHandlers) {
   EXPECT_EQ(rd(ev("pong", "enable")), "1*\n");
 }
 
-TEST_F(TriggerTest, DuplicatesRemovalAndListingOrder) {
+TEST_P(TriggerTest, DuplicatesRemovalAndListingOrder) {
   const std::string t = ev("ping", "trigger");
   ASSERT_GT(wr(t, "traceoff:3"), 0);
   EXPECT_EQ(wr(t, "traceoff"), -EEXIST);
@@ -223,7 +222,7 @@ TEST_F(TriggerTest, DuplicatesRemovalAndListingOrder) {
   ASSERT_GT(wr(t, "  \n"), 0);  // nothing
 }
 
-TEST_F(TriggerTest, BadCommandsFailWithAnErrorLogLine) {
+TEST_P(TriggerTest, BadCommandsFailWithAnErrorLogLine) {
   const std::string t = ev("ping", "trigger");
   struct Case {
     const char* cmd;
@@ -261,14 +260,18 @@ TEST_F(TriggerTest, BadCommandsFailWithAnErrorLogLine) {
   EXPECT_EQ(rd(t).rfind("# Available triggers:", 0), 0u);
 }
 
-TEST_F(TriggerTest, RemovingTheInstanceDropsItsTriggers) {
+// New instance only: the top cannot be removed.
+class TriggerRemovalTest : public TriggerTest {};
+INSTANTIATE_TEST_SUITE_P(New, TriggerRemovalTest, ::testing::Values("trigtest"), testing::top_or_new);
+
+TEST_P(TriggerRemovalTest, RemovingTheInstanceDropsItsTriggers) {
   ASSERT_GT(wr(ev("ping", "trigger"), "traceoff"), 0);
-  const int slot = inst_->slot();
-  ASSERT_EQ(instance::Instance::destroy("trigtest"), 0);
+  const int slot = inst()->slot();
+  ASSERT_EQ(instance::Instance::destroy(name()), 0);
   int err = 0;
-  inst_ = instance::Instance::create("trigtest", &err);
-  ASSERT_NE(inst_, nullptr);
-  ASSERT_EQ(inst_->slot(), slot);  // the lowest free slot again
+  instance::Instance* again = instance::Instance::create(name(), &err);
+  ASSERT_NE(again, nullptr);
+  ASSERT_EQ(again->slot(), slot);  // the lowest free slot again
   EXPECT_EQ(rd(ev("ping", "trigger")).rfind("# Available triggers:", 0), 0u);
   trace_trigtest_ping(1, "a");
   EXPECT_EQ(rd(p("tracing_on")), "1\n");
@@ -277,15 +280,16 @@ TEST_F(TriggerTest, RemovingTheInstanceDropsItsTriggers) {
   EXPECT_EQ(e->enabled.load() >> internal::kControlBit, 0u);
 }
 
-TEST_F(TriggerTest, TriggersAreKeptPerInstance) {
+TEST_P(TriggerTest, TriggersAreKeptPerInstance) {
+  const testing::OtherInstance other(top());
   ASSERT_GT(wr(ev("ping", "trigger"), "traceoff"), 0);
   trace_trigtest_ping(1, "a");
   EXPECT_EQ(rd(p("tracing_on")), "0\n");
-  EXPECT_EQ(rd("tracing_on"), "1\n");  // the top instance has no trigger
-  EXPECT_EQ(rd("events/trigtest/ping/trigger").rfind("# Available triggers:", 0), 0u);
+  EXPECT_EQ(rd(other.path("tracing_on")), "1\n");  // the other instance has no trigger
+  EXPECT_EQ(rd(other.path("events/trigtest/ping/trigger")).rfind("# Available triggers:", 0), 0u);
 }
 
-TEST_F(TriggerTest, UnloadingAnEventDropsItsTriggersAndThoseNamingIt) {
+TEST_P(TriggerTest, UnloadingAnEventDropsItsTriggersAndThoseNamingIt) {
   void* h = dlopen(USRTRACE_DSO_EVENTS, RTLD_NOW | RTLD_LOCAL);
   ASSERT_NE(h, nullptr) << dlerror();
   auto fire = reinterpret_cast<void (*)(int32_t)>(dlsym(h, "dsotest_fire"));
@@ -310,7 +314,7 @@ void on_interrupt(int) {
   g_interrupts.fetch_add(1, std::memory_order_relaxed);
 }
 
-TEST_F(TriggerTest, ChangingTriggersWhileThreadsWrite) {
+TEST_P(TriggerTest, ChangingTriggersWhileThreadsWrite) {
   // Writers on every CPU, interrupted by signal handlers that write too,
   // while the control plane adds and removes triggers, filters and a
   // histogram: no torn state (the TSan and ASan builds check the memory
