@@ -229,7 +229,13 @@ bool same_trigger(const Trigger& a, const Trigger& b) {
 }
 
 // Builds the trigger a command describes (also for '!' commands, to find
-// the one to remove). Count and filter are parsed but unused for removal.
+// the one to remove). A removal's count and filter are not parsed, as the
+// kernel's event_trigger_parse() unregisters before it reads them: the
+// file's own listing ("traceoff:count=3", "... if x > 1") written back with
+// a '!' removes the trigger, as the selftests' reset_trigger_file does. A
+// hist trigger's filter is part of what it is matched by
+// (hist_trigger_match), so event_hist_trigger_parse() reads it first, and
+// so do we.
 int build_trigger(int slot, const EventDesc& ev, std::string_view s, const Command& c,
                   std::unique_ptr<Trigger>* out, Error* err) {
   auto t = std::make_unique<Trigger>();
@@ -296,6 +302,10 @@ int build_trigger(int slot, const EventDesc& ev, std::string_view s, const Comma
     case Kind::kDump:
     case Kind::kCpuDump:
       return -EINVAL;  // function commands only: parse_command refused them
+  }
+  if (c.remove && c.kind != Kind::kHist) {
+    *out = std::move(t);
+    return 0;
   }
   if (!count_text.empty()) {
     long n = 0;

@@ -60,9 +60,8 @@ inline std::vector<std::string> lines_of(const std::string& text) {
   return out;
 }
 
-// "x:count=3" / "x:unlimited" -> "x". The count of a '!' command does not
-// matter (the kernel does not even parse it); usrtrace refuses "count=N"
-// there, so it is left out.
+// "x:count=3" / "x:unlimited" -> "x": set_ftrace_filter's listing of a
+// function command, as its '!' removal names it.
 inline std::string without_count(std::string s) {
   const size_t colon = s.rfind(':');
   if (colon != std::string::npos) {
@@ -72,15 +71,17 @@ inline std::string without_count(std::string s) {
   return s;
 }
 
-// The '!' command that removes a listed event trigger. A hist trigger is
-// found by its whole spec and its filter (the kernel's hist_trigger_match),
-// the others by their command and target.
+// The '!' command that removes a listed event trigger: the line as listed,
+// up to its filter, count included (what the kernel selftests'
+// reset_trigger_file writes; the count of a removal is not parsed). A hist
+// trigger is found by its whole spec and its filter (the kernel's
+// hist_trigger_match), the others by their command and target.
 inline std::string trigger_removal(const std::string& line) {
   if (line.rfind("hist", 0) == 0) {
     std::string cmd = line.substr(0, line.rfind(" ["));
     return "!" + cmd;
   }
-  return "!" + without_count(line.substr(0, line.find(' ')));
+  return "!" + line.substr(0, line.find(' '));
 }
 
 // The directories of events/ (systems), or of a system (its events).

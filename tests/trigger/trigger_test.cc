@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -97,6 +98,30 @@ TEST_P(TriggerTest, CountIsSpentOnlyOnAChangeOfState) {
   ASSERT_GT(wr(p("tracing_on"), "1"), 0);
   trace_trigtest_ping(4, "a");
   EXPECT_EQ(rd(p("tracing_on")), "1\n");
+}
+
+// Each line of the trigger file, written back after a '!', removes its
+// trigger: the kernel does not parse a removal's count or filter, so the
+// listing's "count=1", "unlimited" and "if ..." are accepted there (the
+// kernel selftests' reset_trigger_file writes them). Before: EINVAL,
+// "Invalid count".
+TEST_P(TriggerTest, AListedLineWrittenBackAfterABangRemovesItsTrigger) {
+  ASSERT_GT(wr(ev("ping", "trigger"), "traceoff:3 if n > 1"), 0);
+  ASSERT_GT(wr(ev("ping", "trigger"), "stacktrace"), 0);
+  ASSERT_GT(wr(ev("ping", "trigger"), "enable_event:trigtest:pong:2"), 0);
+  std::vector<std::string> listed;
+  {
+    std::istringstream in(rd(ev("ping", "trigger")));
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty() && line[0] != '#') listed.push_back(line);
+  }
+  ASSERT_EQ(listed.size(), 3u) << rd(ev("ping", "trigger"));
+  for (const std::string& line : listed) {
+    EXPECT_GT(wr(ev("ping", "trigger"), "!" + line), 0) << line;
+  }
+  EXPECT_EQ(rd(ev("ping", "trigger")), "# Available triggers:\n"
+                                       "# traceon traceoff snapshot stacktrace enable_event disable_event "
+                                       "enable_hist disable_hist hist\n");
 }
 
 TEST_P(TriggerTest, FiresWhenTheEventIsNotEnabled) {
