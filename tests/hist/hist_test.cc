@@ -261,6 +261,7 @@ void on_signal(int) {
 
 TEST(HistTest, ThreadsAndSignalHandlersAggregateExactly) {
   g_sig_hist = make(kmalloc_desc(), "hist:keys=bytes_req:vals=bytes_alloc:size=256");
+  g_sig_count.store(0);  // a --gtest_repeat run counted into it before
   struct sigaction sa = {}, old = {};
   sa.sa_handler = &on_signal;
   sa.sa_flags = SA_RESTART;

@@ -125,7 +125,8 @@ INSTANTIATE_TEST_SUITE_P(TopAndNew, LatencyTest, ::testing::Values("", "lat"), t
 [[gnu::noinline]] void never_run() { USRTRACE_SECTION("lt_never_run"); }
 
 TEST_P(LatencyTest, ASectionsKindExistsFromTheStart) {
-  EXPECT_NE(rd("available_tracers").find(" section_lt_never_run "), std::string::npos) << rd("available_tracers");
+  EXPECT_NE(rd(p("available_tracers")).find(" section_lt_never_run "), std::string::npos)
+      << rd(p("available_tracers"));
   EXPECT_GT(wr(p("current_tracer"), "section_lt_never_run"), 0);
   (void)&never_run;
 }

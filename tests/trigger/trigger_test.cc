@@ -305,6 +305,21 @@ TEST_P(TriggerRemovalTest, RemovingTheInstanceDropsItsTriggers) {
   EXPECT_EQ(e->enabled.load() >> internal::kControlBit, 0u);
 }
 
+// The other side of TriggerRemovalTest: the top refuses to be removed, and
+// its triggers stay and fire.
+class TriggerTopTest : public TriggerTest {};
+INSTANTIATE_TEST_SUITE_P(Top, TriggerTopTest, ::testing::Values(""), testing::top_or_new);
+
+TEST_P(TriggerTopTest, TheTopCannotBeRemovedAndKeepsItsTriggers) {
+  ASSERT_GT(wr(ev("ping", "trigger"), "traceoff"), 0);
+  EXPECT_EQ(instance::Instance::destroy(""), -EINVAL);
+  EXPECT_EQ(instance::Instance::destroy(instance::Instance::top(), 0), -EINVAL);
+  EXPECT_EQ(instance::Instance::top(), inst());
+  EXPECT_EQ(rd(ev("ping", "trigger")), "traceoff:unlimited\n");
+  trace_trigtest_ping(1, "a");
+  EXPECT_EQ(rd(p("tracing_on")), "0\n");
+}
+
 TEST_P(TriggerTest, TriggersAreKeptPerInstance) {
   const testing::OtherInstance other(top());
   ASSERT_GT(wr(ev("ping", "trigger"), "traceoff"), 0);
