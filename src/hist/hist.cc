@@ -1,6 +1,6 @@
-// Hist triggers (see hist.h and docs/design/histograms.md): the spec
-// parser, the write side (record) and the printer, over the lock-free map of
-// hist/tracing_map.h.
+// Hist triggers (see hist.h and docs/design/histograms.md): the write side
+// (record) and the printer, over the lock-free map of hist/tracing_map.h;
+// the command parser is in hist_parse.cc.
 #include "hist/hist.h"
 
 #include <dlfcn.h>
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "events/record.h"
+#include "hist/hist_parse.h"
 #include "hist/syscalls.h"
 #include "hist/tracing_map.h"
 #include "writers/writers.h"
@@ -24,60 +25,6 @@ namespace usrtrace::hist {
 namespace {
 
 using internal::EventDesc;
-using internal::FieldDesc;
-using internal::FieldKind;
-
-constexpr unsigned kMinBits = 7, kMaxBits = 17;  // the kernel's TRACING_MAP_BITS_MIN/MAX
-constexpr size_t kMaxKeys = 3;                   // TRACING_MAP_KEYS_MAX
-constexpr size_t kMaxVals = 8;
-constexpr uint32_t kDynStringKey = 64;           // bytes of a __data_loc string kept in a key
-
-enum Flag : uint32_t {
-  kHex = 1, kSym = 2, kSymOffset = 4, kExecname = 8, kSyscall = 16, kLog2 = 32,
-  kBuckets = 64, kUsecs = 128, kPercent = 256,
-};
-struct FlagName {
-  const char* name;
-  Flag flag;
-};
-constexpr FlagName kFlagNames[] = {
-    {"hex", kHex},       {"sym", kSym},       {"sym-offset", kSymOffset}, {"execname", kExecname},
-    {"syscall", kSyscall}, {"log2", kLog2},   {"usecs", kUsecs},          {"percent", kPercent},
-};
-
-enum class Src : uint8_t { kInt, kChars, kDynStr, kCpu, kTimestamp, kHitcount };
-
-// One key or value of a histogram on one event.
-struct Field {
-  std::string name;   // as the event names it ("common_timestamp", "cpu", ...)
-  uint32_t flags = 0;
-  uint64_t buckets = 0;
-  Src src = Src::kInt;
-  uint16_t offset = 0;  // in the record
-  uint16_t size = 0;    // in the record (ints), or the string bytes kept (keys)
-  bool is_signed = false;
-  uint32_t key_offset = 0;  // keys: where in the compound key
-  bool is_string() const { return src == Src::kChars || src == Src::kDynStr; }
-  // "name.flag" as the trigger file prints it.
-  std::string spec() const {
-    std::string s = name;
-    for (const FlagName& f : kFlagNames) {
-      if (!(flags & f.flag)) continue;
-      s += '.';
-      s += f.name;
-    }
-    if (flags & kBuckets) {
-      s += ".buckets=";
-      s += std::to_string(buckets);
-    }
-    return s;
-  }
-};
-
-struct SortKey {
-  int val = 0;       // index into vals (0 is hitcount), or -1 - key index
-  bool descending = false;
-};
 
 // Live named tables.
 std::mutex g_named_mu;
@@ -92,24 +39,37 @@ uint64_t log2_key(uint64_t v) {
   return 64 - static_cast<uint64_t>(__builtin_clzll(v - 1));
 }
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\n' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\n' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
 }  // namespace
 
-struct Histogram::Impl {
-  std::vector<Field> keys;
-  std::vector<Field> vals;  // vals[0] is hitcount
-  std::vector<SortKey> sort;
-  uint32_t bits = 11;
-  std::string name;
-  bool want_pause = false, want_cont = false, want_clear = false;
+// The parsed command, and the live state beside it.
+struct Histogram::Impl : HistSpec {
   std::atomic<bool> paused{false};
   std::shared_ptr<TracingMap> table;
-  bool needs_ts = false;
+
+  // Makes the table this histogram aggregates into or, for a name=, joins the
+  // one the live histograms of that name share; false if that one's keys,
+  // values or size differ. Kernel: create_tracing_map(), and
+  // hist_register_trigger()'s named-trigger check.
+  // Context: control plane; takes g_named_mu; allocates the table.
+  bool create_tracing_map() {
+    if (!name.empty()) {
+      std::lock_guard<std::mutex> l(g_named_mu);
+      auto& slot = named()[name];
+      if (auto t = slot.lock()) {
+        if (t->signature != signature || t->size != (1u << bits)) return false;
+        table = std::move(t);
+      }
+      if (!table) {
+        table = std::make_shared<TracingMap>(bits, key_size, vals.size());
+        table->signature = signature;
+        slot = table;
+      }
+    } else {
+      table = std::make_shared<TracingMap>(bits, key_size, vals.size());
+      table->signature = signature;
+    }
+    return true;
+  }
 
   uint64_t value_of(const Field& f, const uint8_t* rec, uint32_t len, const RecordContext& ctx,
                     uint64_t* ts, bool* have_ts) const {
@@ -142,260 +102,15 @@ Histogram::~Histogram() {
   }
 }
 
+// Kernel: event_hist_trigger_parse(): the command (parse_hist_command()),
+// then the table.
 std::unique_ptr<Histogram> Histogram::create(const EventDesc& ev, std::string_view cmd, Error* err) {
   std::unique_ptr<Histogram> h(new Histogram());
   Impl& im = *h->impl_;
-  auto fail = [&](std::string msg, size_t pos) {
-    *err = Error{std::move(msg), pos};
+  if (!parse_hist_command(ev, cmd, &im, err)) return nullptr;
+  if (!im.create_tracing_map()) {
+    *err = Error{"Named hist trigger doesn't match existing named trigger (includes variables)", im.cmd_pos};
     return nullptr;
-  };
-  const size_t base = static_cast<size_t>(trim(cmd).data() - cmd.data());
-  cmd = trim(cmd);
-  if (cmd.substr(0, 4) != "hist" || (cmd.size() > 4 && cmd[4] != ':'))
-    return fail("Not a hist trigger", base);
-
-  // Resolves "field[.mod...]" at `pos` into a Field.
-  auto resolve = [&](std::string_view spec, size_t pos, bool is_key, Field* out) -> bool {
-    const size_t dot = spec.find('.');
-    const std::string_view name = spec.substr(0, dot);
-    Field f;
-    f.name = std::string(name);
-    if (name.empty()) return fail("Empty field name", pos), false;
-    const FieldDesc* fd = nullptr;
-    for (uint16_t k = 0; k < ev.nfields && !fd; ++k)
-      if (name == ev.fields[k].name) fd = &ev.fields[k];
-    for (const FieldDesc& c : events::kCommonFields)
-      if (!fd && name == c.name) fd = &c;
-    if (fd) {
-      switch (fd->kind) {
-        case FieldKind::kCharArray:
-          f.src = Src::kChars;
-          f.offset = fd->offset;
-          f.size = fd->size;
-          break;
-        case FieldKind::kString:
-          f.src = Src::kDynStr;
-          f.offset = fd->offset;
-          f.size = kDynStringKey;
-          break;
-        case FieldKind::kByteArray:
-        case FieldKind::kDynBytes:
-          return fail("Couldn't find field", pos), false;  // no u8[] keys or values
-        default:
-          f.src = Src::kInt;
-          f.offset = fd->offset;
-          f.size = fd->size;
-          f.is_signed = fd->is_signed;
-      }
-    } else if (name == "common_timestamp") {
-      f.src = Src::kTimestamp;
-      im.needs_ts = true;
-    } else if (name == "cpu" || name == "common_cpu" || name == "CPU") {
-      f.src = Src::kCpu;
-    } else if (name == "hitcount" && !is_key) {
-      f.src = Src::kHitcount;
-    } else {
-      return fail("Couldn't find field", pos), false;
-    }
-    // Modifiers.
-    std::string_view rest = dot == std::string_view::npos ? std::string_view() : spec.substr(dot + 1);
-    size_t mpos = pos + name.size() + 1;
-    while (!rest.empty()) {
-      const size_t d = rest.find('.');
-      const std::string_view m = rest.substr(0, d);
-      bool ok = false;
-      if (m.substr(0, 8) == "buckets=" && is_key && !f.is_string()) {
-        uint64_t n = 0;
-        for (char c : m.substr(8)) {
-          if (c < '0' || c > '9' || n > (uint64_t{1} << 40)) {
-            n = 0;
-            break;
-          }
-          n = n * 10 + static_cast<uint64_t>(c - '0');
-        }
-        if (n > 0) {
-          f.flags |= kBuckets;
-          f.buckets = n;
-          ok = true;
-        }
-      }
-      for (const FlagName& fn : kFlagNames) {
-        if (ok || m != fn.name) continue;
-        const bool numeric = f.src != Src::kChars && f.src != Src::kDynStr;
-        switch (fn.flag) {
-          case kExecname: ok = is_key && name == "common_pid"; break;
-          case kUsecs: ok = f.src == Src::kTimestamp; break;
-          case kPercent: ok = !is_key && numeric; break;
-          case kSyscall: case kSym: case kSymOffset: case kLog2: ok = is_key && numeric; break;
-          default: ok = numeric; break;  // hex
-        }
-        if (ok) f.flags |= fn.flag;
-      }
-      if (!ok) return fail("Invalid field modifier", mpos), false;
-      mpos += m.size() + 1;
-      rest = d == std::string_view::npos ? std::string_view() : rest.substr(d + 1);
-    }
-    // One display modifier for a key.
-    if (is_key && __builtin_popcount(f.flags & ~kUsecs) > 1) return fail("Invalid field modifier", pos), false;
-    *out = std::move(f);
-    return true;
-  };
-
-  std::vector<std::pair<std::string_view, size_t>> sort_specs;
-  bool have_keys = false;
-  Field hitcount;
-  hitcount.name = "hitcount";
-  hitcount.src = Src::kHitcount;
-  im.vals.push_back(hitcount);
-  size_t pos = base + 4;
-  std::string_view rest = cmd.size() > 4 ? cmd.substr(5) : std::string_view();
-  ++pos;
-  while (cmd.size() > 4) {
-    const size_t colon = rest.find(':');
-    const std::string_view attr = rest.substr(0, colon);
-    const size_t eq = attr.find('=');
-    const std::string_view key = attr.substr(0, eq);
-    const std::string_view val = eq == std::string_view::npos ? std::string_view() : attr.substr(eq + 1);
-    const size_t vpos = pos + key.size() + 1;
-    auto each = [&](auto&& fn) -> bool {
-      size_t p = vpos;
-      std::string_view list = val;
-      while (true) {
-        const size_t c = list.find(',');
-        const std::string_view item = list.substr(0, c);
-        if (!fn(item, p)) return false;
-        if (c == std::string_view::npos) return true;
-        p += c + 1;
-        list = list.substr(c + 1);
-      }
-    };
-    if (attr.empty()) {
-      return fail("Empty assignment", pos);
-    } else if (key == "keys" || key == "key") {
-      if (val.empty()) return fail("Empty assignment", pos);
-      if (have_keys) return fail("Keys already given", pos);
-      have_keys = true;
-      if (!each([&](std::string_view item, size_t p) {
-            if (im.keys.size() == kMaxKeys) return fail("Too many keys (3 max)", p), false;
-            Field f;
-            if (!resolve(item, p, true, &f)) return false;
-            im.keys.push_back(std::move(f));
-            return true;
-          }))
-        return nullptr;
-    } else if (key == "vals" || key == "values") {
-      if (val.empty()) return fail("Empty assignment", pos);
-      if (!each([&](std::string_view item, size_t p) {
-            if (item == "hitcount") return true;
-            if (im.vals.size() == kMaxVals) return fail("Too many values", p), false;
-            Field f;
-            if (!resolve(item, p, false, &f)) return false;
-            if (f.is_string()) return fail("String type can not be a value", p), false;
-            im.vals.push_back(std::move(f));
-            return true;
-          }))
-        return nullptr;
-    } else if (key == "sort") {
-      if (val.empty()) return fail("Empty sort field", vpos);
-      if (!each([&](std::string_view item, size_t p) {
-            if (sort_specs.size() == 2) return fail("Too many sort fields (Max = 2)", p), false;
-            if (item.empty()) return fail("Empty sort field", p), false;
-            sort_specs.emplace_back(item, p);
-            return true;
-          }))
-        return nullptr;
-    } else if (key == "size") {
-      uint64_t n = 0;
-      bool ok = !val.empty();
-      for (char c : val) {
-        if (c < '0' || c > '9' || n > (uint64_t{1} << 32)) ok = false;
-        if (ok) n = n * 10 + static_cast<uint64_t>(c - '0');
-      }
-      unsigned bits = 0;
-      while (ok && (uint64_t{1} << bits) < n) ++bits;
-      if (!ok || bits < kMinBits || bits > kMaxBits)
-        return fail("Invalid size: 128..131072, rounded up to a power of 2", vpos);
-      im.bits = bits;
-    } else if (key == "name") {
-      if (val.empty()) return fail("Empty assignment", pos);
-      im.name = std::string(val);
-    } else if (attr == "pause") {
-      im.want_pause = true;
-    } else if (attr == "cont" || attr == "continue") {
-      im.want_cont = true;
-    } else if (attr == "clear") {
-      im.want_clear = true;
-    } else {
-      return fail("Invalid hist attribute", pos);
-    }
-    if (colon == std::string_view::npos) break;
-    pos += colon + 1;
-    rest = rest.substr(colon + 1);
-  }
-  if (!have_keys) return fail("No keys given", base);
-
-  // Sort keys: hitcount, a value or a key, with .ascending/.descending.
-  for (auto [item, p] : sort_specs) {
-    SortKey sk;
-    std::string_view fname = item;
-    const size_t dot = item.rfind('.');
-    if (dot != std::string_view::npos) {
-      const std::string_view mod = item.substr(dot + 1);
-      if (mod == "descending") sk.descending = true;
-      else if (mod != "ascending") return fail("Invalid sort modifier", p + dot + 1);
-      fname = item.substr(0, dot);
-    }
-    bool found = false;
-    for (size_t v = 0; v < im.vals.size() && !found; ++v)
-      if (fname == im.vals[v].name || fname == im.vals[v].spec()) {
-        sk.val = static_cast<int>(v);
-        found = true;
-      }
-    for (size_t k = 0; k < im.keys.size() && !found; ++k)
-      if (fname == im.keys[k].name || fname == im.keys[k].spec()) {
-        sk.val = -1 - static_cast<int>(k);
-        found = true;
-      }
-    if (!found) return fail("Sort field must be a key or a val", p);
-    im.sort.push_back(sk);
-  }
-  if (im.sort.empty()) im.sort.push_back(SortKey{});
-
-  // The compound key's layout: 8 bytes per number, the string's bytes.
-  uint32_t key_size = 0;
-  std::string sig;
-  for (Field& k : im.keys) {
-    k.key_offset = key_size;
-    key_size += k.is_string() ? (k.size + 7u) & ~7u : 8u;
-    sig += k.spec();
-    if (k.is_string()) {
-      sig += "/s";
-      sig += std::to_string(k.size);
-    }
-    sig += ',';
-  }
-  sig += ":";
-  for (const Field& v : im.vals) {
-    sig += v.spec();
-    sig += ',';
-  }
-
-  if (!im.name.empty()) {
-    std::lock_guard<std::mutex> l(g_named_mu);
-    auto& slot = named()[im.name];
-    if (auto t = slot.lock()) {
-      if (t->signature != sig || t->size != (1u << im.bits))
-        return fail("Named hist trigger doesn't match existing named trigger (includes variables)", base);
-      im.table = std::move(t);
-    }
-    if (!im.table) {
-      im.table = std::make_shared<TracingMap>(im.bits, key_size, im.vals.size());
-      im.table->signature = sig;
-      slot = im.table;
-    }
-  } else {
-    im.table = std::make_shared<TracingMap>(im.bits, key_size, im.vals.size());
-    im.table->signature = sig;
   }
   return h;
 }

@@ -408,5 +408,52 @@ TEST(HistMalformedTest, EveryBadCommandWithItsCaret) {
   EXPECT_EQ(err.message, "String type can not be a value");
 }
 
+// The parser's steps (hist_parse.cc) decide which error a command with two
+// gets: keys= and vals= fields as their attribute comes, then "No keys
+// given", then the sort keys, then the named table. Each caret is a byte of
+// the command as given, leading blanks included.
+TEST(HistMalformedTest, FirstErrorInCommandOrder) {
+  struct Case {
+    const char* cmd;
+    const char* message;
+    size_t pos;
+  };
+  const Case cases[] = {
+      {"hist:keys=nosuch:bogus", "Couldn't find field", 10},
+      {"hist:keys=bytes_req:bogus:vals=nosuch", "Invalid hist attribute", 20},
+      {"hist:vals=nosuch", "Couldn't find field", 10},
+      {"hist:sort=nosuch", "No keys given", 0},
+      {"hist:keys=bytes_req:sort=nosuch:vals=nosuch", "Couldn't find field", 37},
+      {"hist:keys=bytes_req:sort=nosuch:size=1", "Invalid size: 128..131072, rounded up to a power of 2", 37},
+      {"hist:keys=bytes_req:sort=a,b:sort=c", "Too many sort fields (Max = 2)", 34},
+      {"hist:keys=bytes_req:keys=nosuch", "Keys already given", 20},
+      {"hist:keys=bytes_req:size", "Invalid size: 128..131072, rounded up to a power of 2", 25},
+      {"hist:keys=bytes_req:sort", "Empty sort field", 25},
+      {"hist:keys=bytes_req:name", "Empty assignment", 20},
+      {"hist:keys=bytes_req..hex", "Invalid field modifier", 20},
+      {"hist:keys=.hex", "Empty field name", 10},
+      {"hist:keys=bytes_req:sort=bytes_req.log2.descending", "Sort field must be a key or a val", 25},
+      {"  hist:keys=nosuch", "Couldn't find field", 12},
+      {" \thistogram", "Not a hist trigger", 2},
+  };
+  for (const Case& c : cases) {
+    Error err;
+    EXPECT_EQ(Histogram::create(kmalloc_desc(), c.cmd, &err), nullptr) << c.cmd;
+    EXPECT_EQ(err.message, c.message) << c.cmd;
+    EXPECT_EQ(err.pos, c.pos) << c.cmd;
+  }
+  // A sort key may name a value given after it.
+  EXPECT_EQ(make(kmalloc_desc(), "hist:sort=bytes_alloc.descending:keys=bytes_req:vals=bytes_alloc")->trigger_text(""),
+            "hist:keys=bytes_req:vals=hitcount,bytes_alloc:sort=bytes_alloc.descending:size=2048 [active]");
+  auto a = make(kmalloc_desc(), "hist:name=order:keys=bytes_req");
+  Error err;
+  EXPECT_EQ(Histogram::create(kmalloc_desc(), "  hist:name=order:keys=bytes_alloc", &err), nullptr);
+  EXPECT_EQ(err.message, "Named hist trigger doesn't match existing named trigger (includes variables)");
+  EXPECT_EQ(err.pos, 2u);
+  // A bad command is refused before its name is looked at.
+  EXPECT_EQ(Histogram::create(kmalloc_desc(), "hist:name=order:keys=bytes_req:size=1", &err), nullptr);
+  EXPECT_EQ(err.message, "Invalid size: 128..131072, rounded up to a power of 2");
+}
+
 }  // namespace
 }  // namespace usrtrace::hist
