@@ -31,6 +31,11 @@
 // release the process or USRTRACE_EXIT_WAIT_MS (default 5000) pass, so that
 // a recorder takes the last pages. A forked child does not serve (it has
 // no server thread) and never removes its parent's socket.
+//
+// Files: server.cc (the thread: poll loop, connections, dispatch),
+// recorder_service.h (kPages, kMeta, kRecord), exit_handshake.h (the exit
+// and deferred signals waiting for recorders), lifecycle.cc (start, stop,
+// autostart; server_impl.h is the object it shares with server.cc).
 #pragma once
 
 #include <string>

@@ -1,0 +1,94 @@
+// The recorder service (recorder_service.h): the answers to kPages, kMeta
+// and kRecord, and the kMetaChanged flag. Apart from the server (server.cc)
+// so that the poll loop knows connections and requests, not ring buffers
+// and trace.dat metadata.
+#include "server/recorder_service.h"
+
+#include <cerrno>
+
+#include "base/sys.h"
+#include "control/meta.h"
+#include "instance/instance.h"
+#include "record/recorder.h"
+
+namespace usrtrace::control {
+
+using instance::Instance;
+
+void RecorderSession::release_readers() {
+  for (auto& [name, inst] : readers) inst->put_reader();
+  readers.clear();
+}
+
+bool take_pages(RecorderSession& s, const Request& r, bool may_park, const ExitHandshake& exit,
+                Reply* out) {
+  Instance* inst = nullptr;
+  if (auto it = s.readers.find(r.path); it != s.readers.end()) {
+    inst = it->second;
+  } else {
+    int err = 0;
+    inst = Instance::get(r.path, Instance::GetMode::kExisting, &err);
+    if (!inst) {
+      *out = {-(err ? err : ENOENT), {}};
+      return true;
+    }
+    s.readers.emplace(r.path, inst);  // the reference keeps rmdir away (EBUSY)
+  }
+  rb::RingBuffer& rb = inst->buffer();
+  const uint32_t ps = rb.page_size(0);
+  const int ncpu = rb.nr_cpus();
+  if (r.size < 8 + 4 + ps) {
+    *out = {-EINVAL, {}};  // not even one page fits
+    return true;
+  }
+  std::string payload;
+  Encoder e(&payload);
+  e.u32(ps);
+  e.u32(static_cast<uint32_t>(ncpu));
+  int32_t count = 0;
+  for (int k = 0; k < ncpu; ++k) {
+    const int cpu = static_cast<int>((s.next_cpu + static_cast<uint32_t>(k)) % static_cast<uint32_t>(ncpu));
+    while (payload.size() + 4 + ps <= r.size) {
+      const size_t at = payload.size();
+      e.u32(static_cast<uint32_t>(cpu));
+      payload.resize(at + 4 + ps);
+      uint64_t missed = 0;
+      if (!tracedat::take_page(rb, cpu, reinterpret_cast<uint8_t*>(payload.data() + at + 4), ps, !r.on,
+                               &missed)) {
+        payload.resize(at);
+        break;
+      }
+      ++count;
+    }
+  }
+  ++s.next_cpu;  // the next answer starts at another CPU: none starves
+  if (count == 0 && may_park && !r.on && r.wait_ms > 0 && !exit.exiting()) return false;
+  *out = {count, std::move(payload)};
+  return true;
+}
+
+Reply collect_meta(RecorderSession& s, const Request& r) {
+  // Read before collecting: a change while it runs makes the next answer
+  // say kMetaChanged again.
+  const uint32_t generation = base::metadata_generation();
+  RemoteMeta m;
+  if (int rc = tracedat::collect_instance_meta(r.names, &m); rc < 0) return {rc, {}};
+  Reply reply;
+  encode_meta(m, &reply.payload);
+  s.meta_generation = generation;
+  s.has_meta = true;
+  return reply;
+}
+
+uint32_t meta_flags(const RecorderSession& s) {
+  const bool stale = !s.has_meta || s.meta_generation != base::metadata_generation();
+  return stale ? kMetaChanged : 0;
+}
+
+void set_recording(RecorderSession& s, bool on, ExitHandshake* exit) {
+  if (s.recording == on) return;
+  s.recording = on;
+  exit->add_recorders(on ? 1 : -1);
+}
+
+}  // namespace usrtrace::control
