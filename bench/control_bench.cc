@@ -39,15 +39,14 @@
 #include <vector>
 
 #include "control/connection.h"
-#include "server/server.h"
 #include "pin.h"
 #include "ring_buffer/page_format.h"
+#include "server/server.h"
 #include "tracefs/tracefs.h"
 #include "usrtrace/control.h"
 #include "usrtrace/event.h"
 
-USRTRACE_EVENT(ctlbench, tick, (uint64_t, seq)(uint64_t, value), "seq=%llu value=%llu", REC->seq,
-               REC->value)
+USRTRACE_EVENT(ctlbench, tick, (uint64_t, seq)(uint64_t, value), "seq=%llu value=%llu", REC->seq, REC->value)
 
 namespace {
 
@@ -80,8 +79,8 @@ uint64_t count_events(const uint8_t* p, size_t n, uint32_t page_size) {
         std::min<uint64_t>(h.commit & rb::kCommitLengthMask, page_size - rb::kPageHeaderSize));
     rb::PageWalker w(p + at + rb::kPageHeaderSize, len, h.timestamp);
     rb::Entry e;
-    for (rb::PageWalker::Step s; (s = w.next(&e)) != rb::PageWalker::Step::kEnd &&
-                                 s != rb::PageWalker::Step::kCorrupt;)
+    for (rb::PageWalker::Step s;
+         (s = w.next(&e)) != rb::PageWalker::Step::kEnd && s != rb::PageWalker::Step::kCorrupt;)
       events += s == rb::PageWalker::Step::kData;
   }
   return events;
@@ -140,9 +139,10 @@ class Reader {
       conn = control::Connection::open(getpid(), &err);
     } else {
       client = control::Client::connect(getpid(), &err);
-      const std::string path = mode_ == ReadMode::kTracePipe
-                                   ? inst + "/trace_pipe"
-                                   : inst + "/per_cpu/cpu" + std::to_string(cpus().writer) + "/trace_pipe_raw";
+      const std::string path =
+          mode_ == ReadMode::kTracePipe
+              ? inst + "/trace_pipe"
+              : inst + "/per_cpu/cpu" + std::to_string(cpus().writer) + "/trace_pipe_raw";
       if (client && (h = client->open(path, O_RDONLY)) < 0) err = path + ": " + std::strerror(-h);
     }
     if (!err.empty()) error_ = err;

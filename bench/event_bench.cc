@@ -19,8 +19,8 @@
 #include "usrtrace/event.h"
 #include "write_ops.h"
 
-USRTRACE_EVENT(bench, event, (int32_t, a)(int32_t, b)(int32_t, c)(char[16], s),
-               "a=%d b=%d c=%d s=%s", REC->a, REC->b, REC->c, REC->s)
+USRTRACE_EVENT(bench, event, (int32_t, a)(int32_t, b)(int32_t, c)(char[16], s), "a=%d b=%d c=%d s=%s", REC->a,
+               REC->b, REC->c, REC->s)
 
 namespace {
 
@@ -57,8 +57,8 @@ void run_event(benchmark::State& state) {
   if (kInstances > 0) top->set_event("bench", "event", true);
   uint32_t i = 0;
   for (auto _ : state) {
-    trace_bench_event(static_cast<int32_t>(i), static_cast<int32_t>(i + 1000u),
-                      static_cast<int32_t>(~i), kName);
+    trace_bench_event(static_cast<int32_t>(i), static_cast<int32_t>(i + 1000u), static_cast<int32_t>(~i),
+                      kName);
     ++i;
   }
   top->set_event("bench", "event", false);

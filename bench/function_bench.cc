@@ -58,8 +58,7 @@ bool tracefs_write(const char* path, const std::string& text, std::string* why) 
 class Tracer {
  public:
   Tracer(const char* tracer, const char* filter) {
-    ok_ = tracefs_write("set_ftrace_filter", filter, &why_) &&
-          tracefs_write("current_tracer", tracer, &why_);
+    ok_ = tracefs_write("set_ftrace_filter", filter, &why_) && tracefs_write("current_tracer", tracer, &why_);
   }
   ~Tracer() {
     std::string ignored;
@@ -77,11 +76,11 @@ class Tracer {
 };
 
 // Skips with the reason when the tracer cannot be set up.
-#define FB_TRACER_OR_SKIP(state, tracer, filter) \
-  Tracer tracer_(tracer, filter);                \
-  if (!tracer_.ok()) {                           \
+#define FB_TRACER_OR_SKIP(state, tracer, filter)  \
+  Tracer tracer_(tracer, filter);                 \
+  if (!tracer_.ok()) {                            \
     (state).SkipWithError(tracer_.why().c_str()); \
-    return;                                      \
+    return;                                       \
   }
 
 void BM_Plain(benchmark::State& state) { run_loop<fb_plain_loop>(state); }

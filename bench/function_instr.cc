@@ -24,8 +24,7 @@ namespace {
 bool write_file(const char* path, const char* text) {
   long r = usrtrace_tracefs_write(path, text, strlen(text));
   if (r < 0) {
-    fprintf(stderr, "function_instr: echo '%s' > %s: %s\n", text, path,
-            strerror(static_cast<int>(-r)));
+    fprintf(stderr, "function_instr: echo '%s' > %s: %s\n", text, path, strerror(static_cast<int>(-r)));
     return false;
   }
   return true;
@@ -50,8 +49,7 @@ int main(int argc, char** argv) {
   } else if (!strcmp(mode, "ideal")) {
     sink = fb_ideal_loop(n);
   } else if (!strcmp(mode, "graph") || !strcmp(mode, "filtered")) {
-    if (!write_file("set_ftrace_filter", "fb_cyg_leaf") ||
-        !write_file("current_tracer", "function_graph")) {
+    if (!write_file("set_ftrace_filter", "fb_cyg_leaf") || !write_file("current_tracer", "function_graph")) {
       return 1;
     }
     sink = !strcmp(mode, "graph") ? fb_cyg_loop(n) : fb_cyg_other_loop(n);

@@ -17,10 +17,10 @@
 
 #define FB_NOTRACE __attribute__((no_instrument_function, patchable_function_entry(0, 0)))
 
-#define FB_DECLARE(c)                          \
-  extern "C" int fb_##c##_leaf(int x);         \
-  extern "C" long fb_##c##_loop(long n);       \
-  extern "C" int fb_##c##_other_leaf(int x);   \
+#define FB_DECLARE(c)                        \
+  extern "C" int fb_##c##_leaf(int x);       \
+  extern "C" long fb_##c##_loop(long n);     \
+  extern "C" int fb_##c##_other_leaf(int x); \
   extern "C" long fb_##c##_other_loop(long n);
 
 FB_DECLARE(plain)

@@ -46,12 +46,10 @@ using usrtrace::bench::Event;
 extern "C" {
 
 // Returns the number of writes that returned false (0 in overwrite mode).
-USRTRACE_NOINLINE uint64_t usrtrace_bench_usrtrace_loop(usrtrace::rb::RingBuffer* rb, Event* ev,
-                                                     uint64_t n) {
+USRTRACE_NOINLINE uint64_t usrtrace_bench_usrtrace_loop(usrtrace::rb::RingBuffer* rb, Event* ev, uint64_t n) {
   uint64_t failed = 0;
   for (uint64_t i = 0; i < n; ++i) {
-    if (USRTRACE_UNLIKELY(!usrtrace::bench::usrtrace_write(*rb, ev, static_cast<uint32_t>(i))))
-      ++failed;
+    if (USRTRACE_UNLIKELY(!usrtrace::bench::usrtrace_write(*rb, ev, static_cast<uint32_t>(i)))) ++failed;
   }
   return failed;
 }
@@ -105,8 +103,8 @@ int main(int argc, char** argv) {
   }
 
   if (strcmp(mode, "ideal") == 0) {
-    auto* slots = static_cast<__m128i*>(
-        std::aligned_alloc(64, usrtrace::bench::kIdealSlots * sizeof(__m128i)));
+    auto* slots =
+        static_cast<__m128i*>(std::aligned_alloc(64, usrtrace::bench::kIdealSlots * sizeof(__m128i)));
     memset(slots, 0, usrtrace::bench::kIdealSlots * sizeof(__m128i));
     usrtrace_bench_ideal_loop(slots, n);
     std::free(slots);
@@ -140,8 +138,7 @@ int main(int argc, char** argv) {
     written += st.written;
     overrun += st.overrun;
   }
-  printf("mode=usrtrace n=%llu failed=%" PRIu64 " emulated_rseq=%d written=%" PRIu64
-         " overrun=%" PRIu64 "\n",
+  printf("mode=usrtrace n=%llu failed=%" PRIu64 " emulated_rseq=%d written=%" PRIu64 " overrun=%" PRIu64 "\n",
          n, failed, emulate ? 1 : 0, written, overrun);
   return failed == 0 ? 0 : 1;
 }

@@ -76,7 +76,9 @@ void record(benchmark::State& state, int version, bool compress, int gap = 0) {
   setup("4096");
   const uint64_t n = getenv("RB_N") ? strtoull(getenv("RB_N"), nullptr, 10) : 4000000;
   double secs = 0, loop_secs = 0, bytes = 0, lost = 0;
-  const std::string out = std::string(getenv("USRTRACE_BENCH_RECORD_DIR") ? getenv("USRTRACE_BENCH_RECORD_DIR") : "/tmp") + "/usrtrace-record-bench-" + std::to_string(getpid()) + ".dat";
+  const std::string out =
+      std::string(getenv("USRTRACE_BENCH_RECORD_DIR") ? getenv("USRTRACE_BENCH_RECORD_DIR") : "/tmp") +
+      "/usrtrace-record-bench-" + std::to_string(getpid()) + ".dat";
   for (auto _ : state) {
     state.PauseTiming();
     usrtrace::tracefs::write_file(std::string("instances/") + kInst + "/trace", "");
@@ -122,7 +124,13 @@ void BM_RecordV7Paced(benchmark::State& state) { record(state, 7, false, static_
 BENCHMARK(BM_FillRate)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_RecordV7)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
 BENCHMARK(BM_RecordV7Zstd)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
-BENCHMARK(BM_RecordV7Paced)->Arg(16)->Arg(32)->Arg(64)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
+BENCHMARK(BM_RecordV7Paced)
+    ->Arg(16)
+    ->Arg(32)
+    ->Arg(64)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(3);
 
 }  // namespace
 

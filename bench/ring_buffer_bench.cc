@@ -120,11 +120,11 @@ class PinToOwnCpu {
   std::string error_;
 };
 
-#define USRTRACE_BENCH_PIN_OR_SKIP(state)                   \
-  PinToOwnCpu pin_(state);                                  \
-  if (!pin_.error().empty()) {                              \
-    (state).SkipWithError(pin_.error().c_str());            \
-    return;                                                 \
+#define USRTRACE_BENCH_PIN_OR_SKIP(state)        \
+  PinToOwnCpu pin_(state);                       \
+  if (!pin_.error().empty()) {                   \
+    (state).SkipWithError(pin_.error().c_str()); \
+    return;                                      \
   }
 
 // ---------------------------------------------------------------------------
@@ -133,8 +133,7 @@ class PinToOwnCpu {
 void BM_IdealWrite(benchmark::State& state) {
   USRTRACE_BENCH_PIN_OR_SKIP(state);
   // Per thread, touched before the timed loop.
-  auto* slots = static_cast<__m128i*>(
-      std::aligned_alloc(64, usrtrace::bench::kIdealSlots * sizeof(__m128i)));
+  auto* slots = static_cast<__m128i*>(std::aligned_alloc(64, usrtrace::bench::kIdealSlots * sizeof(__m128i)));
   memset(slots, 0, usrtrace::bench::kIdealSlots * sizeof(__m128i));
   benchmark::DoNotOptimize(slots);  // escapes: the stores below must happen
   uint64_t i = 0;
@@ -234,7 +233,8 @@ TraceMarker& trace_marker() {
   if (access(instances.c_str(), F_OK) != 0) {
     if (mount("nodev", kTracefs, "tracefs", 0, nullptr) != 0) {
       const int err = errno;
-      g_marker.error = "tracefs unavailable: " + errno_text("mount -t tracefs nodev /sys/kernel/tracing", err);
+      g_marker.error =
+          "tracefs unavailable: " + errno_text("mount -t tracefs nodev /sys/kernel/tracing", err);
       return g_marker;
     }
   }
@@ -273,8 +273,7 @@ void BM_TraceMarker(benchmark::State& state) {
   USRTRACE_BENCH_PIN_OR_SKIP(state);
   // The event as text, formatted once: the loop times write() alone.
   char line[64];
-  const int n = snprintf(line, sizeof line, "a=%d b=%d c=%d s=%s\n", 123456, 124456, -123457,
-                         kEventName);
+  const int n = snprintf(line, sizeof line, "a=%d b=%d c=%d s=%s\n", 123456, 124456, -123457, kEventName);
   const size_t len = static_cast<size_t>(n);
   uint64_t failed = 0;
   int last_err = 0;

@@ -22,8 +22,8 @@
 #include "tracefs/tracefs.h"
 #include "usrtrace/event.h"
 
-USRTRACE_EVENT(bench, trig, (int32_t, a)(int32_t, b)(int32_t, c)(char[16], s),
-               "a=%d b=%d c=%d s=%s", REC->a, REC->b, REC->c, REC->s)
+USRTRACE_EVENT(bench, trig, (int32_t, a)(int32_t, b)(int32_t, c)(char[16], s), "a=%d b=%d c=%d s=%s", REC->a,
+               REC->b, REC->c, REC->s)
 
 namespace {
 

@@ -18,16 +18,10 @@
 #include <lttng/tracepoint.h>
 #include <stdint.h>
 
-TRACEPOINT_EVENT(
-    usrtrace_bench, event,
-    TP_ARGS(int32_t, a_arg, int32_t, b_arg, int32_t, c_arg, const char *, s_arg),
-    TP_FIELDS(
-        ctf_integer(int32_t, a, a_arg)
-        ctf_integer(int32_t, b, b_arg)
-        ctf_integer(int32_t, c, c_arg)
-        ctf_array_text(char, s, s_arg, 16)
-    )
-)
+TRACEPOINT_EVENT(usrtrace_bench, event,
+                 TP_ARGS(int32_t, a_arg, int32_t, b_arg, int32_t, c_arg, const char *, s_arg),
+                 TP_FIELDS(ctf_integer(int32_t, a, a_arg) ctf_integer(int32_t, b, b_arg)
+                               ctf_integer(int32_t, c, c_arg) ctf_array_text(char, s, s_arg, 16)))
 
 #endif  // USRTRACE_BENCH_TP_H
 

@@ -61,7 +61,8 @@ __attribute__((noinline)) long handle(const char* request) {
   const int n = parse_request(request, fields, 8);
   if (n < 0 || !validate(fields, n)) return 0;
   long sum = 0;
-  for (int i = 0; i < n; ++i) sum += std::strcmp(fields[i].key, "slow") == 0 ? slow_lookup(fields[i].value) : fields[i].value;
+  for (int i = 0; i < n; ++i)
+    sum += std::strcmp(fields[i].key, "slow") == 0 ? slow_lookup(fields[i].value) : fields[i].value;
   return sum;
 }
 

@@ -75,9 +75,9 @@ int main(int argc, char** argv) {
   const bool thresh = argc > 1 && strcmp(argv[1], "thresh") == 0;
   usrtrace_section_kind_get("request");  // section_request exists from here on
   usrtrace_section_kind_get("lock");
-  if (usrtrace_tracefs_mkdir("instances/lat") < 0 ||        // mkdir instances/lat
+  if (usrtrace_tracefs_mkdir("instances/lat") < 0 ||  // mkdir instances/lat
       !write("instances/lat/events/demo/enable", "1") ||
-      !write("instances/lat/snapshot_ring_size", "8") ||     // thresh: the last 8 kept
+      !write("instances/lat/snapshot_ring_size", "8") ||  // thresh: the last 8 kept
       (thresh && !write("instances/lat/tracing_thresh", "2000")) ||
       !write("instances/lat/current_tracer", "section_request"))
     return 1;

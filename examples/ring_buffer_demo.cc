@@ -43,8 +43,10 @@ int main(int argc, char** argv) {
   for (int t = 0; t < 3; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < per_thread; ++i) {
-        Request r{usrtrace::base::gettid_cached(), static_cast<uint32_t>(t * 1000 + i),
-                  static_cast<uint32_t>(512 << t), {}};
+        Request r{usrtrace::base::gettid_cached(),
+                  static_cast<uint32_t>(t * 1000 + i),
+                  static_cast<uint32_t>(512 << t),
+                  {}};
         snprintf(r.name, sizeof r.name, "%s", names[t]);
         rb->write<sizeof r>(&r);
       }
@@ -67,8 +69,8 @@ int main(int argc, char** argv) {
   }
   for (int c = 0; c < rb->nr_cpus(); ++c) {
     usrtrace::rb::CpuStats s = rb->stats(c);
-    printf("# cpu%d: written %" PRIu64 ", in buffer %" PRIu64 ", overrun %" PRIu64 "\n", c,
-           s.written, s.entries, s.overrun);
+    printf("# cpu%d: written %" PRIu64 ", in buffer %" PRIu64 ", overrun %" PRIu64 "\n", c, s.written,
+           s.entries, s.overrun);
   }
   return 0;
 }

@@ -30,8 +30,8 @@
 
 USRTRACE_EVENT(demo, request, (uint64_t, id)(uint32_t, latency_us)(char[16], route),
                "id=%llu latency_us=%u route=%s", REC->id, REC->latency_us, REC->route)
-USRTRACE_EVENT(demo, error, (uint64_t, id)(int32_t, code)(const char*, what),
-               "id=%llu code=%d what=%s", REC->id, REC->code, __get_str(what))
+USRTRACE_EVENT(demo, error, (uint64_t, id)(int32_t, code)(const char*, what), "id=%llu code=%d what=%s",
+               REC->id, REC->code, __get_str(what))
 
 namespace {
 
@@ -213,22 +213,27 @@ int main(int argc, char** argv) {
   if (auto f = usrtrace::TraceFile::open(dat, &rec_err)) {
     long error_id = -1;  // demo:error's id, from its format in the file
     for (const auto& fmt : f->formats())
-      if (fmt.system == "demo" && fmt.text.starts_with("name: error\nID: ")) error_id = atol(fmt.text.c_str() + 16);
+      if (fmt.system == "demo" && fmt.text.starts_with("name: error\nID: "))
+        error_id = atol(fmt.text.c_str() + 16);
     usrtrace::TraceFile::Cursor c(*f);
     usrtrace::TraceFile::Record r;
     while (c.next(&r)) {
       uint16_t type;
       memcpy(&type, r.data, 2);
-      if (type == error_id) ++errors_in_file;
-      else ++slow_in_file;
+      if (type == error_id)
+        ++errors_in_file;
+      else
+        ++slow_in_file;
     }
   } else {
     fprintf(stderr, "service_demo: %s\n", rec_err.c_str());
   }
   printf("\n=== %s: instance `recorded`, recorded while the service ran ===\n", dat.c_str());
-  printf("%llu errors and %llu slow requests in the file. Read it with:\n  usrtrace report %s\n  trace-cmd report %s\n",
-         static_cast<unsigned long long>(errors_in_file), static_cast<unsigned long long>(slow_in_file),
-         dat.c_str(), dat.c_str());
+  printf(
+      "%llu errors and %llu slow requests in the file. Read it with:\n  usrtrace report %s\n  trace-cmd "
+      "report %s\n",
+      static_cast<unsigned long long>(errors_in_file), static_cast<unsigned long long>(slow_in_file),
+      dat.c_str(), dat.c_str());
   usrtrace_tracefs_rmdir("instances/slow");
   usrtrace_tracefs_rmdir("instances/recorded");
   usrtrace_tracefs_rmdir("instances/errors");

@@ -48,8 +48,8 @@
 
 #include "control/meta.h"
 #include "control/protocol.h"
-#include "server/server.h"
 #include "instance/instance.h"
+#include "server/server.h"
 #include "tracefs/tracefs.h"
 #include "usrtrace/event.h"
 
@@ -66,11 +66,11 @@ using control::Op;
 using control::Request;
 using usrtrace::instance::Instance;
 
-constexpr uint32_t kWaitMs = 15;    // a parked read or kPages waits at most this
+constexpr uint32_t kWaitMs = 15;  // a parked read or kPages waits at most this
 // No byte from the server for this long while it owes answers: it stalls
 // (nothing it is asked here takes that long; kMeta is tamed).
 constexpr int kIdleMs = 5000;
-constexpr int kHealthMs = 10000;    // the health check's answer; longer means hung
+constexpr int kHealthMs = 10000;  // the health check's answer; longer means hung
 
 // Opened read-only whatever the input asks (see the top of the file).
 constexpr std::string_view kReadOnly[] = {"buffer_file", "ftrace_dump_on_oops", "buffer_size_kb",
@@ -86,8 +86,8 @@ void check(bool ok, const char* what) {
 }
 
 uint32_t le32(const uint8_t* p) {
-  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
-         static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24;
+  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |
+         static_cast<uint32_t>(p[3]) << 24;
 }
 
 // Layer 1: decode, and what decodes encodes back to the same message.
@@ -171,7 +171,8 @@ struct Answer {
 void check_answer(const Expect& e, const Answer& a) {
   // kMetaChanged comes and goes with the process's events and objects (and
   // this connection's last kMeta); kExiting never, nor any unknown flag.
-  check((a.flags & ~control::kMetaChanged) == 0, "an answer has flags other than kMetaChanged while the process is not exiting");
+  check((a.flags & ~control::kMetaChanged) == 0,
+        "an answer has flags other than kMetaChanged while the process is not exiting");
   check(a.status >= -4095, "an answer's status is neither a count nor -errno");
   if (e.refused) {
     check(a.status == -e.refused, "a bad message is not refused with EPROTO/EMSGSIZE");
@@ -267,14 +268,18 @@ bool exchange(int fd, const std::string& out, size_t want, bool until_close, int
     if (n <= 0) break;
     if (p.revents & POLLOUT) {
       const ssize_t k = ::send(fd, out.data() + sent, out.size() - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
-      if (k > 0) sent += static_cast<size_t>(k);
-      else if (k < 0 && errno != EAGAIN && errno != EINTR) sent = out.size();  // closed on us
+      if (k > 0)
+        sent += static_cast<size_t>(k);
+      else if (k < 0 && errno != EAGAIN && errno != EINTR)
+        sent = out.size();  // closed on us
     }
     if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
       char buf[64 * 1024];
       const ssize_t k = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-      if (k > 0) in.append(buf, static_cast<size_t>(k));
-      else if (k == 0 || (errno != EAGAIN && errno != EINTR)) closed = true;  // ECONNRESET too
+      if (k > 0)
+        in.append(buf, static_cast<size_t>(k));
+      else if (k == 0 || (errno != EAGAIN && errno != EINTR))
+        closed = true;  // ECONNRESET too
     }
     while (in.size() >= 4) {
       const uint32_t len = le32(reinterpret_cast<const uint8_t*>(in.data()));
@@ -334,7 +339,8 @@ void reset() {
   top->set_tracing_on(true);
   top->set_cpumask({});
   for (const int i : usrtrace::instance::listed_options())
-    top->set_option(static_cast<usrtrace::instance::Option>(i), usrtrace::instance::option_info(i).default_on);
+    top->set_option(static_cast<usrtrace::instance::Option>(i),
+                    usrtrace::instance::option_info(i).default_on);
   if (top->buffer().clock() != usrtrace::clock::ClockId::kLocal)
     top->buffer().set_clock(usrtrace::clock::ClockId::kLocal);
   top->buffer().resize(-1, 64 * 1024);  // free_buffer may have shrunk it
@@ -349,20 +355,46 @@ size_t parsed_len(const uint8_t* p, size_t n) {
   const uint8_t op = d.u8();
   auto str = [&d] { d.bytes(d.u32()); };
   switch (static_cast<Op>(op)) {
-    case Op::kHello: break;
-    case Op::kStat: case Op::kList: case Op::kMkdir: case Op::kRmdir: str(); break;
-    case Op::kOpen: str(); d.u32(); break;
-    case Op::kRead: d.u32(); d.u32(); d.u32(); break;
-    case Op::kWrite: d.u32(); str(); break;
-    case Op::kClose: d.u32(); break;
-    case Op::kPages: str(); d.u32(); d.u32(); d.u8(); break;
+    case Op::kHello:
+      break;
+    case Op::kStat:
+    case Op::kList:
+    case Op::kMkdir:
+    case Op::kRmdir:
+      str();
+      break;
+    case Op::kOpen:
+      str();
+      d.u32();
+      break;
+    case Op::kRead:
+      d.u32();
+      d.u32();
+      d.u32();
+      break;
+    case Op::kWrite:
+      d.u32();
+      str();
+      break;
+    case Op::kClose:
+      d.u32();
+      break;
+    case Op::kPages:
+      str();
+      d.u32();
+      d.u32();
+      d.u8();
+      break;
     case Op::kMeta: {
       const uint32_t k = d.u32();
       for (uint32_t i = 0; i < k && i <= control::kMaxInstancesPerMeta && d.ok(); ++i) str();
       break;
     }
-    case Op::kRecord: d.u8(); break;
-    default: return 0;
+    case Op::kRecord:
+      d.u8();
+      break;
+    default:
+      return 0;
   }
   return d.ok() ? n - d.left() : 0;
 }

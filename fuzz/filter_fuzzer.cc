@@ -13,9 +13,9 @@
 enum class FzColor : uint8_t { kRed = 1 };
 
 USRTRACE_EVENT(fzf, all,
-               (uint8_t, u8)(int8_t, s8)(uint16_t, u16)(int16_t, s16)(uint32_t, u32)(int32_t, s32)
-               (uint64_t, u64)(int64_t, s64)(bool, flag)(FzColor, color)(void*, ptr)(char[16], name)
-               (const char*, path)(uint8_t[4], raw)(usrtrace::Bytes, blob),
+               (uint8_t, u8)(int8_t, s8)(uint16_t, u16)(int16_t, s16)(uint32_t, u32)(int32_t, s32)(
+                   uint64_t, u64)(int64_t, s64)(bool, flag)(FzColor, color)(void*, ptr)(char[16], name)(
+                   const char*, path)(uint8_t[4], raw)(usrtrace::Bytes, blob),
                "u8=%u", REC->u8)
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -10,8 +10,8 @@
 #include "usrtrace/event.h"
 
 USRTRACE_EVENT(fzh, all,
-               (uint8_t, u8)(int16_t, s16)(uint32_t, u32)(int64_t, s64)(bool, flag)(void*, ptr)
-               (char[16], name)(const char*, path)(uint8_t[4], raw),
+               (uint8_t, u8)(int16_t, s16)(uint32_t, u32)(int64_t, s64)(bool, flag)(void*, ptr)(
+                   char[16], name)(const char*, path)(uint8_t[4], raw),
                "u8=%u", REC->u8)
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

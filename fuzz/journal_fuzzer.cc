@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "ring_buffer/page_format.h"
 #include "record/journal.h"
+#include "ring_buffer/page_format.h"
 
 namespace {
 

@@ -3,10 +3,10 @@
 // the header checks: bytes 0..N of the input overwrite a real file's bytes
 // starting at an offset the input's first 4 bytes choose; the reader must
 // give an error or events that lie inside the file, never crash or hang.
+#include <unistd.h>
 #include <cstdint>
 #include <cstring>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "base/sys.h"
@@ -29,7 +29,8 @@ std::vector<uint8_t> make_seed() {
     o.store = fs;
     auto rb = usrtrace::rb::RingBuffer::create(o);
     if (!rb) return bytes;
-    for (uint64_t i = 0; i < 600; ++i) rb->write<16>(&i);  // 16 bytes from i's address: the test reads no values
+    for (uint64_t i = 0; i < 600; ++i)
+      rb->write<16>(&i);  // 16 bytes from i's address: the test reads no values
     FILE* f = fopen(path.c_str(), "rb");
     if (f) {
       uint8_t buf[65536];

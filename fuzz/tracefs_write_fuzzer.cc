@@ -43,26 +43,74 @@ using usrtrace::instance::Instance;
 namespace tracefs = usrtrace::tracefs;
 
 const char* const kFiles[] = {
-    "trace", "trace_pipe", "tracing_on", "buffer_size_kb", "buffer_total_size_kb", "buffer_percent",
-    "free_buffer", "trace_clock", "trace_marker", "trace_marker_raw", "trace_options",
-    "options/raw", "options/overwrite", "options/markers", "options/disable_on_free",
-    "current_tracer", "available_tracers", "available_events", "set_event", "set_event_pid",
-    "set_event_notrace_pid", "events/enable", "events/tfsfuzz/enable", "events/tfsfuzz/evt/enable",
-    "events/tfsfuzz/evt/format", "events/tfsfuzz/evt/id", "events/tfsfuzz/evt/filter",
-    "events/tfsfuzz/evt/trigger", "events/header_page", "events/header_event",
-    "events/ftrace/print/format", "per_cpu/cpu0/trace", "per_cpu/cpu0/trace_pipe",
-    "per_cpu/cpu0/trace_pipe_raw", "per_cpu/cpu0/stats", "per_cpu/cpu0/buffer_size_kb",
-    "saved_cmdlines", "saved_tgids", "tracing_cpumask", "error_log", "README", "instances",
-    "events", "per_cpu", "options",
+    "trace",
+    "trace_pipe",
+    "tracing_on",
+    "buffer_size_kb",
+    "buffer_total_size_kb",
+    "buffer_percent",
+    "free_buffer",
+    "trace_clock",
+    "trace_marker",
+    "trace_marker_raw",
+    "trace_options",
+    "options/raw",
+    "options/overwrite",
+    "options/markers",
+    "options/disable_on_free",
+    "current_tracer",
+    "available_tracers",
+    "available_events",
+    "set_event",
+    "set_event_pid",
+    "set_event_notrace_pid",
+    "events/enable",
+    "events/tfsfuzz/enable",
+    "events/tfsfuzz/evt/enable",
+    "events/tfsfuzz/evt/format",
+    "events/tfsfuzz/evt/id",
+    "events/tfsfuzz/evt/filter",
+    "events/tfsfuzz/evt/trigger",
+    "events/header_page",
+    "events/header_event",
+    "events/ftrace/print/format",
+    "per_cpu/cpu0/trace",
+    "per_cpu/cpu0/trace_pipe",
+    "per_cpu/cpu0/trace_pipe_raw",
+    "per_cpu/cpu0/stats",
+    "per_cpu/cpu0/buffer_size_kb",
+    "saved_cmdlines",
+    "saved_tgids",
+    "tracing_cpumask",
+    "error_log",
+    "README",
+    "instances",
+    "events",
+    "per_cpu",
+    "options",
     // Not ftrace_dump_on_oops_file: it would create files named by the input.
-    "ftrace_dump_on_oops", "events/tfsfuzz/filter", "events/tfsfuzz/evt/hist",
+    "ftrace_dump_on_oops",
+    "events/tfsfuzz/filter",
+    "events/tfsfuzz/evt/hist",
     // The function tracers' (src/function/control.cc parses the lists).
-    "set_ftrace_filter", "set_ftrace_notrace", "set_graph_function", "set_graph_notrace",
-    "set_ftrace_pid", "set_ftrace_notrace_pid", "max_graph_depth", "tracing_thresh",
-    "function_profile_enabled", "trace_stat/function0", "enabled_functions",
-    "available_filter_functions", "trace_stat",
+    "set_ftrace_filter",
+    "set_ftrace_notrace",
+    "set_graph_function",
+    "set_graph_notrace",
+    "set_ftrace_pid",
+    "set_ftrace_notrace_pid",
+    "max_graph_depth",
+    "tracing_thresh",
+    "function_profile_enabled",
+    "trace_stat/function0",
+    "enabled_functions",
+    "available_filter_functions",
+    "trace_stat",
     // The latency tracers' (src/latency/control.cc).
-    "tracing_max_latency", "timerlat_period_us", "options/function-trace", "snapshot",
+    "tracing_max_latency",
+    "timerlat_period_us",
+    "options/function-trace",
+    "snapshot",
 };
 constexpr size_t kNumFiles = sizeof(kFiles) / sizeof(kFiles[0]);
 
@@ -89,9 +137,12 @@ void check(long rc) {
 
 std::string prefix(uint8_t b) {
   switch (b % 3) {
-    case 0: return "";
-    case 1: return "instances/fz0/";
-    default: return "instances/fz1/";
+    case 0:
+      return "";
+    case 1:
+      return "instances/fz0/";
+    default:
+      return "instances/fz1/";
   }
 }
 
@@ -134,13 +185,15 @@ void reset() {
   tracefs::write_file("set_event_pid", "");
   tracefs::write_file("set_event_notrace_pid", "");
   tracefs::write_file("ftrace_dump_on_oops", "0");  // the fuzzer's own handlers back
-  tracefs::write_file("current_tracer", "nop");      // a latency tracer's thread stops
+  tracefs::write_file("current_tracer", "nop");     // a latency tracer's thread stops
   tracefs::write_file("tracing_thresh", "0");
   top->set_tracing_on(true);
   top->set_cpumask({});
   for (const int i : usrtrace::instance::listed_options())
-    top->set_option(static_cast<usrtrace::instance::Option>(i), usrtrace::instance::option_info(i).default_on);
-  if (top->buffer().clock() != usrtrace::clock::ClockId::kLocal) top->buffer().set_clock(usrtrace::clock::ClockId::kLocal);
+    top->set_option(static_cast<usrtrace::instance::Option>(i),
+                    usrtrace::instance::option_info(i).default_on);
+  if (top->buffer().clock() != usrtrace::clock::ClockId::kLocal)
+    top->buffer().set_clock(usrtrace::clock::ClockId::kLocal);
   top->buffer().resize(-1, 64 * 1024);
   top->buffer().reset();
   top->clear_error_log();
@@ -226,8 +279,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             break;
           default:
             // Under a live store: its mapping stays; the name is free again.
-            if (which & 0x80) ::unlink(path.c_str());
-            else ::rename(path.c_str(), (path + ".moved").c_str());
+            if (which & 0x80)
+              ::unlink(path.c_str());
+            else
+              ::rename(path.c_str(), (path + ".moved").c_str());
         }
         break;
       }

@@ -74,12 +74,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     line.remove_prefix(1);
     trigger::Error err;
     switch (what) {
-      case 0: trigger::write_trigger(slot, *a, line, &err); break;
-      case 1: trigger::write_trigger(slot, *b, line, &err); break;
-      case 2: trigger::set_filter(slot, *a, line, &err); break;
-      case 3: trigger::set_filter(slot, *b, line, &err); break;
-      case 4: trigger::set_system_filter(slot, "fz", line, &err); break;
-      default: break;
+      case 0:
+        trigger::write_trigger(slot, *a, line, &err);
+        break;
+      case 1:
+        trigger::write_trigger(slot, *b, line, &err);
+        break;
+      case 2:
+        trigger::set_filter(slot, *a, line, &err);
+        break;
+      case 3:
+        trigger::set_filter(slot, *b, line, &err);
+        break;
+      case 4:
+        trigger::set_system_filter(slot, "fz", line, &err);
+        break;
+      default:
+        break;
     }
     for (int i = 0; i < 4; ++i) fire(fired++);
   }

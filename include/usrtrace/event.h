@@ -57,60 +57,63 @@ USRTRACE_EXPORT int print_record(char* buf, size_t size, const char* fmt, ...);
 }  // namespace usrtrace::internal
 
 // In a print fmt: a dynamic string field of the record being printed.
-#define __get_str(field) \
-  ::usrtrace::internal::get_str(usrtrace_rec_, usrtrace_len_, REC->field)
+#define __get_str(field) ::usrtrace::internal::get_str(usrtrace_rec_, usrtrace_len_, REC->field)
 
-#define USRTRACE_EVENT(system, name, fields, ...)                                                   \
-  struct usrtrace_record_##system##_##name {                                                        \
-    ::usrtrace::internal::CommonHeader common;                                                      \
-    USRTRACE_PP_SEQ_(MEMBER, fields)                                                                \
-  };                                                                                                \
-  struct usrtrace_event_##system##_##name {                                                         \
-    using Record = usrtrace_record_##system##_##name;                                               \
-    static constexpr bool kDynamic =                                                                \
-        ::usrtrace::internal::kAnyDynamic<void USRTRACE_PP_SEQ_(TYPES, fields)>;                    \
-    static constexpr ::usrtrace::internal::FieldDesc kFields[] = {USRTRACE_PP_SEQ_(FDESC, fields)}; \
-    static int print(const void* usrtrace_src_, uint32_t usrtrace_len_, char* usrtrace_out_,        \
-                     size_t usrtrace_size_) {                                                       \
-      alignas(8) char usrtrace_rec_[::usrtrace::internal::kMaxRecord];                              \
-      if (usrtrace_len_ > sizeof usrtrace_rec_) usrtrace_len_ = sizeof usrtrace_rec_;               \
-      std::memset(usrtrace_rec_, 0, sizeof(Record));                                                \
-      std::memcpy(usrtrace_rec_, usrtrace_src_, usrtrace_len_);                                     \
-      const Record* REC = reinterpret_cast<const Record*>(usrtrace_rec_);                           \
-      (void)REC;                                                                                    \
-      return ::usrtrace::internal::print_record(usrtrace_out_, usrtrace_size_, __VA_ARGS__);       \
-    }                                                                                               \
-    static inline ::usrtrace::internal::EventDesc desc{                                             \
-        #system, #name, #__VA_ARGS__, kFields,                                                      \
-        static_cast<uint16_t>(sizeof kFields / sizeof kFields[0]),                                  \
-        static_cast<uint16_t>(sizeof(Record)), &print};                                             \
-    static inline ::usrtrace::internal::Registrar registrar{&desc};                                 \
-    [[gnu::noinline]] static void emit_dynamic(USRTRACE_PP_SEQ_(PARAM, fields)                      \
-                                                   ::usrtrace::internal::ArgsEnd = {}) {            \
-      alignas(8) char buf_[::usrtrace::internal::kMaxRecord + 4];                                   \
-      auto* r_ = reinterpret_cast<Record*>(buf_);                                                   \
-      uint32_t end_ = sizeof(Record);                                                               \
-      r_->common.type = desc.id;                                                                    \
-      USRTRACE_PP_SEQ_(ASSIGN, fields)                                                              \
-      ::usrtrace::internal::write_event(&desc, buf_, ::usrtrace::internal::pad_record(buf_, end_)); \
-    }                                                                                               \
-  };                                                                                                \
-  template <class = void>                                                                           \
-  [[gnu::always_inline]] inline void trace_##system##_##name(USRTRACE_PP_SEQ_(PARAM, fields)        \
-                                                                 ::usrtrace::internal::ArgsEnd = {}) { \
-    using E_ = usrtrace_event_##system##_##name;                                                    \
-    (void)&E_::registrar;                                                                           \
-    /* order: relaxed is enough; enabling is a soft switch, as in the kernel. */                    \
-    if (__builtin_expect(E_::desc.enabled.load(std::memory_order_relaxed) != 0, 0)) {               \
-      if constexpr (E_::kDynamic) {                                                                 \
-        E_::emit_dynamic(USRTRACE_PP_SEQ_(NAMES, fields) ::usrtrace::internal::ArgsEnd{});          \
-      } else {                                                                                      \
-        alignas(8) char buf_[sizeof(typename E_::Record)];                                          \
-        auto* r_ = reinterpret_cast<typename E_::Record*>(buf_);                                    \
-        uint32_t end_ = sizeof(typename E_::Record);                                                \
-        r_->common.type = E_::desc.id;                                                              \
-        USRTRACE_PP_SEQ_(ASSIGN, fields)                                                            \
-        ::usrtrace::internal::write_event(&E_::desc, buf_, end_);                                   \
-      }                                                                                             \
-    }                                                                                               \
+#define USRTRACE_EVENT(system, name, fields, ...)                                                            \
+  struct usrtrace_record_##system##_##name {                                                                 \
+    ::usrtrace::internal::CommonHeader common;                                                               \
+    USRTRACE_PP_SEQ_(MEMBER, fields)                                                                         \
+  };                                                                                                         \
+  struct usrtrace_event_##system##_##name {                                                                  \
+    using Record = usrtrace_record_##system##_##name;                                                        \
+    static constexpr bool kDynamic =                                                                         \
+        ::usrtrace::internal::kAnyDynamic<void USRTRACE_PP_SEQ_(TYPES, fields)>;                             \
+    static constexpr ::usrtrace::internal::FieldDesc kFields[] = {USRTRACE_PP_SEQ_(FDESC, fields)};          \
+    static int print(const void* usrtrace_src_, uint32_t usrtrace_len_, char* usrtrace_out_,                 \
+                     size_t usrtrace_size_) {                                                                \
+      alignas(8) char usrtrace_rec_[::usrtrace::internal::kMaxRecord];                                       \
+      if (usrtrace_len_ > sizeof usrtrace_rec_) usrtrace_len_ = sizeof usrtrace_rec_;                        \
+      std::memset(usrtrace_rec_, 0, sizeof(Record));                                                         \
+      std::memcpy(usrtrace_rec_, usrtrace_src_, usrtrace_len_);                                              \
+      const Record* REC = reinterpret_cast<const Record*>(usrtrace_rec_);                                    \
+      (void)REC;                                                                                             \
+      return ::usrtrace::internal::print_record(usrtrace_out_, usrtrace_size_, __VA_ARGS__);                 \
+    }                                                                                                        \
+    static inline ::usrtrace::internal::EventDesc desc{                                                      \
+        #system,                                                                                             \
+        #name,                                                                                               \
+        #__VA_ARGS__,                                                                                        \
+        kFields,                                                                                             \
+        static_cast<uint16_t>(sizeof kFields / sizeof kFields[0]),                                           \
+        static_cast<uint16_t>(sizeof(Record)),                                                               \
+        &print};                                                                                             \
+    static inline ::usrtrace::internal::Registrar registrar{&desc};                                          \
+    [[gnu::noinline]] static void emit_dynamic(USRTRACE_PP_SEQ_(PARAM,                                       \
+                                                                fields)::usrtrace::internal::ArgsEnd = {}) { \
+      alignas(8) char buf_[::usrtrace::internal::kMaxRecord + 4];                                            \
+      auto* r_ = reinterpret_cast<Record*>(buf_);                                                            \
+      uint32_t end_ = sizeof(Record);                                                                        \
+      r_->common.type = desc.id;                                                                             \
+      USRTRACE_PP_SEQ_(ASSIGN, fields)                                                                       \
+      ::usrtrace::internal::write_event(&desc, buf_, ::usrtrace::internal::pad_record(buf_, end_));          \
+    }                                                                                                        \
+  };                                                                                                         \
+  template <class = void>                                                                                    \
+  [[gnu::always_inline]] inline void trace_##system##_##name(                                                \
+      USRTRACE_PP_SEQ_(PARAM, fields)::usrtrace::internal::ArgsEnd = {}) {                                   \
+    using E_ = usrtrace_event_##system##_##name;                                                             \
+    (void)&E_::registrar;                                                                                    \
+    /* order: relaxed is enough; enabling is a soft switch, as in the kernel. */                             \
+    if (__builtin_expect(E_::desc.enabled.load(std::memory_order_relaxed) != 0, 0)) {                        \
+      if constexpr (E_::kDynamic) {                                                                          \
+        E_::emit_dynamic(USRTRACE_PP_SEQ_(NAMES, fields)::usrtrace::internal::ArgsEnd{});                    \
+      } else {                                                                                               \
+        alignas(8) char buf_[sizeof(typename E_::Record)];                                                   \
+        auto* r_ = reinterpret_cast<typename E_::Record*>(buf_);                                             \
+        uint32_t end_ = sizeof(typename E_::Record);                                                         \
+        r_->common.type = E_::desc.id;                                                                       \
+        USRTRACE_PP_SEQ_(ASSIGN, fields)                                                                     \
+        ::usrtrace::internal::write_event(&E_::desc, buf_, end_);                                            \
+      }                                                                                                      \
+    }                                                                                                        \
   }

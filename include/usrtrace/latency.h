@@ -101,7 +101,7 @@ USRTRACE_EXPORT long usrtrace_futex_wait(uint32_t *uaddr, uint32_t val, const st
 USRTRACE_EXPORT int usrtrace_timerlat_sleep_until(const struct timespec *when);
 
 #ifdef __cplusplus
-}  /* extern "C" */
+} /* extern "C" */
 
 struct usrtrace_section_kind {
   /* Instances whose tracer watches this kind (bit = instance slot). */
@@ -113,7 +113,7 @@ namespace usrtrace {
 /* A section for the scope's lifetime; the check is inline. */
 class Section {
  public:
-  __attribute__((always_inline)) explicit Section(usrtrace_section_kind* kind)
+  __attribute__((always_inline)) explicit Section(usrtrace_section_kind *kind)
       : kind_(kind),
         token_(kind != nullptr && __builtin_expect(kind->watched.load(std::memory_order_relaxed) != 0, 0)
                    ? usrtrace_section_begin(kind)
@@ -121,11 +121,11 @@ class Section {
   __attribute__((always_inline)) ~Section() {
     if (__builtin_expect(token_ != 0, 0)) usrtrace_section_end(kind_, token_);
   }
-  Section(const Section&) = delete;
-  Section& operator=(const Section&) = delete;
+  Section(const Section &) = delete;
+  Section &operator=(const Section &) = delete;
 
  private:
-  usrtrace_section_kind* kind_;
+  usrtrace_section_kind *kind_;
   uint64_t token_;
 };
 
@@ -146,7 +146,7 @@ struct KindName {
 };
 template <KindName Name>
 struct SectionKindOf {
-  static inline usrtrace_section_kind* const kind = usrtrace_section_kind_get(Name.text);
+  static inline usrtrace_section_kind *const kind = usrtrace_section_kind_get(Name.text);
 };
 
 }  // namespace usrtrace::internal
@@ -154,9 +154,9 @@ struct SectionKindOf {
 #define USRTRACE_SECTION_CAT2_(a, b) a##b
 #define USRTRACE_SECTION_CAT_(a, b) USRTRACE_SECTION_CAT2_(a, b)
 /* A section of kind NAME (a string literal) until the end of the scope. */
-#define USRTRACE_SECTION(name)                             \
-  ::usrtrace::Section USRTRACE_SECTION_CAT_(usrtrace_section_, __LINE__)( \
-      ::usrtrace::internal::SectionKindOf<name>::kind)
+#define USRTRACE_SECTION(name)                                 \
+  ::usrtrace::Section USRTRACE_SECTION_CAT_(usrtrace_section_, \
+                                            __LINE__)(::usrtrace::internal::SectionKindOf<name>::kind)
 #endif /* __cplusplus */
 
 #endif /* USRTRACE_LATENCY_H_ */

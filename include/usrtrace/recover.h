@@ -39,14 +39,14 @@ class USRTRACE_EXPORT Recovery {
   Recovery& operator=(const Recovery&) = delete;
 
   struct Info {
-    int pid = 0;                // of the process that wrote the file
-    std::string program;        // its comm
-    std::string instance;       // "" for the top instance
-    std::string clock;          // trace_clock name
-    bool clock_in_ns = true;    // false: times are raw counts (counter, uptime, x86-tsc)
+    int pid = 0;              // of the process that wrote the file
+    std::string program;      // its comm
+    std::string instance;     // "" for the top instance
+    std::string clock;        // trace_clock name
+    bool clock_in_ns = true;  // false: times are raw counts (counter, uptime, x86-tsc)
     uint32_t page_size = 0;
     int nr_cpus = 0;
-    uint64_t created_ns = 0;    // CLOCK_REALTIME when the file was made
+    uint64_t created_ns = 0;  // CLOCK_REALTIME when the file was made
   };
   const Info& info() const;
 
@@ -68,11 +68,11 @@ class USRTRACE_EXPORT Recovery {
 
   struct Event {
     int cpu = 0;
-    uint64_t ts_raw = 0;          // as recorded
-    uint64_t ts = 0;              // in ns for ns clocks (info().clock_in_ns), else raw
+    uint64_t ts_raw = 0;            // as recorded
+    uint64_t ts = 0;                // in ns for ns clocks (info().clock_in_ns), else raw
     const uint8_t* data = nullptr;  // the record (common fields first); valid
     uint32_t len = 0;               // while the Recovery lives
-    uint64_t lost_before = 0;     // events lost on this CPU right before this one
+    uint64_t lost_before = 0;       // events lost on this CPU right before this one
   };
   // Every valid event of the buffer with `tag`, merged across CPUs by time.
   std::vector<Event> events(uint32_t tag) const;

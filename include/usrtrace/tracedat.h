@@ -53,9 +53,9 @@ struct RecordStats {
 // (.OUTPUT.usrtrace-rec-XXXXXX; no per-event work); stop() takes what is
 // left, writes the trace.dat from the journal and removes it. A recorder
 // that dies or meets a full disk leaves the journal, from which
-// `usrtrace recover JOURNAL` writes the trace.dat. In discard mode nothing is lost while the recorder keeps up;
-// in overwrite mode what it could not take in time is overwritten, and the
-// file says how many events were lost where.
+// `usrtrace recover JOURNAL` writes the trace.dat. In discard mode nothing is lost while the recorder keeps
+// up; in overwrite mode what it could not take in time is overwritten, and the file says how many events were
+// lost where.
 class USRTRACE_EXPORT TraceRecorder {
  public:
   // Starts recording. nullptr with *err set: an unknown instance, a bad
@@ -99,8 +99,7 @@ class USRTRACE_EXPORT TraceRecorder {
 // Writes what the instances' buffers hold now to a trace.dat, consuming it
 // (trace-cmd extract). 0, or -errno with *err set. `stats`, if not null,
 // gets what was written. Context: control plane.
-USRTRACE_EXPORT int extract_trace(const RecordOptions& opts, std::string* err,
-                                  RecordStats* stats = nullptr);
+USRTRACE_EXPORT int extract_trace(const RecordOptions& opts, std::string* err, RecordStats* stats = nullptr);
 
 // A trace.dat file read back: version 6 or 7, compressed or not, written by
 // usrtrace or by trace-cmd for the kernel. The file is untrusted input:
@@ -123,9 +122,9 @@ class USRTRACE_EXPORT TraceFile {
   TraceFile(const TraceFile&) = delete;
   TraceFile& operator=(const TraceFile&) = delete;
 
-  int version() const;        // 6 or 7
+  int version() const;                     // 6 or 7
   const std::string& compression() const;  // "none", "zstd", ...
-  int long_size() const;      // 8 or 4
+  int long_size() const;                   // 8 or 4
   uint32_t page_size() const;
   int nr_cpus() const;
   const std::string& header_page() const;
@@ -138,7 +137,7 @@ class USRTRACE_EXPORT TraceFile {
   const std::string& kallsyms() const;
   const std::string& printk_formats() const;
   const std::string& cmdlines() const;
-  const std::string& trace_clock() const;   // the trace_clock file, if recorded
+  const std::string& trace_clock() const;  // the trace_clock file, if recorded
   const std::string& uname() const;
   const std::string& tool_version() const;
   const std::vector<std::string>& cpu_stats() const;  // "CPU: N\n" + per_cpu/cpuN/stats
@@ -149,7 +148,7 @@ class USRTRACE_EXPORT TraceFile {
     std::string name;   // "" for the top instance
     std::string clock;  // "local", "x86-tsc", ...
     uint32_t page_size = 0;
-    int nr_cpus = 0;    // CPU data slots
+    int nr_cpus = 0;  // CPU data slots
     struct Extent {
       uint64_t offset = 0, size = 0;  // of a CPU's data in the file
     };
@@ -158,9 +157,9 @@ class USRTRACE_EXPORT TraceFile {
   const std::vector<Buffer>& buffers() const;  // [0] is the top instance
 
   struct Record {
-    int buffer = 0;          // index into buffers()
+    int buffer = 0;  // index into buffers()
     int cpu = 0;
-    uint64_t ts = 0;         // in the buffer clock's units (ns for ns clocks)
+    uint64_t ts = 0;                // in the buffer clock's units (ns for ns clocks)
     const uint8_t* data = nullptr;  // the record, common fields first; valid
     uint32_t len = 0;               // while the TraceFile lives
     // Events lost right before this one on its CPU (the page's missed

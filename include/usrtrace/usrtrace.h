@@ -228,7 +228,7 @@ USRTRACE_EXPORT int usrtrace_control_start(void);
 USRTRACE_EXPORT void usrtrace_control_stop(void);
 
 #ifdef __cplusplus
-}  /* extern "C" */
+} /* extern "C" */
 #endif
 
 #endif /* USRTRACE_USRTRACE_H_ */

@@ -24,9 +24,7 @@ static_assert(usrtrace::Instance::kMaxPrint ==
 namespace {
 
 Instance* to_instance(usrtrace_array* tr) { return reinterpret_cast<Instance*>(tr); }
-const Instance* to_instance(const usrtrace_array* tr) {
-  return reinterpret_cast<const Instance*>(tr);
-}
+const Instance* to_instance(const usrtrace_array* tr) { return reinterpret_cast<const Instance*>(tr); }
 usrtrace_array* to_array(Instance* inst) { return reinterpret_cast<usrtrace_array*>(inst); }
 
 usrtrace_array* get(const char* name, Instance::GetMode mode) {
@@ -73,9 +71,7 @@ usrtrace_array* usrtrace_array_create(const char* name) {
   return get(name, Instance::GetMode::kNew);
 }
 
-usrtrace_array* usrtrace_array_lookup(const char* name) {
-  return get(name, Instance::GetMode::kExisting);
-}
+usrtrace_array* usrtrace_array_lookup(const char* name) { return get(name, Instance::GetMode::kExisting); }
 
 usrtrace_array* usrtrace_array_get(usrtrace_array* tr) {
   if (tr) to_instance(tr)->get_reader();
@@ -108,8 +104,7 @@ int usrtrace_array_printk(usrtrace_array* tr, const char* fmt, ...) {
   return r;
 }
 
-int usrtrace_array_set_clr_event(usrtrace_array* tr, const char* system, const char* event,
-                                 bool enable) {
+int usrtrace_array_set_clr_event(usrtrace_array* tr, const char* system, const char* event, bool enable) {
   if (!tr) return -ENOENT;
   std::string_view sys = system && *system ? system : "*";
   std::string_view ev = event && *event ? event : "*";

@@ -8,9 +8,9 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <cstdarg>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "api/api_internal.h"
@@ -123,8 +123,7 @@ int Instance::vprint(fmt::string_view format, fmt::format_args args) {
 
 int Instance::puts(std::string_view text) {
   if (!tr_) return -ENOENT;
-  return static_cast<int>(
-      impl(tr_)->printk(text, reinterpret_cast<uintptr_t>(__builtin_return_address(0))));
+  return static_cast<int>(impl(tr_)->printk(text, reinterpret_cast<uintptr_t>(__builtin_return_address(0))));
 }
 
 int Instance::set_event(std::string_view system, std::string_view event, bool enable) {

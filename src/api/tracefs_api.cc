@@ -47,13 +47,9 @@ long usrtrace_tracefs_append(const char* path, const char* text, size_t size) {
   return write_path(path, text, size, O_APPEND);
 }
 
-int usrtrace_tracefs_mkdir(const char* path) {
-  return path ? usrtrace::tracefs::mkdir(path) : -EINVAL;
-}
+int usrtrace_tracefs_mkdir(const char* path) { return path ? usrtrace::tracefs::mkdir(path) : -EINVAL; }
 
-int usrtrace_tracefs_rmdir(const char* path) {
-  return path ? usrtrace::tracefs::rmdir(path) : -EINVAL;
-}
+int usrtrace_tracefs_rmdir(const char* path) { return path ? usrtrace::tracefs::rmdir(path) : -EINVAL; }
 
 }  // extern "C"
 

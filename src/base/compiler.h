@@ -24,8 +24,8 @@ namespace usrtrace::base {
 [[noreturn]] USRTRACE_COLD void check_failed(const char* file, int line, const char* expr);
 }  // namespace usrtrace::base
 
-#define USRTRACE_CHECK(cond)                                                  \
-  do {                                                                        \
+#define USRTRACE_CHECK(cond)                                                                   \
+  do {                                                                                         \
     if (USRTRACE_UNLIKELY(!(cond))) ::usrtrace::base::check_failed(__FILE__, __LINE__, #cond); \
   } while (0)
 

@@ -81,7 +81,8 @@ int replace_file(const std::string& path, const std::function<int(int fd, std::s
   std::string out = path;
   struct stat ls;
   if (::lstat(out.c_str(), &ls) == 0 && S_ISLNK(ls.st_mode)) {
-    if (ls.st_uid != geteuid() && ls.st_uid != 0) return refuse(ELOOP, err, path, "a symbolic link owned by another user");
+    if (ls.st_uid != geteuid() && ls.st_uid != 0)
+      return refuse(ELOOP, err, path, "a symbolic link owned by another user");
     char* real = ::realpath(out.c_str(), nullptr);
     if (!real && errno != ENOENT) return refuse(errno, err, path, nullptr);
     if (real) {

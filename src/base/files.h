@@ -30,9 +30,9 @@ namespace usrtrace::base {
 const char* env(const char* name);
 
 struct OpenForWrite {
-  int flags = 0;                  // O_RDWR or O_WRONLY, plus O_APPEND / O_EXCL / O_TRUNC
-  mode_t mode = 0600;             // for a file created now
-  bool allow_char_device = false; // /dev/null, a terminal
+  int flags = 0;                   // O_RDWR or O_WRONLY, plus O_APPEND / O_EXCL / O_TRUNC
+  mode_t mode = 0600;              // for a file created now
+  bool allow_char_device = false;  // /dev/null, a terminal
 };
 
 // Opens (creating if needed) PATH for writing under the rules above.

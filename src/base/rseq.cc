@@ -12,8 +12,8 @@
 extern "C" {
 // The storage behind rseq.h's const usrtrace_rseq_offset: the same symbol
 // under another name, so that this file alone may write it.
-__attribute__((visibility("hidden"))) ptrdiff_t usrtrace_rseq_offset_storage __asm__(
-    "usrtrace_rseq_offset") = 0;
+__attribute__((visibility("hidden")))
+ptrdiff_t usrtrace_rseq_offset_storage __asm__("usrtrace_rseq_offset") = 0;
 __attribute__((tls_model("initial-exec"))) thread_local uint64_t usrtrace_rseq_aborts = 0;
 }
 
@@ -32,8 +32,7 @@ std::atomic<int> g_membarrier_ok{-1};  // -1 unknown, 0 no, 1 registered
 std::atomic<bool> g_emulated{false};
 
 struct rseq* thread_area() {
-  return reinterpret_cast<struct rseq*>(static_cast<char*>(__builtin_thread_pointer()) +
-                                        __rseq_offset);
+  return reinterpret_cast<struct rseq*>(static_cast<char*>(__builtin_thread_pointer()) + __rseq_offset);
 }
 
 }  // namespace
@@ -59,7 +58,6 @@ void rseq_emulate_for_instrumentation() {
   }
   g_emulated.store(true, std::memory_order_relaxed);
 }
-
 
 bool rseq_register_current_thread() {
   struct rseq* area = thread_area();

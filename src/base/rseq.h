@@ -68,6 +68,7 @@ void rseq_emulate_for_instrumentation();
 // and its abort handler (in __rseq_failure, after the 4-byte signature the
 // kernel checks: counts the abort and restarts at label 6, which re-arms).
 // `scratch` names a register the section clobbers anyway ("rcx", "rax").
+// clang-format off
 #define USRTRACE_RSEQ_CS_TRAILER(scratch)                            \
   ".pushsection __rseq_cs, \"aw\"\n\t"                              \
   ".balign 32\n\t"                                                   \
@@ -83,6 +84,7 @@ void rseq_emulate_for_instrumentation();
   "incq %%fs:(%%" scratch ")\n\t"                                    \
   "jmp 6b\n\t"                                                       \
   ".popsection\n\t"
+// clang-format on
 
 // Counts critical-section aborts taken by this thread (for tests; the abort
 // handler increments it with one instruction).

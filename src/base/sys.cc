@@ -20,7 +20,8 @@ namespace usrtrace::base {
 void check_failed(const char* file, int line, const char* expr) {
   char buf[512];
   int n = snprintf(buf, sizeof buf, "usrtrace: check failed at %s:%d: %s\n", file, line, expr);
-  if (n > 0) (void)!write(2, buf, static_cast<size_t>(n) < sizeof buf ? static_cast<size_t>(n) : sizeof buf - 1);
+  if (n > 0)
+    (void)!write(2, buf, static_cast<size_t>(n) < sizeof buf ? static_cast<size_t>(n) : sizeof buf - 1);
   abort();
 }
 
@@ -39,8 +40,10 @@ int parse_cpulist_max(const char* s) {
       s = end;
     }
     if (b > max_id) max_id = static_cast<int>(b);
-    if (*s == ',') ++s;
-    else break;
+    if (*s == ',')
+      ++s;
+    else
+      break;
   }
   return max_id + 1;
 }
@@ -62,9 +65,7 @@ int nr_possible_cpus() {
   return n;
 }
 
-void name_own_thread(const char* name) {
-  prctl(PR_SET_NAME, name, 0, 0, 0);
-}
+void name_own_thread(const char* name) { prctl(PR_SET_NAME, name, 0, 0, 0); }
 
 namespace {
 std::atomic<uint32_t> g_metadata_generation{0};
@@ -94,8 +95,7 @@ void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, int timeout_ms) 
 }
 
 void futex_wake_all(std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr,
-          nullptr, 0);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
 }
 
 void* map_aligned(size_t bytes, size_t align) {

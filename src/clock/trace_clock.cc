@@ -108,8 +108,7 @@ const TscCalibration& tsc_calibration() {
     do {
       sample(&tsc1, &ns1);
     } while (ns1 - early().ns < kMinInterval || tsc1 <= early().tsc);
-    u128 m = (static_cast<u128>(ns1 - early().ns) << 32) /
-                          (tsc1 - early().tsc);
+    u128 m = (static_cast<u128>(ns1 - early().ns) << 32) / (tsc1 - early().tsc);
     return TscCalibration{early().tsc, early().ns, static_cast<uint64_t>(m)};
   }();
   return cal;
@@ -119,8 +118,7 @@ uint64_t raw_to_ns(ClockId id, uint64_t raw) {
   const ClockDesc& d = describe(id);
   if (!d.tsc || !d.in_ns) return raw;
   const TscCalibration& c = tsc_calibration();
-  if (raw >= c.tsc0)
-    return c.ns0 + static_cast<uint64_t>((static_cast<u128>(raw - c.tsc0) * c.mult) >> 32);
+  if (raw >= c.tsc0) return c.ns0 + static_cast<uint64_t>((static_cast<u128>(raw - c.tsc0) * c.mult) >> 32);
   uint64_t back = static_cast<uint64_t>((static_cast<u128>(c.tsc0 - raw) * c.mult) >> 32);
   return back < c.ns0 ? c.ns0 - back : 0;
 }

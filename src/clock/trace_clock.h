@@ -47,8 +47,7 @@ inline uint64_t rdtsc() { return __rdtsc(); }
 // The clocks whose raw value is a TSC reading (describe(id).tsc), inline for
 // the write path.
 constexpr bool is_tsc(ClockId id) {
-  return id == ClockId::kLocal || id == ClockId::kGlobal || id == ClockId::kPerf ||
-         id == ClockId::kX86Tsc;
+  return id == ClockId::kLocal || id == ClockId::kGlobal || id == ClockId::kPerf || id == ClockId::kX86Tsc;
 }
 
 // Reads the clock's raw value, what the ring buffer stores.

@@ -164,8 +164,8 @@ std::unique_ptr<Connection> Connection::open(pid_t pid, std::string* err) {
         cred.uid != cand.owner) {
       if (refused.empty())
         refused = "not connecting to " + path + ": " + path + " is served by process " +
-                  std::to_string(cred.pid) + " (uid " + std::to_string(cred.uid) +
-                  "), not by process " + name + " (uid " + std::to_string(cand.owner) + ")";
+                  std::to_string(cred.pid) + " (uid " + std::to_string(cred.uid) + "), not by process " +
+                  name + " (uid " + std::to_string(cand.owner) + ")";
       continue;
     }
     std::unique_ptr<Connection> c(new Connection());
@@ -213,12 +213,12 @@ std::unique_ptr<Connection> Connection::open(pid_t pid, std::string* err) {
            " (an impostor could answer in its place)";
     errno = EPERM;
   } else if (last == EACCES || last == EPERM) {
-    *err = who + (comm.empty() ? "" : " (" + comm + ")") +
-           ": permission denied on its control socket";
+    *err = who + (comm.empty() ? "" : " (" + comm + ")") + ": permission denied on its control socket";
   } else {
     *err = who + (comm.empty() ? "" : " (" + comm + ")") +
            " does not serve usrtrace's control socket (not using usrtrace, or started with "
-           "USRTRACE_CONTROL=0)" + (tried.empty() ? "" : ": " + tried + ": " + std::strerror(last));
+           "USRTRACE_CONTROL=0)" +
+           (tried.empty() ? "" : ": " + tried + ": " + std::strerror(last));
   }
   return nullptr;
 }
@@ -423,6 +423,8 @@ long Client::read(int handle, char* buf, size_t size, int wait_ms) {
   const int rc = impl_->call(r, &p, r.wait_ms);
   if (rc < 0) return rc;
   if (static_cast<size_t>(rc) != p.size() || p.size() > size) return -EPROTO;
+  // Bytes, as read(2) gives them: no terminating NUL is owed.
+  // NOLINTNEXTLINE(bugprone-not-null-terminated-result)
   std::memcpy(buf, p.data(), p.size());
   return rc;
 }
@@ -497,8 +499,7 @@ std::vector<Process> list_processes() {
     const std::string name = std::to_string(pid);
     if (!process_alive(pid)) {
       // Left by a process of ours that died: only a socket of our own goes.
-      if (check_socket(dfd.fd, dir, name, geteuid(), &why) == 0)
-        ::unlinkat(dfd.fd, name.c_str(), 0);
+      if (check_socket(dfd.fd, dir, name, geteuid(), &why) == 0) ::unlinkat(dfd.fd, name.c_str(), 0);
       continue;
     }
     std::string cerr;

@@ -44,8 +44,8 @@ class Connection {
   struct Pages {
     uint32_t page_size = 0;
     int nr_cpus = 0;
-    std::vector<int> cpus;   // the CPU of each page
-    std::string data;        // the pages, page_size bytes each, in order
+    std::vector<int> cpus;  // the CPU of each page
+    std::string data;       // the pages, page_size bytes each, in order
   };
   int pages(const std::string& instance, uint32_t max_bytes, uint32_t wait_ms, bool flush, Pages* out);
   int meta(const std::vector<std::string>& instances, RemoteMeta* out);

@@ -17,7 +17,7 @@ struct InstanceMeta {
   std::string clock;
   uint32_t page_size = 0;
   int nr_cpus = 0;
-  uint64_t capacity = 0;  // bytes of pages, all CPUs together
+  uint64_t capacity = 0;           // bytes of pages, all CPUs together
   std::vector<std::string> stats;  // per_cpu/cpuN/stats
 };
 

@@ -22,8 +22,8 @@ std::string mode_text(mode_t m) {
 // Whether `st` (of `path`, not following a link) is what `owner` would have
 // made: a directory when `want_dir`, else a socket, owned by `owner`, and,
 // for a directory, none of the `forbidden` mode bits. False with *why.
-bool trusted(const std::string& path, const struct stat& st, bool want_dir, uid_t owner,
-             mode_t forbidden, std::string* why) {
+bool trusted(const std::string& path, const struct stat& st, bool want_dir, uid_t owner, mode_t forbidden,
+             std::string* why) {
   const char* want = want_dir ? "a directory" : "a socket";
   if (S_ISLNK(st.st_mode)) {
     *why = path + " is a symbolic link, not " + want;
@@ -34,8 +34,7 @@ bool trusted(const std::string& path, const struct stat& st, bool want_dir, uid_
     return false;
   }
   if (st.st_uid != owner) {
-    *why = path + " is owned by uid " + std::to_string(st.st_uid) + ", not by uid " +
-           std::to_string(owner);
+    *why = path + " is owned by uid " + std::to_string(st.st_uid) + ", not by uid " + std::to_string(owner);
     return false;
   }
   if (want_dir && (st.st_mode & forbidden) != 0) {
@@ -51,8 +50,7 @@ bool trusted(const std::string& path, const struct stat& st, bool want_dir, uid_
 
 std::string socket_dir_path() {
   if (const char* o = base::env("USRTRACE_SOCKET_DIR"); o && *o) return o;
-  if (const char* x = base::env("XDG_RUNTIME_DIR"); x && *x == '/')
-    return std::string(x) + "/usrtrace";
+  if (const char* x = base::env("XDG_RUNTIME_DIR"); x && *x == '/') return std::string(x) + "/usrtrace";
   return "/tmp/usrtrace-" + std::to_string(geteuid());
 }
 
@@ -101,8 +99,7 @@ int open_socket_dir(const std::string& dir, uid_t owner, std::string* why) {
   return fd;
 }
 
-int check_socket(int dir_fd, const std::string& dir, const std::string& name, uid_t owner,
-                 std::string* why) {
+int check_socket(int dir_fd, const std::string& dir, const std::string& name, uid_t owner, std::string* why) {
   const std::string path = dir + "/" + name;
   struct stat st;
   if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {

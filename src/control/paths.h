@@ -43,8 +43,7 @@ int open_socket_dir(const std::string& dir, uid_t owner, std::string* why);
 // socket owned by `owner`. 0; -EPERM with *why ("DIR/NAME is owned by uid
 // 65534, not by uid 1000", "DIR/NAME is a regular file, not a socket");
 // or another -errno (-ENOENT: nothing there).
-int check_socket(int dir_fd, const std::string& dir, const std::string& name, uid_t owner,
-                 std::string* why);
+int check_socket(int dir_fd, const std::string& dir, const std::string& name, uid_t owner, std::string* why);
 
 // The address to connect to entry `name` of dir_fd: /proc/self/fd/N/NAME,
 // which resolves through the checked directory itself even if DIR is

@@ -40,8 +40,8 @@ uint8_t Decoder::u8() {
 uint32_t Decoder::u32() {
   const uint8_t* p = bytes(4);
   if (!p) return 0;
-  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
-         static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24;
+  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |
+         static_cast<uint32_t>(p[3]) << 24;
 }
 
 uint64_t Decoder::u64() {
@@ -61,7 +61,8 @@ std::string Decoder::str(size_t max) {
 
 void finish_message(std::string* msg, size_t at) {
   const size_t body = msg->size() - at - 4;
-  for (int i = 0; i < 4; ++i) (*msg)[at + static_cast<size_t>(i)] = static_cast<char>((body >> (8 * i)) & 0xff);
+  for (int i = 0; i < 4; ++i)
+    (*msg)[at + static_cast<size_t>(i)] = static_cast<char>((body >> (8 * i)) & 0xff);
 }
 
 void encode_request(const Request& r, std::string* out) {

@@ -66,28 +66,28 @@ enum class Op : uint8_t {
 };
 
 inline constexpr uint32_t kProtocolVersion = 1;
-inline constexpr size_t kMaxData = 1u << 20;             // a read, a write, a kPages answer
+inline constexpr size_t kMaxData = 1u << 20;  // a read, a write, a kPages answer
 inline constexpr size_t kMaxPath = 4096;
 inline constexpr size_t kMaxRequest = kMaxData + 64 * 1024;
-inline constexpr size_t kMaxResponse = 256u << 20;       // kMeta of a big program (kallsyms)
+inline constexpr size_t kMaxResponse = 256u << 20;  // kMeta of a big program (kallsyms)
 inline constexpr uint32_t kMaxWaitMs = 10000;
 inline constexpr uint32_t kMaxInstancesPerMeta = 256;
 
-inline constexpr uint32_t kExiting = 1u << 0;      // response flag
+inline constexpr uint32_t kExiting = 1u << 0;  // response flag
 // Response flag: the process's metadata (events, loaded objects) changed
 // since this connection last took it with kMeta (or it never did).
 inline constexpr uint32_t kMetaChanged = 1u << 1;
 
 struct Request {
   Op op = Op::kHello;
-  std::string path;       // kStat, kList, kOpen, kMkdir, kRmdir; kPages: the instance
-  std::string data;       // kWrite
+  std::string path;                // kStat, kList, kOpen, kMkdir, kRmdir; kPages: the instance
+  std::string data;                // kWrite
   std::vector<std::string> names;  // kMeta
-  uint32_t flags = 0;     // kOpen
-  uint32_t handle = 0;    // kRead, kWrite, kClose
-  uint32_t size = 0;      // kRead; kPages: max_bytes
-  uint32_t wait_ms = 0;   // kRead, kPages
-  bool on = false;        // kRecord; kPages: flush
+  uint32_t flags = 0;              // kOpen
+  uint32_t handle = 0;             // kRead, kWrite, kClose
+  uint32_t size = 0;               // kRead; kPages: max_bytes
+  uint32_t wait_ms = 0;            // kRead, kPages
+  bool on = false;                 // kRecord; kPages: flush
 };
 
 // Appends a whole request message (length prefix included) to *out.

@@ -71,12 +71,18 @@ void nap_ms(long ms) {
 
 const char* signal_name(int sig) {
   switch (sig) {
-    case SIGSEGV: return "SIGSEGV";
-    case SIGBUS: return "SIGBUS";
-    case SIGILL: return "SIGILL";
-    case SIGFPE: return "SIGFPE";
-    case SIGABRT: return "SIGABRT";
-    default: return "signal";
+    case SIGSEGV:
+      return "SIGSEGV";
+    case SIGBUS:
+      return "SIGBUS";
+    case SIGILL:
+      return "SIGILL";
+    case SIGFPE:
+      return "SIGFPE";
+    case SIGABRT:
+      return "SIGABRT";
+    default:
+      return "signal";
   }
 }
 
@@ -146,8 +152,8 @@ bool take_storage(int tid) {
 }
 
 void crash_dump(int sig, const siginfo_t* info, const ucontext_t* uc, int tid) {
-  const int fd = g_fd.load(std::memory_order_relaxed) >= 0 ? g_fd.load(std::memory_order_relaxed)
-                                                           : STDERR_FILENO;
+  const int fd =
+      g_fd.load(std::memory_order_relaxed) >= 0 ? g_fd.load(std::memory_order_relaxed) : STDERR_FILENO;
   const auto mode = static_cast<DumpMode>(g_mode.load(std::memory_order_relaxed));
   write_oops(fd, sig, info, tid);
   Storage* st = g_storage.load(std::memory_order_acquire);
@@ -195,8 +201,7 @@ void on_fatal_signal(int sig, siginfo_t* info, void* uc) {
     die_by(first);  // a fault inside our own dump
   } else {
     // Only one thread dumps; let it finish before this signal kills us all.
-    for (int waited = 0; waited < kWaitMs && !g_crash_done.load(std::memory_order_acquire);
-         waited += 10)
+    for (int waited = 0; waited < kWaitMs && !g_crash_done.load(std::memory_order_acquire); waited += 10)
       nap_ms(10);
   }
   resume(sig, info, uc, tid);
@@ -263,11 +268,10 @@ struct EnvInit {
     const int err = configure(v, &bad);
     if (err == 0) return;
     // No control file to fail: say it on stderr, and in the top error_log.
-    fprintf(stderr, "usrtrace: USRTRACE_DUMP_ON_CRASH=%s: %s (expected 0, 1, 2 or all, then :PATH)\n",
-            v, strerror(-err));
+    fprintf(stderr, "usrtrace: USRTRACE_DUMP_ON_CRASH=%s: %s (expected 0, 1, 2 or all, then :PATH)\n", v,
+            strerror(-err));
     if (instance::Instance* top = instance::Instance::top())
-      top->log_error("crash", err == -EINVAL ? "Bad USRTRACE_DUMP_ON_CRASH value" : strerror(-err),
-                     v, bad);
+      top->log_error("crash", err == -EINVAL ? "Bad USRTRACE_DUMP_ON_CRASH value" : strerror(-err), v, bad);
   }
 };
 EnvInit g_env_init;
@@ -280,8 +284,8 @@ bool parse_mode(std::string_view s, DumpMode* mode, size_t* bad) {
   static constexpr struct {
     std::string_view text;
     DumpMode mode;
-  } kModes[] = {{"0", DumpMode::kOff}, {"1", DumpMode::kTop}, {"2", DumpMode::kOrigCpu},
-                {"all", DumpMode::kAll}};
+  } kModes[] = {
+      {"0", DumpMode::kOff}, {"1", DumpMode::kTop}, {"2", DumpMode::kOrigCpu}, {"all", DumpMode::kAll}};
   for (const auto& m : kModes) {
     if (v == m.text) {
       *mode = m.mode;
@@ -301,10 +305,14 @@ bool parse_mode(std::string_view s, DumpMode* mode, size_t* bad) {
 
 const char* mode_name(DumpMode mode) {
   switch (mode) {
-    case DumpMode::kOff: return "0";
-    case DumpMode::kTop: return "1";
-    case DumpMode::kOrigCpu: return "2";
-    case DumpMode::kAll: return "all";
+    case DumpMode::kOff:
+      return "0";
+    case DumpMode::kTop:
+      return "1";
+    case DumpMode::kOrigCpu:
+      return "2";
+    case DumpMode::kAll:
+      return "all";
   }
   return "0";
 }
@@ -384,7 +392,8 @@ struct RegisterDump {
   RegisterDump() {
     function::register_dump({&prepare, [](bool orig_cpu) {
                                const int fd = g_fd.load(std::memory_order_relaxed);
-                               return dump(fd >= 0 ? fd : STDERR_FILENO, orig_cpu ? DumpMode::kOrigCpu : DumpMode::kTop);
+                               return dump(fd >= 0 ? fd : STDERR_FILENO,
+                                           orig_cpu ? DumpMode::kOrigCpu : DumpMode::kTop);
                              }});
   }
 } g_register_dump;
@@ -394,8 +403,7 @@ int dump(int fd, DumpMode mode) {
   Storage* st = g_storage.load(std::memory_order_acquire);
   if (!st) return -ENOMEM;
   int expected = 0;
-  if (!g_owner.compare_exchange_strong(expected, raw_gettid(), std::memory_order_acquire))
-    return -EAGAIN;
+  if (!g_owner.compare_exchange_strong(expected, raw_gettid(), std::memory_order_acquire)) return -EAGAIN;
   const int err = detail::dump_buffers(*st, fd, mode, sched_getcpu(), /*stop=*/false);
   g_owner.store(0, std::memory_order_release);
   return err;

@@ -17,9 +17,9 @@
 
 #include "crash/internal.h"
 #include "instance/instance.h"
-#include "writers/writers.h"
 #include "output/trace_output.h"
 #include "ring_buffer/page_format.h"
+#include "writers/writers.h"
 
 namespace usrtrace::crash::detail {
 
@@ -27,9 +27,7 @@ std::atomic<Storage*> g_storage{nullptr};
 std::atomic<int> g_owner{0};
 
 Storage::Storage(int nr_cpus)
-    : it(nr_cpus, rb::kMaxPageSize),
-      held(new uint8_t[rb::kMaxPageSize]),
-      altstack(new char[kAltStackSize]) {
+    : it(nr_cpus, rb::kMaxPageSize), held(new uint8_t[rb::kMaxPageSize]), altstack(new char[kAltStackSize]) {
   line.reserve(4 * output::kDumpLineMax);
 }
 
@@ -142,8 +140,7 @@ int dump_buffers(Storage& st, int fd, DumpMode mode, int orig_cpu, bool stop) {
   // the buffer (writers/writers.h). A thread that never wrote is not
   // registered, and registering here could allocate: it goes without.
   writers::ThreadState& self = writers::self();
-  writers::ThreadState* bracket =
-      self.state == writers::kRegistered ? writers::enter() : nullptr;
+  writers::ThreadState* bracket = self.state == writers::kRegistered ? writers::enter() : nullptr;
   const int slots = mode == DumpMode::kAll ? instance::kMaxInstances : 1;
   const int cpu = mode == DumpMode::kOrigCpu ? orig_cpu : -1;
   if (stop) {

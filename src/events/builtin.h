@@ -41,21 +41,21 @@
 
 // The FieldDesc of member `member` of the enclosing event's Record; `ctype`
 // is its C type as the kernel's format file prints it, `kind` a FieldKind.
-#define USRTRACE_BUILTIN_FIELD(member, ctype, kind)                                            \
-  ::usrtrace::internal::FieldDesc {                                                            \
-    #member, ctype, static_cast<uint16_t>(offsetof(Record, member)),                           \
-        static_cast<uint16_t>(sizeof(Record::member)),                                         \
-        static_cast<uint16_t>(std::extent_v<decltype(Record::member)>),                        \
-        std::is_signed_v<std::remove_all_extents_t<decltype(Record::member)>>,                 \
-        ::usrtrace::internal::FieldKind::kind                                                  \
+#define USRTRACE_BUILTIN_FIELD(member, ctype, kind)                                \
+  ::usrtrace::internal::FieldDesc {                                                \
+#member, ctype, static_cast < uint16_t>(offsetof(Record, member)),             \
+        static_cast < uint16_t>(sizeof(Record::member)),                           \
+        static_cast < uint16_t>(std::extent_v <decltype(Record::member)>),         \
+        std::is_signed_v < std::remove_all_extents_t < decltype(Record::member)>>, \
+        ::usrtrace::internal::FieldKind::kind                                      \
   }
 
 // A trailing array of `elem` (`ctype name[]`, size 0): whatever follows
 // the fixed part of the record, which is where it starts.
-#define USRTRACE_BUILTIN_TAIL(name, elem, ctype, kind)                                      \
-  ::usrtrace::internal::FieldDesc {                                                         \
-    #name, ctype, static_cast<uint16_t>(sizeof(Record)), 0, 0, std::is_signed_v<elem>,      \
-        ::usrtrace::internal::FieldKind::kind                                               \
+#define USRTRACE_BUILTIN_TAIL(name, elem, ctype, kind)                                     \
+  ::usrtrace::internal::FieldDesc {                                                        \
+#name, ctype, static_cast < uint16_t>(sizeof(Record)), 0, 0, std::is_signed_v < elem>, \
+        ::usrtrace::internal::FieldKind::kind                                              \
   }
 
 namespace usrtrace::events {
@@ -114,8 +114,7 @@ struct FunctionEvent {
   using Record = FunctionRecord;
   static constexpr uint16_t kId = 1;  // TRACE_FN
   static constexpr const char* kName = "function";
-  static constexpr const char* kPrintFmt =
-      "\" %ps <-- %ps\", (void *)REC->ip, (void *)REC->parent_ip";
+  static constexpr const char* kPrintFmt = "\" %ps <-- %ps\", (void *)REC->ip, (void *)REC->parent_ip";
   static constexpr internal::FieldDesc kFields[] = {
       USRTRACE_BUILTIN_FIELD(ip, "unsigned long", kInteger),
       USRTRACE_BUILTIN_FIELD(parent_ip, "unsigned long", kInteger),
@@ -173,7 +172,7 @@ inline constexpr int kUserStackEntries = 8;  // the kernel's FTRACE_STACK_ENTRIE
 struct UserStackRecord {
   internal::CommonHeader common;
   uint32_t tgid;
-  uint32_t pad;  // not a field: the kernel's alignment of caller
+  uint32_t pad;                        // not a field: the kernel's alignment of caller
   uint64_t caller[kUserStackEntries];  // return addresses, innermost first, 0 after the last
 };
 

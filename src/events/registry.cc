@@ -3,8 +3,8 @@
 #include "base/sys.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 
 namespace usrtrace::events {
 namespace {
@@ -139,8 +139,7 @@ std::vector<std::string> Registry::systems() {
   return out;
 }
 
-int Registry::set_enabled(int slot, std::string_view system_glob, std::string_view name_glob,
-                          bool on) {
+int Registry::set_enabled(int slot, std::string_view system_glob, std::string_view name_glob, bool on) {
   base::MutexLock l(&mu_);
   int n = 0;
   const uint64_t bit = uint64_t{1} << slot;
@@ -188,10 +187,10 @@ std::string format_text(const EventDesc& ev) {
     const FieldDesc& f = ev.fields[i];
     std::string decl;
     using internal::FieldKind;
+    // "__data_loc char[] msg" and scalars are TYPE NAME; ftrace:print's
+    // trailing buf is NAME[]; fixed arrays NAME[N].
     if (f.size == 0) {
-      decl = std::string(f.type) + " " + f.name + "[]";  // ftrace:print's trailing buf
-    } else if (f.kind == FieldKind::kString || f.kind == FieldKind::kDynBytes) {
-      decl = std::string(f.type) + " " + f.name;  // "__data_loc char[] msg"
+      decl = std::string(f.type) + " " + f.name + "[]";
     } else if (f.kind == FieldKind::kCharArray || f.kind == FieldKind::kByteArray) {
       decl = std::string(f.type) + " " + f.name + "[" + std::to_string(f.array_len) + "]";
     } else {

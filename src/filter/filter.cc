@@ -30,7 +30,7 @@ using internal::EventDesc;
 using internal::FieldDesc;
 using internal::FieldKind;
 
-constexpr size_t kMaxPreds = 16384;     // the kernel's MAX_FILTER_PRED
+constexpr size_t kMaxPreds = 16384;      // the kernel's MAX_FILTER_PRED
 constexpr size_t kMaxStringValue = 256;  // MAX_FILTER_STR_VAL
 constexpr int kMaxDepth = 200;           // nested ( and !: bounds the parser's recursion
 constexpr int32_t kAccept = -1;
@@ -40,11 +40,11 @@ enum class Op : uint8_t { kEq, kNe, kLt, kLe, kGt, kGe, kBand, kGlob };
 
 // Where a predicate's operand comes from.
 enum class Source : uint8_t {
-  kInt,      // an integer field of the record (bool, enum, pointer too)
-  kChars,    // char name[N]
-  kDynStr,   // __data_loc char[]
-  kCpu,      // Context::cpu
-  kComm,     // Context::comm
+  kInt,     // an integer field of the record (bool, enum, pointer too)
+  kChars,   // char name[N]
+  kDynStr,  // __data_loc char[]
+  kCpu,     // Context::cpu
+  kComm,    // Context::comm
 };
 
 // How a string is compared (the kernel's filter_parse_regex kinds).
@@ -54,12 +54,12 @@ struct Pred {
   Source src;
   Op op;
   bool is_signed = false;
-  uint8_t size = 0;      // integer fields: 1, 2, 4, 8
+  uint8_t size = 0;  // integer fields: 1, 2, 4, 8
   uint16_t offset = 0;
   uint16_t max_len = 0;  // char arrays: N
   Match match = Match::kFull;
-  uint64_t val = 0;      // integers: already truncated to the field's width
-  std::string pattern;   // strings: without the * of front/end/middle matches
+  uint64_t val = 0;     // integers: already truncated to the field's width
+  std::string pattern;  // strings: without the * of front/end/middle matches
   int32_t on_true = kAccept;
   int32_t on_false = kReject;
 };
@@ -220,7 +220,7 @@ class Parser {
     static constexpr struct {
       const char* text;
       Op op;
-    } kOps[] = {{"==", Op::kEq}, {"!=", Op::kNe}, {"<=", Op::kLe}, {">=", Op::kGe},
+    } kOps[] = {{"==", Op::kEq}, {"!=", Op::kNe}, {"<=", Op::kLe},  {">=", Op::kGe},
                 {"<", Op::kLt},  {">", Op::kGt},  {"&", Op::kBand}, {"~", Op::kGlob}};
     bool have_op = false;
     for (const auto& o : kOps) {
@@ -238,8 +238,8 @@ class Parser {
     skip();
     const size_t vpos = i_;
     const bool quoted = i_ < s_.size() && (s_[i_] == '"' || s_[i_] == '\'');
-    const bool is_string = special ? p.src == Source::kComm
-                                   : f->kind == FieldKind::kCharArray || f->kind == FieldKind::kString;
+    const bool is_string =
+        special ? p.src == Source::kComm : f->kind == FieldKind::kCharArray || f->kind == FieldKind::kString;
     if (!special && (f->kind == FieldKind::kByteArray || f->kind == FieldKind::kDynBytes))
       return fail(ErrorCode::kIllegalFieldOp, vpos + 1);
     if (is_string) {
@@ -382,17 +382,25 @@ bool compare(uint64_t a, const Pred& p) {
   if (p.is_signed) {
     const auto sa = static_cast<int64_t>(a), sb = static_cast<int64_t>(b);
     switch (p.op) {
-      case Op::kLt: return sa < sb;
-      case Op::kLe: return sa <= sb;
-      case Op::kGt: return sa > sb;
-      default: return sa >= sb;
+      case Op::kLt:
+        return sa < sb;
+      case Op::kLe:
+        return sa <= sb;
+      case Op::kGt:
+        return sa > sb;
+      default:
+        return sa >= sb;
     }
   }
   switch (p.op) {
-    case Op::kLt: return a < b;
-    case Op::kLe: return a <= b;
-    case Op::kGt: return a > b;
-    default: return a >= b;
+    case Op::kLt:
+      return a < b;
+    case Op::kLe:
+      return a <= b;
+    case Op::kGt:
+      return a > b;
+    default:
+      return a >= b;
   }
 }
 
@@ -422,11 +430,21 @@ bool string_match(std::string_view s, const Pred& p) {
   const std::string_view pat = p.pattern;
   bool hit;
   switch (p.match) {
-    case Match::kFull: hit = s == pat; break;
-    case Match::kFront: hit = s.substr(0, pat.size()) == pat; break;
-    case Match::kEnd: hit = s.size() >= pat.size() && s.substr(s.size() - pat.size()) == pat; break;
-    case Match::kMiddle: hit = s.find(pat) != std::string_view::npos; break;
-    default: hit = events::glob_match(pat, s); break;
+    case Match::kFull:
+      hit = s == pat;
+      break;
+    case Match::kFront:
+      hit = s.substr(0, pat.size()) == pat;
+      break;
+    case Match::kEnd:
+      hit = s.size() >= pat.size() && s.substr(s.size() - pat.size()) == pat;
+      break;
+    case Match::kMiddle:
+      hit = s.find(pat) != std::string_view::npos;
+      break;
+    default:
+      hit = events::glob_match(pat, s);
+      break;
   }
   return p.op == Op::kNe ? !hit : hit;
 }
@@ -444,20 +462,34 @@ Program::~Program() = default;
 
 const char* message(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kInvalidOp: return "Invalid operator";
-    case ErrorCode::kTooManyOpen: return "Too many '('";
-    case ErrorCode::kTooManyClose: return "Too few '('";
-    case ErrorCode::kMissingQuote: return "Missing matching quote";
-    case ErrorCode::kOperandTooLong: return "Operand too long";
-    case ErrorCode::kExpectString: return "Expecting string field";
-    case ErrorCode::kExpectDigit: return "Expecting numeric field";
-    case ErrorCode::kIllegalFieldOp: return "Illegal operation for field type";
-    case ErrorCode::kFieldNotFound: return "Field not found";
-    case ErrorCode::kIllegalIntval: return "Illegal integer value";
-    case ErrorCode::kTooManyPreds: return "Too many terms in predicate expression";
-    case ErrorCode::kInvalidFilter: return "Meaningless filter expression";
-    case ErrorCode::kInvalidValue: return "Invalid value (did you forget quotes)?";
-    case ErrorCode::kNoFilter: return "No filter found";
+    case ErrorCode::kInvalidOp:
+      return "Invalid operator";
+    case ErrorCode::kTooManyOpen:
+      return "Too many '('";
+    case ErrorCode::kTooManyClose:
+      return "Too few '('";
+    case ErrorCode::kMissingQuote:
+      return "Missing matching quote";
+    case ErrorCode::kOperandTooLong:
+      return "Operand too long";
+    case ErrorCode::kExpectString:
+      return "Expecting string field";
+    case ErrorCode::kExpectDigit:
+      return "Expecting numeric field";
+    case ErrorCode::kIllegalFieldOp:
+      return "Illegal operation for field type";
+    case ErrorCode::kFieldNotFound:
+      return "Field not found";
+    case ErrorCode::kIllegalIntval:
+      return "Illegal integer value";
+    case ErrorCode::kTooManyPreds:
+      return "Too many terms in predicate expression";
+    case ErrorCode::kInvalidFilter:
+      return "Meaningless filter expression";
+    case ErrorCode::kInvalidValue:
+      return "Invalid value (did you forget quotes)?";
+    case ErrorCode::kNoFilter:
+      return "No filter found";
   }
   return "Error";
 }
@@ -488,11 +520,15 @@ bool Program::match(const void* rec_v, uint32_t len, const Context& ctx) const {
     const Pred& p = prog[i];
     bool r;
     switch (p.src) {
-      case Source::kInt: r = compare(events::read_int_field(rec, len, p.offset, p.size, p.is_signed), p); break;
+      case Source::kInt:
+        r = compare(events::read_int_field(rec, len, p.offset, p.size, p.is_signed), p);
+        break;
       case Source::kCpu:
         r = ctx.cpu >= 0 && compare(static_cast<uint64_t>(static_cast<int64_t>(ctx.cpu)), p);
         break;
-      default: r = string_match(string_of(rec, len, p, ctx), p); break;
+      default:
+        r = string_match(string_of(rec, len, p, ctx), p);
+        break;
     }
     i = r ? p.on_true : p.on_false;
   }

@@ -24,27 +24,27 @@ namespace usrtrace::filter {
 
 // What a filter can test besides the record's own bytes.
 struct Context {
-  int cpu = -1;                // CPU of the write (-1: unknown, matches no CPU test)
-  const char* comm = "";       // the writing thread's name, NUL-terminated, < 16 bytes
+  int cpu = -1;           // CPU of the write (-1: unknown, matches no CPU test)
+  const char* comm = "";  // the writing thread's name, NUL-terminated, < 16 bytes
 };
 
 // The kernel's filter error kinds (trace_events_filter.c err_text), in its
 // words; message() gives the text.
 enum class ErrorCode : uint8_t {
-  kInvalidOp,          // "Invalid operator"
-  kTooManyOpen,        // "Too many '('"
-  kTooManyClose,       // "Too few '('"
-  kMissingQuote,       // "Missing matching quote"
-  kOperandTooLong,     // "Operand too long"
-  kExpectString,       // "Expecting string field"
-  kExpectDigit,        // "Expecting numeric field"
-  kIllegalFieldOp,     // "Illegal operation for field type"
-  kFieldNotFound,      // "Field not found"
-  kIllegalIntval,      // "Illegal integer value"
-  kTooManyPreds,       // "Too many terms in predicate expression"
-  kInvalidFilter,      // "Meaningless filter expression"
-  kInvalidValue,       // "Invalid value (did you forget quotes)?"
-  kNoFilter,           // "No filter found" (empty expression)
+  kInvalidOp,       // "Invalid operator"
+  kTooManyOpen,     // "Too many '('"
+  kTooManyClose,    // "Too few '('"
+  kMissingQuote,    // "Missing matching quote"
+  kOperandTooLong,  // "Operand too long"
+  kExpectString,    // "Expecting string field"
+  kExpectDigit,     // "Expecting numeric field"
+  kIllegalFieldOp,  // "Illegal operation for field type"
+  kFieldNotFound,   // "Field not found"
+  kIllegalIntval,   // "Illegal integer value"
+  kTooManyPreds,    // "Too many terms in predicate expression"
+  kInvalidFilter,   // "Meaningless filter expression"
+  kInvalidValue,    // "Invalid value (did you forget quotes)?"
+  kNoFilter,        // "No filter found" (empty expression)
 };
 const char* message(ErrorCode code);
 
@@ -60,8 +60,7 @@ class Program {
   // Compiles `expr` against `ev`'s fields. Returns nullptr with *err set if
   // the expression is invalid. The caller handles "0" (clear) itself.
   // Context: control plane; allocates.
-  static std::unique_ptr<Program> compile(const internal::EventDesc& ev, std::string_view expr,
-                                          Error* err);
+  static std::unique_ptr<Program> compile(const internal::EventDesc& ev, std::string_view expr, Error* err);
 
   // Whether the record passes the filter. `rec` is a record as written:
   // `len` bytes, the common header first. Never reads outside

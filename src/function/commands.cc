@@ -94,7 +94,8 @@ int parse_command(const std::string& rest, size_t pos, Command* c, Error* err) {
     const unsigned long long v = strtoull(n.c_str(), &end, 0);
     size_t at = pos;
     for (size_t i = 0; i < count_at; ++i) at += parts[i].size() + 1;
-    if (n[0] == '-' || n[0] == '+' || *end != '\0' || errno != 0 || v > static_cast<unsigned long long>(LONG_MAX)) {
+    if (n[0] == '-' || n[0] == '+' || *end != '\0' || errno != 0 ||
+        v > static_cast<unsigned long long>(LONG_MAX)) {
       *err = {Error::kBadCount, "Invalid count '" + n + "'", at};
       return -EINVAL;
     }
@@ -103,7 +104,8 @@ int parse_command(const std::string& rest, size_t pos, Command* c, Error* err) {
   return 0;
 }
 
-void apply_command_locked(int slot, const Command& c, const std::vector<Func>& funcs) USRTRACE_REQUIRES(g_mu) {
+void apply_command_locked(int slot, const Command& c, const std::vector<Func>& funcs)
+    USRTRACE_REQUIRES(g_mu) {
   if (c.op.remove) {
     for (auto it = g_probes.begin(); it != g_probes.end();) {
       const auto f = std::lower_bound(funcs.begin(), funcs.end(), it->fn,
@@ -134,7 +136,8 @@ void apply_command_locked(int slot, const Command& c, const std::vector<Func>& f
     p->target = c.target;
     if (c.target != nullptr) trigger::hold_soft_mode(slot, *c.target, +1);
     // The kernel lists cpudump as unlimited though it fires once.
-    g_probes.push_back({std::move(p), f.addr, f.name, c.system, c.event, c.count >= 0 && c.kind != ProbeKind::kCpuDump});
+    g_probes.push_back(
+        {std::move(p), f.addr, f.name, c.system, c.event, c.count >= 0 && c.kind != ProbeKind::kCpuDump});
   }
 }
 
@@ -158,7 +161,8 @@ std::string probe_lines_locked(int slot) USRTRACE_REQUIRES(g_mu) {
     if (e.probe->slot != slot) continue;
     out += e.name + ":" + probe_name(e.probe->kind);
     if (!e.system.empty()) out += ":" + e.system + ":" + e.event;
-    out += e.counted ? ":count=" + std::to_string(e.probe->count.load(std::memory_order_relaxed)) : ":unlimited";
+    out +=
+        e.counted ? ":count=" + std::to_string(e.probe->count.load(std::memory_order_relaxed)) : ":unlimited";
     out += '\n';
   }
   return out;

@@ -8,22 +8,22 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <cstdio>
 #include <map>
 #include <memory>
 
 #include "base/mutex.h"
-#include "events/registry.h"
 #include "base/sys.h"
+#include "events/registry.h"
 #include "function/control_internal.h"
 #include "function/core.h"
 #include "function/options.h"
 #include "instance/instance.h"
-#include "writers/writers.h"
 #include "symbols/symbols.h"
 #include "trigger/control.h"
+#include "writers/writers.h"
 
 extern "C" void __cyg_profile_func_enter(void* fn, void* site);
 
@@ -31,16 +31,17 @@ namespace usrtrace::function {
 
 // The shared state (control_internal.h).
 base::Mutex g_mu;
-std::vector<ProbeEntry> g_probes USRTRACE_GUARDED_BY(g_mu);      // in the order added
+std::vector<ProbeEntry> g_probes USRTRACE_GUARDED_BY(g_mu);  // in the order added
 std::vector<std::unique_ptr<Probe>> g_retired USRTRACE_GUARDED_BY(g_mu);
-bool g_profiling USRTRACE_GUARDED_BY(g_mu) = false;              // function_profile_enabled
+bool g_profiling USRTRACE_GUARDED_BY(g_mu) = false;  // function_profile_enabled
 SlotConfig g_config[instance::kMaxInstances] USRTRACE_GUARDED_BY(g_mu);
 
 namespace {
 
 std::vector<Func>* g_funcs USRTRACE_GUARDED_BY(g_mu) = nullptr;  // by address
 // Published pid filters are freed after a grace period; kept until then.
-std::vector<std::unique_ptr<instance::PidFilter>> g_pid_filters[instance::kMaxInstances] USRTRACE_GUARDED_BY(g_mu);
+std::vector<std::unique_ptr<instance::PidFilter>> g_pid_filters[instance::kMaxInstances] USRTRACE_GUARDED_BY(
+    g_mu);
 
 std::string program_name() {
   char buf[4096];
@@ -105,7 +106,8 @@ bool calls_entry_hook(const symbols::Symbol& s, const Ranges& ranges) {
       size_t k = 0;
       if (q[0] == 0xf3 && q[1] == 0x0f && q[2] == 0x1e && q[3] == 0xfa) k = 4;  // endbr64
       if (q[k] == 0xf2) ++k;                                                    // bnd
-      if (q[k] == 0xff && q[k + 1] == 0x25 && t + k + 6 + static_cast<uint64_t>(rel32(q + k + 2)) == s.hook_got)
+      if (q[k] == 0xff && q[k + 1] == 0x25 &&
+          t + k + 6 + static_cast<uint64_t>(rel32(q + k + 2)) == s.hook_got)
         return true;
     } else if (p[i] == 0xff && i + 6 <= n && p[i + 1] == 0x15 && s.hook_got != 0 &&
                s.addr + i + 6 + static_cast<uint64_t>(rel32(p + i + 2)) == s.hook_got) {
@@ -131,7 +133,9 @@ const std::vector<Func>& funcs_locked() USRTRACE_REQUIRES(g_mu) {
     std::string name = symbols::kallsyms_name(s.name);
     if (internal_name(name)) continue;
     if (!out->empty() && out->back().addr == s.addr) continue;  // aliases: the first name
-    out->push_back({s.addr, std::move(name), std::move(s.name), s.module.empty() ? prog : std::move(s.module)});
+    std::string module = std::move(s.module);
+    if (module.empty()) module = prog;
+    out->push_back({s.addr, std::move(name), std::move(s.name), std::move(module)});
   }
   g_funcs = out;
   return *out;
@@ -152,8 +156,9 @@ bool matches(const Op& op, const Func& f) {
   if (op.glob.empty()) return true;  // ":mod:NAME" alone: the whole object
   if (fnmatch(op.glob.c_str(), f.name.c_str(), 0) == 0) return true;
   // "ns::f" or "ns::f*" for "ns::f(int)": the name without its parameters.
-  if (const size_t paren = f.name.find('('); paren != std::string::npos && paren > 0 &&
-                                              fnmatch(op.glob.c_str(), f.name.substr(0, paren).c_str(), 0) == 0)
+  if (const size_t paren = f.name.find('(');
+      paren != std::string::npos && paren > 0 &&
+      fnmatch(op.glob.c_str(), f.name.substr(0, paren).c_str(), 0) == 0)
     return true;
   return fnmatch(op.glob.c_str(), f.mangled.c_str(), 0) == 0;
 }
@@ -191,7 +196,8 @@ uint64_t update_times_locked(uint64_t graph_slots) USRTRACE_REQUIRES(g_mu) {
 void update_fast_locked(uint64_t graph_slots, uint64_t fn_slots, uint64_t lists) USRTRACE_REQUIRES(g_mu) {
   uint32_t fast = 0;
   if (update_times_locked(graph_slots) != 0) graph_slots = 0;  // sleep-time off: the general path
-  if (fn_slots == 0 && __builtin_popcountll(graph_slots) == 1 && lists == 0 && !g_profiling && g_probes.empty()) {
+  if (fn_slots == 0 && __builtin_popcountll(graph_slots) == 1 && lists == 0 && !g_profiling &&
+      g_probes.empty()) {
     const int slot = __builtin_ctzll(graph_slots);
     const SlotConfig& c = g_config[slot];
     if (c.max_depth == 0 && c.thresh_us == 0 && c.pids[0].empty() && c.pids[1].empty())
@@ -202,7 +208,7 @@ void update_fast_locked(uint64_t graph_slots, uint64_t fn_slots, uint64_t lists)
 
 // The inputs of update_fast_locked() as rebuild_locked() last saw them.
 uint64_t g_fast_graph USRTRACE_GUARDED_BY(g_mu) = 0, g_fast_fn USRTRACE_GUARDED_BY(g_mu) = 0,
-         g_fast_lists USRTRACE_GUARDED_BY(g_mu) = 0;
+                      g_fast_lists USRTRACE_GUARDED_BY(g_mu) = 0;
 
 // A setting of the fast path's conditions changes: off before it changes,
 // recomputed after.
@@ -402,7 +408,6 @@ std::string tracer_name(const instance::Instance& inst) {
   return "nop";
 }
 
-
 int write_list(instance::Instance& inst, List list, std::string_view text, bool truncate, Error* err) {
   std::vector<Op> ops;
   std::vector<Command> commands;
@@ -441,7 +446,8 @@ int write_list(instance::Instance& inst, List list, std::string_view text, bool 
         c.op.glob = tok;
         const size_t rest_at = start + (op.remove ? 1 : 0) + colon + 1;
         if (int rc = parse_command(rest, rest_at, &c, err); rc < 0) return rc;
-        if (!c.op.remove && std::none_of(funcs.begin(), funcs.end(), [&](const Func& f) { return matches(c.op, f); })) {
+        if (!c.op.remove &&
+            std::none_of(funcs.begin(), funcs.end(), [&](const Func& f) { return matches(c.op, f); })) {
           *err = {Error::kNoFunction, "No traceable function matches", start};
           return -EINVAL;
         }
@@ -451,7 +457,8 @@ int write_list(instance::Instance& inst, List list, std::string_view text, bool 
     }
     if (tok == "*") tok.clear();
     op.glob = tok;
-    if (!op.remove && std::none_of(funcs.begin(), funcs.end(), [&](const Func& f) { return matches(op, f); })) {
+    if (!op.remove &&
+        std::none_of(funcs.begin(), funcs.end(), [&](const Func& f) { return matches(op, f); })) {
       *err = {Error::kNoFunction, "No traceable function matches", start};
       return -EINVAL;
     }
@@ -589,8 +596,7 @@ namespace {
 struct RegisterHooks {
   RegisterHooks() {
     instance::add_instance_hooks({&instance_removed, [](instance::Instance&, instance::Option o) {
-                                    if (o == option(kSleepTime) || o == option(kGraphTime))
-                                      options_changed();
+                                    if (o == option(kSleepTime) || o == option(kGraphTime)) options_changed();
                                   }});
   }
 };

@@ -44,9 +44,9 @@ struct SlotConfig {
 struct ProbeEntry {
   std::unique_ptr<Probe> probe;  // what the hooks read (count included)
   uint64_t fn;
-  std::string name;            // the function's kallsyms name, for listing
-  std::string system, event;   // enable_/disable_event
-  bool counted;                // listed with its count, else "unlimited"
+  std::string name;           // the function's kallsyms name, for listing
+  std::string system, event;  // enable_/disable_event
+  bool counted;               // listed with its count, else "unlimited"
 };
 
 // A parsed "GLOB:COMMAND[:ARGS]".

@@ -41,12 +41,12 @@
 #include "base/compiler.h"
 #include "base/rseq.h"
 #include "clock/trace_clock.h"
+#include "events/flags.h"
 #include "events/registry.h"
 #include "instance/slot_write.h"
-#include "writers/writers.h"
-#include "events/flags.h"
 #include "symbols/resolver.h"
 #include "trigger/internal.h"
+#include "writers/writers.h"
 
 namespace usrtrace::function {
 
@@ -101,12 +101,10 @@ int print_graph_exit(const void* rec, uint32_t len, char* out, size_t size) {
                   r.depth);
 }
 
-constinit internal::EventDesc g_function_desc =
-    events::builtin_desc<events::FunctionEvent>(&print_function);
+constinit internal::EventDesc g_function_desc = events::builtin_desc<events::FunctionEvent>(&print_function);
 constinit internal::EventDesc g_entry_desc =
     events::builtin_desc<events::GraphEntryEvent>(&print_graph_entry);
-constinit internal::EventDesc g_exit_desc =
-    events::builtin_desc<events::GraphExitEvent>(&print_graph_exit);
+constinit internal::EventDesc g_exit_desc = events::builtin_desc<events::GraphExitEvent>(&print_graph_exit);
 
 struct RegisterEvents {
   RegisterEvents() {
@@ -125,9 +123,9 @@ constexpr uint32_t kShadowFrames = 1u << 16;
 
 struct ShadowStack {
   uint32_t depth = 0;
-  uint32_t overrun = 0;          // entries not traced because the stack was full
-  uint64_t graph_on = 0;         // slots: inside a set_graph_function function
-  uint64_t notrace_on = 0;       // slots: inside a set_graph_notrace function
+  uint32_t overrun = 0;                               // entries not traced because the stack was full
+  uint64_t graph_on = 0;                              // slots: inside a set_graph_function function
+  uint64_t notrace_on = 0;                            // slots: inside a set_graph_notrace function
   uint16_t slot_depth[instance::kMaxInstances] = {};  // graph depth per instance
   ShadowFrame frames[kShadowFrames];
 };
@@ -139,8 +137,8 @@ constexpr uint8_t kMaxNest = 4;
 struct ThreadFn {
   ShadowStack* ss;
   writers::ThreadState* ws;  // writers::self(), once registered (the fast path)
-  uint8_t nest;  // hooks in progress on the thread (signal handlers nest)
-  bool failed;  // the shadow stack could not be mapped: no graph on this thread
+  uint8_t nest;              // hooks in progress on the thread (signal handlers nest)
+  bool failed;               // the shadow stack could not be mapped: no graph on this thread
 };
 __attribute__((tls_model("initial-exec"))) thread_local ThreadFn t_fn;
 
@@ -160,8 +158,8 @@ void free_shadow(void* p) {
 USRTRACE_NOINLINE ShadowStack* map_shadow() {
   if (t_fn.failed) return nullptr;
   pthread_once(&g_key_once, [] { pthread_key_create(&g_key, free_shadow); });
-  void* p = mmap(nullptr, sizeof(ShadowStack), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                 -1, 0);
+  void* p = mmap(nullptr, sizeof(ShadowStack), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) {
     t_fn.failed = true;
     return nullptr;
@@ -374,7 +372,8 @@ USRTRACE_ALWAYS_INLINE bool entry_locked(uint64_t fn, uint64_t parent, uint64_t*
   f.notraced = notraced;
   f.index = s->index;
   f.children = 0;
-  if (USRTRACE_UNLIKELY(((g | (prof ? kProfileBit : 0)) & g_cpu_time_slots.load(std::memory_order_relaxed)) != 0)) {
+  if (USRTRACE_UNLIKELY(((g | (prof ? kProfileBit : 0)) & g_cpu_time_slots.load(std::memory_order_relaxed)) !=
+                        0)) {
     flags |= kFrameCpuTime;
     f.cputime = thread_cpu_ns();
   }
@@ -474,11 +473,12 @@ enum class Fast : uint8_t { kDone, kUntraced, kSlow };
 
 // An entry: kDone (recorded, frame pushed), kUntraced (the function is not
 // traced: nothing to do) or kSlow.
-USRTRACE_ALWAYS_INLINE Fast fast_entry(uint32_t fast, uint64_t fn, uint64_t parent, uint64_t ret, uint64_t* slot,
-                                       bool patched) {
+USRTRACE_ALWAYS_INLINE Fast fast_entry(uint32_t fast, uint64_t fn, uint64_t parent, uint64_t ret,
+                                       uint64_t* slot, bool patched) {
   writers::ThreadState* ws = fast_thread();
   // Signal handlers (their calls are marked) take the general path.
-  if (ws == nullptr || USRTRACE_UNLIKELY(parent == g_sigreturn.load(std::memory_order_relaxed))) return Fast::kSlow;
+  if (ws == nullptr || USRTRACE_UNLIKELY(parent == g_sigreturn.load(std::memory_order_relaxed)))
+    return Fast::kSlow;
   const int i = static_cast<int>(fast - 1);
   const uint64_t bit = uint64_t{1} << i;
   FastGuard g(*ws);
@@ -489,7 +489,8 @@ USRTRACE_ALWAYS_INLINE Fast fast_entry(uint32_t fast, uint64_t fn, uint64_t pare
   // A frame to push: the thread's stack must exist (the general path maps
   // it), have room, and not be in a signal handler.
   ShadowStack* ss = t_fn.ss;
-  if (USRTRACE_UNLIKELY((s->trace & bit) == 0 || s->nprobes != 0 || ss == nullptr || ss->depth >= kShadowFrames) ||
+  if (USRTRACE_UNLIKELY((s->trace & bit) == 0 || s->nprobes != 0 || ss == nullptr ||
+                        ss->depth >= kShadowFrames) ||
       (ss->depth > 0 && (ss->frames[ss->depth - 1].flags & kFrameInSignal)))
     return Fast::kSlow;
   const uint64_t tsc = clock::rdtsc();
@@ -609,7 +610,8 @@ bool patched_entry(uint64_t fn, uint64_t parent, uint64_t* slot) {
 
 uint64_t patched_return(uint64_t* slot) {
   ShadowStack* ss = t_fn.ss;
-  if (const uint32_t fast = g_fast.load(std::memory_order_relaxed); fast != 0 && ss != nullptr && ss->depth > 0) {
+  if (const uint32_t fast = g_fast.load(std::memory_order_relaxed);
+      fast != 0 && ss != nullptr && ss->depth > 0) {
     const ShadowFrame& top = ss->frames[ss->depth - 1];
     const uint64_t ret = top.ret;
     if (top.slot == slot && fast_exit(fast, ss, top, kFrameRedirected)) return ret;

@@ -11,8 +11,8 @@
 #include "function/function.h"
 #include "instance/instance.h"
 #include "trigger/actions.h"
-#include "writers/writers.h"
 #include "usrtrace/internal/event_impl.h"
+#include "writers/writers.h"
 
 namespace usrtrace::function {
 
@@ -32,7 +32,7 @@ struct Site {
   uint64_t trace;  // bit kProfileBit: the function profiler times it
   uint64_t start;
   uint64_t notrace;
-  uint32_t index;   // the function's index (the profiler's tables)
+  uint32_t index;  // the function's index (the profiler's tables)
   uint32_t nprobes;
   const Probe* const* probes;  // the function commands on it (nprobes), or null
 };
@@ -47,7 +47,7 @@ using ProbeKind = trigger::actions::Action;
 struct Probe {
   ProbeKind kind;
   uint8_t slot;
-  mutable std::atomic<long> count{-1};  // firings left; -1: unlimited
+  mutable std::atomic<long> count{-1};    // firings left; -1: unlimited
   internal::EventDesc* target = nullptr;  // enable_/disable_event
 };
 // The dump and cpudump commands call the crash dump (src/crash), which the
@@ -91,15 +91,15 @@ extern std::atomic<Profile*> g_profile;
 struct SiteTable {
   std::unique_ptr<Site[]> sites;
   std::unique_ptr<const Probe*[]> probes;  // the sites' probe lists, end to end
-  uint64_t mask = 0;  // capacity - 1
-  int shift = 64;     // 64 - log2(capacity)
+  uint64_t mask = 0;                       // capacity - 1
+  int shift = 64;                          // 64 - log2(capacity)
   const Site* find(uint64_t fn) const;
 };
 
 // Per instance slot, read by the hooks.
 struct SlotSettings {
-  std::atomic<uint32_t> max_depth{0};  // max_graph_depth; 0: no limit
-  std::atomic<uint64_t> thresh_ns{0};  // tracing_thresh (function_graph)
+  std::atomic<uint32_t> max_depth{0};                     // max_graph_depth; 0: no limit
+  std::atomic<uint64_t> thresh_ns{0};                     // tracing_thresh (function_graph)
   std::atomic<const instance::PidFilter*> pids{nullptr};  // set_ftrace_pid / notrace_pid
 };
 
@@ -107,9 +107,9 @@ struct SlotSettings {
 extern std::atomic<uint64_t> g_tracing;
 extern std::atomic<const SiteTable*> g_table;
 extern SlotSettings g_slots[instance::kMaxInstances];
-extern std::atomic<uint64_t> g_function_slots;   // current_tracer = function
-extern std::atomic<uint64_t> g_graph_slots;      // current_tracer = function_graph
-extern std::atomic<uint64_t> g_graph_restricted; // set_graph_function not empty
+extern std::atomic<uint64_t> g_function_slots;    // current_tracer = function
+extern std::atomic<uint64_t> g_graph_slots;       // current_tracer = function_graph
+extern std::atomic<uint64_t> g_graph_restricted;  // set_graph_function not empty
 // The fast path's instance: slot + 1 while exactly one instance runs
 // function_graph and nothing else needs a look per call (core.cc); else 0.
 // Kept by control.cc with every change of the conditions.

@@ -25,18 +25,18 @@ namespace usrtrace::function {
 // traced entry. A frame is pushed for every entry that some function_graph
 // tracer records or whose return address was redirected.
 struct ShadowFrame {
-  uint64_t fn;          // the function's entry address (its symbol)
-  uint64_t ret;         // the original return address (patched entries), else 0
-  uint64_t* slot;       // where that return address lives on the stack (patched),
-                        // or the hook's stack pointer (instrumented)
-  uint64_t calltime;    // raw TSC at entry
-  uint64_t mask;        // instances that recorded the entry (function_graph)
-  uint64_t started;     // instances for which this call began a set_graph_function graph
-  uint64_t notraced;    // instances for which this call began a set_graph_notrace region
-  uint64_t flags;       // kFrame*; bits 32..63: the profile generation
-  uint64_t index;       // the function's index in the profile (kFrameProfiled)
-  uint64_t children;    // ns spent in traced callees (the profiler without graph-time)
-  uint64_t cputime;     // the thread's CPU time at entry, ns (kFrameCpuTime)
+  uint64_t fn;        // the function's entry address (its symbol)
+  uint64_t ret;       // the original return address (patched entries), else 0
+  uint64_t* slot;     // where that return address lives on the stack (patched),
+                      // or the hook's stack pointer (instrumented)
+  uint64_t calltime;  // raw TSC at entry
+  uint64_t mask;      // instances that recorded the entry (function_graph)
+  uint64_t started;   // instances for which this call began a set_graph_function graph
+  uint64_t notraced;  // instances for which this call began a set_graph_notrace region
+  uint64_t flags;     // kFrame*; bits 32..63: the profile generation
+  uint64_t index;     // the function's index in the profile (kFrameProfiled)
+  uint64_t children;  // ns spent in traced callees (the profiler without graph-time)
+  uint64_t cputime;   // the thread's CPU time at entry, ns (kFrameCpuTime)
 };
 inline constexpr uint32_t kFrameRedirected = 1;  // *slot holds the return hook
 inline constexpr uint32_t kFrameUnhooked = 2;    // restored for an unwind

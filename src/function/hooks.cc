@@ -7,29 +7,29 @@
 using usrtrace::function::g_tracing;
 
 extern "C" USRTRACE_EXPORT __attribute__((no_instrument_function)) void __cyg_profile_func_enter(void* fn,
-                                                                                                  void* site) {
+                                                                                                 void* site) {
   if (USRTRACE_LIKELY(g_tracing.load(std::memory_order_relaxed) == 0)) return;
   usrtrace::function::instrumented_entry(reinterpret_cast<uint64_t>(fn), reinterpret_cast<uint64_t>(site),
                                          reinterpret_cast<uint64_t>(__builtin_frame_address(0)));
 }
 
-extern "C" USRTRACE_EXPORT __attribute__((no_instrument_function)) void __cyg_profile_func_exit(void* fn,
-                                                                                                 void* /*site*/) {
+extern "C" USRTRACE_EXPORT __attribute__((no_instrument_function)) void __cyg_profile_func_exit(
+    void* fn, void* /*site*/) {
   if (USRTRACE_LIKELY(g_tracing.load(std::memory_order_relaxed) == 0)) return;
   usrtrace::function::instrumented_exit(reinterpret_cast<uint64_t>(fn),
                                         reinterpret_cast<uint64_t>(__builtin_frame_address(0)));
 }
 
 // The same, for libusrtrace-preload.so's hooks (src/preload/preload.cc).
-extern "C" USRTRACE_EXPORT __attribute__((no_instrument_function)) void usrtrace_internal_func_enter(void* fn,
-                                                                                                      void* site) {
+extern "C" USRTRACE_EXPORT __attribute__((no_instrument_function)) void usrtrace_internal_func_enter(
+    void* fn, void* site) {
   if (USRTRACE_LIKELY(g_tracing.load(std::memory_order_relaxed) == 0)) return;
   usrtrace::function::instrumented_entry(reinterpret_cast<uint64_t>(fn), reinterpret_cast<uint64_t>(site),
                                          reinterpret_cast<uint64_t>(__builtin_frame_address(0)));
 }
 
 extern "C" USRTRACE_EXPORT __attribute__((no_instrument_function)) void usrtrace_internal_func_exit(void* fn,
-                                                                                                     void*) {
+                                                                                                    void*) {
   if (USRTRACE_LIKELY(g_tracing.load(std::memory_order_relaxed) == 0)) return;
   usrtrace::function::instrumented_exit(reinterpret_cast<uint64_t>(fn),
                                         reinterpret_cast<uint64_t>(__builtin_frame_address(0)));

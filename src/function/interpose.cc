@@ -35,7 +35,7 @@
 extern "C" {
 USRTRACE_EXPORT _Unwind_Reason_Code usrtrace_internal_unwind_raise(_Unwind_Exception* e);
 USRTRACE_EXPORT _Unwind_Reason_Code usrtrace_internal_unwind_forced(_Unwind_Exception* e,
-                                                                     _Unwind_Stop_Fn stop, void* arg);
+                                                                    _Unwind_Stop_Fn stop, void* arg);
 USRTRACE_EXPORT _Unwind_Reason_Code usrtrace_internal_unwind_rethrow(_Unwind_Exception* e);
 USRTRACE_EXPORT void usrtrace_internal_unwind_resume(_Unwind_Exception* e);
 USRTRACE_EXPORT void* usrtrace_internal_begin_catch(void* exc, uint64_t sp);
@@ -91,8 +91,8 @@ extern "C" USRTRACE_EXPORT _Unwind_Reason_Code usrtrace_internal_unwind_raise(_U
 }
 
 extern "C" USRTRACE_EXPORT _Unwind_Reason_Code usrtrace_internal_unwind_forced(_Unwind_Exception* e,
-                                                                                _Unwind_Stop_Fn stop,
-                                                                                void* arg) {
+                                                                               _Unwind_Stop_Fn stop,
+                                                                               void* arg) {
   using Fn = _Unwind_Reason_Code (*)(_Unwind_Exception*, _Unwind_Stop_Fn, void*);
   static const Fn f = real_fn<Fn>("_Unwind_ForcedUnwind", reinterpret_cast<const void*>(&_Unwind_GetIP),
                                   reinterpret_cast<const void*>(&usrtrace_internal_unwind_forced));
@@ -126,8 +126,9 @@ extern "C" USRTRACE_EXPORT void usrtrace_internal_unwind_resume(_Unwind_Exceptio
 // and its callers' lie above it.
 extern "C" USRTRACE_EXPORT void* usrtrace_internal_begin_catch(void* exc, uint64_t sp) {
   using Fn = void* (*)(void*);
-  static const Fn f = real_fn<Fn>("__cxa_begin_catch", reinterpret_cast<const void*>(&__cxxabiv1::__cxa_end_catch),
-                                  reinterpret_cast<const void*>(&usrtrace_internal_begin_catch));
+  static const Fn f =
+      real_fn<Fn>("__cxa_begin_catch", reinterpret_cast<const void*>(&__cxxabiv1::__cxa_end_catch),
+                  reinterpret_cast<const void*>(&usrtrace_internal_begin_catch));
   usrtrace::function::shadow_rehook(sp);
   return f(exc);
 }
@@ -159,8 +160,8 @@ extern "C" USRTRACE_EXPORT int usrtrace_internal_dlclose(void* handle) {
 extern "C" USRTRACE_EXPORT _Unwind_Reason_Code _Unwind_RaiseException(_Unwind_Exception* e) {
   return usrtrace_internal_unwind_raise(e);
 }
-extern "C" USRTRACE_EXPORT _Unwind_Reason_Code _Unwind_ForcedUnwind(_Unwind_Exception* e, _Unwind_Stop_Fn stop,
-                                                                    void* arg) {
+extern "C" USRTRACE_EXPORT _Unwind_Reason_Code _Unwind_ForcedUnwind(_Unwind_Exception* e,
+                                                                    _Unwind_Stop_Fn stop, void* arg) {
   return usrtrace_internal_unwind_forced(e, stop, arg);
 }
 extern "C" USRTRACE_EXPORT _Unwind_Reason_Code _Unwind_Resume_or_Rethrow(_Unwind_Exception* e) {
@@ -170,5 +171,7 @@ extern "C" USRTRACE_EXPORT void _Unwind_Resume(_Unwind_Exception* e) { usrtrace_
 extern "C" USRTRACE_EXPORT void* __cxa_begin_catch(void* exc) noexcept {
   return usrtrace_internal_begin_catch(exc, reinterpret_cast<uint64_t>(__builtin_dwarf_cfa()));
 }
-extern "C" USRTRACE_EXPORT void* dlopen(const char* file, int mode) { return usrtrace_internal_dlopen(file, mode); }
+extern "C" USRTRACE_EXPORT void* dlopen(const char* file, int mode) {
+  return usrtrace_internal_dlopen(file, mode);
+}
 extern "C" USRTRACE_EXPORT int dlclose(void* handle) { return usrtrace_internal_dlclose(handle); }

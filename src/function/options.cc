@@ -6,10 +6,10 @@ namespace {
 // In FuncOption's order; listed after the core options, as the kernel lists
 // a tracer's flags after trace_options' own.
 constexpr instance::OptionInfo kFuncOptions[kNumFuncOptions] = {
-    {"func_stack_trace", false}, {"funcgraph-overrun", false}, {"funcgraph-cpu", true},
-    {"funcgraph-overhead", true}, {"funcgraph-proc", false},   {"funcgraph-duration", true},
-    {"funcgraph-abstime", false}, {"funcgraph-irqs", true},    {"funcgraph-tail", false},
-    {"sleep-time", true},        {"graph-time", true},
+    {"func_stack_trace", false},  {"funcgraph-overrun", false}, {"funcgraph-cpu", true},
+    {"funcgraph-overhead", true}, {"funcgraph-proc", false},    {"funcgraph-duration", true},
+    {"funcgraph-abstime", false}, {"funcgraph-irqs", true},     {"funcgraph-tail", false},
+    {"sleep-time", true},         {"graph-time", true},
 };
 
 // Rank 1: the function tracers' block comes before the latency tracers'.

@@ -113,8 +113,9 @@ SiteShape classify(const uint8_t* p, size_t avail) {
   while (len < 5) {
     const size_t n = nop_length(p + len, avail - len);
     if (n == 0) {
-      s.why = len == 0 ? "the entry is not a nop (patched by someone else, or not a patchable entry)"
-                       : "fewer than 5 bytes of nops at the entry (-fpatchable-function-entry=N,M needs N-M >= 5)";
+      s.why = len == 0
+                  ? "the entry is not a nop (patched by someone else, or not a patchable entry)"
+                  : "fewer than 5 bytes of nops at the entry (-fpatchable-function-entry=N,M needs N-M >= 5)";
       return s;
     }
     len += n;
@@ -240,7 +241,8 @@ void discover(State& st, Object& o) USRTRACE_REQUIRES(st.mu) {
       if (gelf_getshdr(scn, &sh) == nullptr) continue;
       const char* name = elf_strptr(elf, shstrndx, sh.sh_name);
       if (name != nullptr &&
-          (std::strcmp(name, "__patchable_function_entries") == 0 || std::strcmp(name, "__mcount_loc") == 0) &&
+          (std::strcmp(name, "__patchable_function_entries") == 0 ||
+           std::strcmp(name, "__mcount_loc") == 0) &&
           (sh.sh_flags & SHF_ALLOC) && sh.sh_type == SHT_PROGBITS)
         entry_secs.push_back(sh);
       if (sh.sh_type == SHT_SYMTAB || (sh.sh_type == SHT_DYNSYM && symtab == nullptr)) {
@@ -370,7 +372,8 @@ void refresh(State& st, const std::vector<LoadedObject>& loaded) USRTRACE_REQUIR
       if (o && o->base == lo.base && o->name == lo.name) found = std::move(o);
     if (found) {
       bool intact = true;
-      for (auto it = st.sites.lower_bound(found->text_lo); it != st.sites.end() && it->first < found->text_hi; ++it)
+      for (auto it = st.sites.lower_bound(found->text_lo); it != st.sites.end() && it->first < found->text_hi;
+           ++it)
         if (it->second.obj == found.get() && !site_intact(it->second)) intact = false;
       if (!intact) {
         // Reloaded at the same address: start over with it.
@@ -533,8 +536,7 @@ struct ApplyCall {
   bool ran;
 };
 
-int apply_locked(State& st, const std::vector<uint64_t>& wanted, std::string* why)
-    USRTRACE_REQUIRES(st.mu) {
+int apply_locked(State& st, const std::vector<uint64_t>& wanted, std::string* why) USRTRACE_REQUIRES(st.mu) {
   for (uint64_t fn : wanted)
     if (st.sites.find(fn) == st.sites.end()) {
       *why = hex(fn) + " is not a patchable function (not found, refused, or its object was unloaded)";

@@ -30,10 +30,10 @@ void set_vector_mode(uint8_t mode);
 
 // How the patchable bytes at a function's entry look.
 struct SiteShape {
-  uint8_t len = 0;     // L: the nops at the entry, up to the first instruction
-                       // boundary at or after 5 bytes (5 <= L <= kMaxSiteLen);
-                       // 0 when the site cannot be patched
-  uint8_t insns = 0;   // how many instructions make up those L bytes
+  uint8_t len = 0;            // L: the nops at the entry, up to the first instruction
+                              // boundary at or after 5 bytes (5 <= L <= kMaxSiteLen);
+                              // 0 when the site cannot be patched
+  uint8_t insns = 0;          // how many instructions make up those L bytes
   const char* why = nullptr;  // why not, when len == 0
 };
 inline constexpr size_t kMaxSiteLen = 15;
@@ -45,12 +45,12 @@ inline constexpr uint8_t kNop5[5] = {0x0f, 0x1f, 0x44, 0x00, 0x00};
 
 // Counters, for tests and the design document's claims.
 struct Stats {
-  uint64_t traps;          // int3 hits our SIGTRAP handler moved past a site
-  uint64_t sweeps;         // thread sweeps (first arming of multi-nop sites)
-  uint64_t sweep_moves;    // threads a sweep found inside a site and moved
-  uint64_t syncs;          // core syncs
-  uint64_t batches;        // apply() calls that changed at least one site
-  const char* sync_method; // "membarrier-sync-core", "membarrier-expedited", "mprotect-ipi"
+  uint64_t traps;           // int3 hits our SIGTRAP handler moved past a site
+  uint64_t sweeps;          // thread sweeps (first arming of multi-nop sites)
+  uint64_t sweep_moves;     // threads a sweep found inside a site and moved
+  uint64_t syncs;           // core syncs
+  uint64_t batches;         // apply() calls that changed at least one site
+  const char* sync_method;  // "membarrier-sync-core", "membarrier-expedited", "mprotect-ipi"
 };
 Stats stats();
 

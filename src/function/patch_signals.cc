@@ -45,7 +45,10 @@ const HandlerSite* find_handler_site(const HandlerTable* t, uint64_t ip, bool in
   size_t lo = 0, hi = t->n;  // first site with fn > ip
   while (lo < hi) {
     const size_t mid = (lo + hi) / 2;
-    if (t->sites[mid].fn <= ip) lo = mid + 1; else hi = mid;
+    if (t->sites[mid].fn <= ip)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   if (lo == 0) return nullptr;
   const HandlerSite* s = &t->sites[lo - 1];
@@ -278,8 +281,9 @@ bool sweep_threads(std::string* why) {
       clock_gettime(CLOCK_MONOTONIC, &now);
       if (now.tv_sec - start.tv_sec >= 3) {
         for (size_t i = 0; i < n; ++i)
-          if (!done[i]) *why = "thread " + std::to_string(tids[first + i]) +
-                               " did not answer the patch sweep signal (blocked?)";
+          if (!done[i])
+            *why = "thread " + std::to_string(tids[first + i]) +
+                   " did not answer the patch sweep signal (blocked?)";
         return false;
       }
       if (spin < 64) {

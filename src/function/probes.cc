@@ -9,9 +9,9 @@
 #include <atomic>
 
 #include "base/compiler.h"
-#include "instance/slot_write.h"
 #include "function/core.h"
 #include "instance/instance.h"
+#include "instance/slot_write.h"
 #include "trigger/actions.h"
 #include "trigger/internal.h"
 
@@ -70,8 +70,8 @@ void register_dump(const DumpHooks& hooks) {
   g_dump_hooks.store(&copy, std::memory_order_release);
 }
 
-USRTRACE_NOINLINE USRTRACE_COLD void fire_probes(const Site& s, uint64_t parent, const writers::ThreadState& t,
-                                                 bool traceon) {
+USRTRACE_NOINLINE USRTRACE_COLD void fire_probes(const Site& s, uint64_t parent,
+                                                 const writers::ThreadState& t, bool traceon) {
   for (uint32_t i = 0; i < s.nprobes; ++i) {
     const Probe& p = *s.probes[i];
     if ((p.kind == ProbeKind::kTraceOn) == traceon) fire(p, parent, t);

@@ -75,7 +75,8 @@ std::string function_stat(int cpu) {
     const ProfileStats& st = p->stats[static_cast<size_t>(cpu) * p->nfuncs + i];
     const uint64_t hits = st.hits.load(std::memory_order_relaxed);
     if (hits != 0)
-      rows.push_back({i, hits, st.time_ns.load(std::memory_order_relaxed), st.time_sq.load(std::memory_order_relaxed)});
+      rows.push_back(
+          {i, hits, st.time_ns.load(std::memory_order_relaxed), st.time_sq.load(std::memory_order_relaxed)});
   }
   // The kernel's order: by total time, the longest first.
   std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.time > b.time; });
@@ -88,7 +89,8 @@ std::string function_stat(int cpu) {
       const uint64_t mean_sq = r.hits * avg * avg;
       s2 = r.sq > mean_sq ? (r.sq - mean_sq) / (r.hits * (r.hits - 1) * 1000) : 0;
     }
-    snprintf(line, sizeof line, "  %-30.30s  %10llu", funcs[r.i].name.c_str(), static_cast<unsigned long long>(r.hits));
+    snprintf(line, sizeof line, "  %-30.30s  %10llu", funcs[r.i].name.c_str(),
+             static_cast<unsigned long long>(r.hits));
     out += line;
     out += "    " + duration_us(r.time) + "    " + duration_us(avg) + "    " + duration_us(s2) + "\n";
   }

@@ -96,7 +96,7 @@ uint8_t detect_vector_mode() {
   if (!osxsave || !avx) return 0;  // no AVX state: xmm is all there is
   uint32_t xcr0_lo = 0, xcr0_hi = 0;
   __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-  if ((xcr0_lo & 0x6) != 0x6) return 0;   // the OS keeps no ymm state: none is usable
+  if ((xcr0_lo & 0x6) != 0x6) return 0;     // the OS keeps no ymm state: none is usable
   return (xcr0_lo & 0xe0) == 0xe0 ? 2 : 1;  // opmask, ZMM_Hi256, Hi16_ZMM: AVX-512
 }
 
@@ -106,7 +106,9 @@ void set_vector_mode(uint8_t mode) { usrtrace_function_vector_mode = mode; }
 namespace {
 // Before any other constructor of ours: nothing can be patched before
 // this runs (patching needs a tracer), but make it so by order too.
-__attribute__((constructor(101))) void init_vector_mode() { usrtrace_function_vector_mode = detect_vector_mode(); }
+__attribute__((constructor(101))) void init_vector_mode() {
+  usrtrace_function_vector_mode = detect_vector_mode();
+}
 }  // namespace
 
 }  // namespace usrtrace::function::patch::internal

@@ -31,8 +31,8 @@ class Mount {
   // Mounts the tree of `first`'s process on `dir` (an existing directory).
   // `first` becomes the pool's first connection. nullptr with *err saying
   // why in one line.
-  static std::unique_ptr<Mount> create(std::unique_ptr<control::Client> first,
-                                       const std::string& dir, std::string* err);
+  static std::unique_ptr<Mount> create(std::unique_ptr<control::Client> first, const std::string& dir,
+                                       std::string* err);
   ~Mount();  // unmounts if still mounted
   Mount(const Mount&) = delete;
   Mount& operator=(const Mount&) = delete;

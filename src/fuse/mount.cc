@@ -87,8 +87,8 @@ std::unique_ptr<Mount> Mount::create(std::unique_ptr<control::Client> first, con
   // fuse.usrtrace, which is how umount and is_mount() know our mounts.
   // default_permissions: the kernel checks modes (trace_marker 0220...)
   // as it does on tracefs.
-  const std::string opts = "fsname=usrtrace-" + std::to_string(pid) + ",subtype=" + kSubtype +
-                           ",default_permissions";
+  const std::string opts =
+      "fsname=usrtrace-" + std::to_string(pid) + ",subtype=" + kSubtype + ",default_permissions";
   fuse_args args = FUSE_ARGS_INIT(0, nullptr);
   if (fuse_opt_add_arg(&args, "usrtrace") != 0 || fuse_opt_add_arg(&args, "-o") != 0 ||
       fuse_opt_add_arg(&args, opts.c_str()) != 0) {
@@ -143,8 +143,10 @@ int Mount::serve() {
 
   if (watcher.joinable()) {
     const uint64_t one = 1;
-    if (::write(stop_fd, &one, sizeof one) == sizeof one) watcher.join();
-    else watcher.detach();
+    if (::write(stop_fd, &one, sizeof one) == sizeof one)
+      watcher.join();
+    else
+      watcher.detach();
   }
   if (stop_fd >= 0) ::close(stop_fd);
   fuse_remove_signal_handlers(se);

@@ -48,8 +48,8 @@ int Pool::acquire(Role role, bool for_open, Conn** out) {
     }
     // A pipe wants a connection of its own; the rest want one at all.
     const bool want_new = !best || (role == Role::kPipe && best->files > 0);
-    const bool may_connect = live + connecting_ < max_conns_ &&
-                             (role == Role::kGeneral || pipes + connecting_ < kMaxPipeConns);
+    const bool may_connect =
+        live + connecting_ < max_conns_ && (role == Role::kGeneral || pipes + connecting_ < kMaxPipeConns);
     if (want_new && may_connect) {
       // Connect without the lock: other requests go on meanwhile.
       ++connecting_;

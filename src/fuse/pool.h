@@ -41,8 +41,8 @@ struct Conn {
   std::unique_ptr<control::Client> client;
   Role role = Role::kGeneral;
   // The rest: Pool::mu_.
-  bool dead = false;  // its socket failed (the process is gone): no new work
-  int files = 0;      // handles open on it
+  bool dead = false;         // its socket failed (the process is gone): no new work
+  int files = 0;             // handles open on it
   uint64_t next_ticket = 0;  // tickets handed out; idle when == serving
   uint64_t serving = 0;      // the ticket whose turn it is
 };

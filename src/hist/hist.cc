@@ -71,11 +71,13 @@ struct Histogram::Impl : HistSpec {
     return true;
   }
 
-  uint64_t value_of(const Field& f, const uint8_t* rec, uint32_t len, const RecordContext& ctx,
-                    uint64_t* ts, bool* have_ts) const {
+  uint64_t value_of(const Field& f, const uint8_t* rec, uint32_t len, const RecordContext& ctx, uint64_t* ts,
+                    bool* have_ts) const {
     uint64_t v;
     switch (f.src) {
-      case Src::kCpu: v = static_cast<uint64_t>(static_cast<int64_t>(ctx.cpu)); break;
+      case Src::kCpu:
+        v = static_cast<uint64_t>(static_cast<int64_t>(ctx.cpu));
+        break;
       case Src::kTimestamp:
         if (!*have_ts) {
           *ts = ctx.now_ns ? ctx.now_ns(ctx.now_arg) : 0;
@@ -84,8 +86,12 @@ struct Histogram::Impl : HistSpec {
         v = *ts;
         if (f.flags & kUsecs) v /= 1000;
         break;
-      case Src::kHitcount: v = 1; break;
-      default: v = events::read_int_field(rec, len, f.offset, f.size, f.is_signed); break;
+      case Src::kHitcount:
+        v = 1;
+        break;
+      default:
+        v = events::read_int_field(rec, len, f.offset, f.size, f.is_signed);
+        break;
     }
     return v;
   }
@@ -247,14 +253,14 @@ std::string format_key(const Field& k, const uint8_t* key, const char* comm) {
     Dl_info info{};
     void* sym_v = nullptr;
     std::string where;
-    if (dladdr1(reinterpret_cast<void*>(v), &info, &sym_v, RTLD_DL_SYMENT) &&
-        info.dli_sname) {
+    if (dladdr1(reinterpret_cast<void*>(v), &info, &sym_v, RTLD_DL_SYMENT) && info.dli_sname) {
       where = info.dli_sname;
       if (k.flags & kSymOffset) {
         char off[64];
-        snprintf(off, sizeof off, "+0x%llx/0x%llx",
-                 u - static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(info.dli_saddr)),
-                 sym_v ? static_cast<unsigned long long>(static_cast<const ElfW(Sym)*>(sym_v)->st_size) : 0ull);
+        snprintf(
+            off, sizeof off, "+0x%llx/0x%llx",
+            u - static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(info.dli_saddr)),
+            sym_v ? static_cast<unsigned long long>(static_cast<const ElfW(Sym)*>(sym_v)->st_size) : 0ull);
         where += off;
       }
     } else {
@@ -267,7 +273,8 @@ std::string format_key(const Field& k, const uint8_t* key, const char* comm) {
   } else if (k.flags & kExecname) {
     // The name the thread had when the entry was made; saved_cmdlines for
     // entries made without one.
-    const std::string name = comm[0] ? std::string(comm, strnlen(comm, 16)) : writers::comm_of(static_cast<int>(v));
+    const std::string name =
+        comm[0] ? std::string(comm, strnlen(comm, 16)) : writers::comm_of(static_cast<int>(v));
     snprintf(buf, sizeof buf, "%s: %-16s[%10llu]", k.name.c_str(), name.c_str(), u);
   } else if (k.flags & kSyscall) {
     const char* name = syscall_name(v);
@@ -356,8 +363,9 @@ std::string Histogram::print(std::string_view filter) const {
           snprintf(buf, sizeof buf, "%s%s (%%):[ERROR]", sep, f.name.c_str());
         } else {
           // The kernel's __get_percentage, in hundredths of a percent.
-          const unsigned pc = static_cast<unsigned>(
-              e.sums[v] < UINT64_MAX / 10000 ? e.sums[v] * 10000 / totals[v] : e.sums[v] / (totals[v] / 10000 + 1));
+          const unsigned pc =
+              static_cast<unsigned>(e.sums[v] < UINT64_MAX / 10000 ? e.sums[v] * 10000 / totals[v]
+                                                                   : e.sums[v] / (totals[v] / 10000 + 1));
           snprintf(buf, sizeof buf, "%s%s (%%): %3u.%02u", sep, f.name.c_str(), pc / 100, pc % 100);
         }
       } else if (f.flags & kHex) {
@@ -369,9 +377,9 @@ std::string Histogram::print(std::string_view filter) const {
     }
     out += "\n";
   }
+  const uint64_t hits = totals[0] + drops;
   snprintf(buf, sizeof buf, "\nTotals:\n    Hits: %llu\n    Entries: %zu\n    Dropped: %llu\n",
-           static_cast<unsigned long long>(totals[0] + drops), entries.size(),
-           static_cast<unsigned long long>(drops));
+           static_cast<unsigned long long>(hits), entries.size(), static_cast<unsigned long long>(drops));
   out += buf;
   return out;
 }

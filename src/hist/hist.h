@@ -48,8 +48,7 @@ class Histogram {
   // A `name=` histogram shares its table with every other live histogram of
   // that name (their keys and values must match: an error otherwise).
   // Context: control plane; allocates the whole table (bounded by size=).
-  static std::unique_ptr<Histogram> create(const internal::EventDesc& ev, std::string_view cmd,
-                                           Error* err);
+  static std::unique_ptr<Histogram> create(const internal::EventDesc& ev, std::string_view cmd, Error* err);
   ~Histogram();
 
   // Aggregates one record (`len` bytes, common header first; never read

@@ -87,11 +87,24 @@ bool apply_field_modifier(std::string_view m, bool is_key, Field* f) {
     const bool numeric = !f->is_string();
     bool ok;
     switch (fn.flag) {
-      case kExecname: ok = is_key && f->name == "common_pid"; break;
-      case kUsecs: ok = f->src == Src::kTimestamp; break;
-      case kPercent: ok = !is_key && numeric; break;
-      case kSyscall: case kSym: case kSymOffset: case kLog2: ok = is_key && numeric; break;
-      default: ok = numeric; break;  // hex
+      case kExecname:
+        ok = is_key && f->name == "common_pid";
+        break;
+      case kUsecs:
+        ok = f->src == Src::kTimestamp;
+        break;
+      case kPercent:
+        ok = !is_key && numeric;
+        break;
+      case kSyscall:
+      case kSym:
+      case kSymOffset:
+      case kLog2:
+        ok = is_key && numeric;
+        break;
+      default:
+        ok = numeric;
+        break;  // hex
     }
     if (ok) f->flags |= fn.flag;
     return ok;
@@ -377,8 +390,10 @@ bool HistParser::create_sort_keys() {
     const size_t dot = item.rfind('.');
     if (dot != std::string_view::npos) {
       const std::string_view mod = item.substr(dot + 1);
-      if (mod == "descending") sk.descending = true;
-      else if (mod != "ascending") return fail("Invalid sort modifier", p + dot + 1);
+      if (mod == "descending")
+        sk.descending = true;
+      else if (mod != "ascending")
+        return fail("Invalid sort modifier", p + dot + 1);
       fname = item.substr(0, dot);
     }
     bool found = false;

@@ -17,26 +17,33 @@ namespace usrtrace::hist {
 inline constexpr unsigned kMinBits = 7, kMaxBits = 17;  // the kernel's TRACING_MAP_BITS_MIN/MAX
 inline constexpr size_t kMaxKeys = 3;                   // TRACING_MAP_KEYS_MAX
 inline constexpr size_t kMaxVals = 8;
-inline constexpr uint32_t kDynStringKey = 64;           // bytes of a __data_loc string kept in a key
+inline constexpr uint32_t kDynStringKey = 64;  // bytes of a __data_loc string kept in a key
 
 enum Flag : uint32_t {
-  kHex = 1, kSym = 2, kSymOffset = 4, kExecname = 8, kSyscall = 16, kLog2 = 32,
-  kBuckets = 64, kUsecs = 128, kPercent = 256,
+  kHex = 1,
+  kSym = 2,
+  kSymOffset = 4,
+  kExecname = 8,
+  kSyscall = 16,
+  kLog2 = 32,
+  kBuckets = 64,
+  kUsecs = 128,
+  kPercent = 256,
 };
 struct FlagName {
   const char* name;
   Flag flag;
 };
 inline constexpr FlagName kFlagNames[] = {
-    {"hex", kHex},       {"sym", kSym},       {"sym-offset", kSymOffset}, {"execname", kExecname},
-    {"syscall", kSyscall}, {"log2", kLog2},   {"usecs", kUsecs},          {"percent", kPercent},
+    {"hex", kHex},         {"sym", kSym},   {"sym-offset", kSymOffset}, {"execname", kExecname},
+    {"syscall", kSyscall}, {"log2", kLog2}, {"usecs", kUsecs},          {"percent", kPercent},
 };
 
 enum class Src : uint8_t { kInt, kChars, kDynStr, kCpu, kTimestamp, kHitcount };
 
 // One key or value of a histogram on one event.
 struct Field {
-  std::string name;   // as the event names it ("common_timestamp", "cpu", ...)
+  std::string name;  // as the event names it ("common_timestamp", "cpu", ...)
   uint32_t flags = 0;
   uint64_t buckets = 0;
   Src src = Src::kInt;
@@ -62,7 +69,7 @@ struct Field {
 };
 
 struct SortKey {
-  int val = 0;       // index into vals (0 is hitcount), or -1 - key index
+  int val = 0;  // index into vals (0 is hitcount), or -1 - key index
   bool descending = false;
 };
 
@@ -90,7 +97,6 @@ struct HistSpec {
 // command returns false with *err set: the kernel's message and the byte
 // of `cmd` where the caret goes. Does not look at named tables.
 // Context: control plane; allocates.
-bool parse_hist_command(const internal::EventDesc& ev, std::string_view cmd, HistSpec* spec,
-                        Error* err);
+bool parse_hist_command(const internal::EventDesc& ev, std::string_view cmd, HistSpec* spec, Error* err);
 
 }  // namespace usrtrace::hist

@@ -46,8 +46,13 @@ struct TracingMap {
     char comm[16];  // the inserting thread's name (.execname), as the kernel keeps it
   };
   TracingMap(uint32_t bits, uint32_t key_bytes, size_t values)
-      : size(1u << bits), key_size(key_bytes), nvals(values), buckets(size_t{2} << bits),
-        elts(size), keys(size_t{size} * key_size), sums(size_t{size} * nvals) {
+      : size(1u << bits),
+        key_size(key_bytes),
+        nvals(values),
+        buckets(size_t{2} << bits),
+        elts(size),
+        keys(size_t{size} * key_size),
+        sums(size_t{size} * nvals) {
     for (uint32_t i = 0; i < size; ++i) {
       elts[i].sums = &sums[size_t{i} * nvals];
       elts[i].key = &keys[size_t{i} * key_size];
@@ -64,9 +69,7 @@ struct TracingMap {
   }
 
   // The element a bucket word publishes, or null for an empty bucket.
-  const Elt* element(uint64_t word) const {
-    return word ? &elts[static_cast<uint32_t>(word) - 1] : nullptr;
-  }
+  const Elt* element(uint64_t word) const { return word ? &elts[static_cast<uint32_t>(word) - 1] : nullptr; }
 
   // Context: the write path (see the top of the file).
   Elt* insert(const uint8_t* key, const char* comm) {
@@ -143,7 +146,7 @@ struct TracingMap {
   std::atomic<uint32_t> next{0};   // elements never used start here
   std::atomic<uint32_t> spare{0};  // index + 1 of one element a lost race gave back
   std::atomic<uint64_t> drops{0};  // records not counted: the table was full
-  std::string signature;  // keys and values, for name= sharing
+  std::string signature;           // keys and values, for name= sharing
 };
 
 }  // namespace usrtrace::hist

@@ -17,8 +17,8 @@
 #include "base/files.h"
 #include "events/registry.h"
 #include "instance/instance.h"
-#include "writers/writers.h"
 #include "persist/file_store.h"
+#include "writers/writers.h"
 
 namespace usrtrace::instance {
 namespace {

@@ -1,9 +1,9 @@
 #include "instance/instance.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
-#include <cctype>
 #include <cstdlib>
 #include <ctime>
 #include <map>
@@ -12,8 +12,8 @@
 
 #include "events/registry.h"
 #include "instance/slot_write.h"
-#include "writers/writers.h"
 #include "usrtrace/internal/event_impl.h"
+#include "writers/writers.h"
 
 namespace usrtrace::instance {
 
@@ -49,14 +49,18 @@ namespace {
 // they registered. Filled by static initialisers (register_options), read
 // afterwards: g_nr_options is published with release after its entries.
 constexpr OptionInfo kCoreOptions[kNumCoreOptions] = {
-    {"print-parent", true},  {"sym-offset", false},      {"sym-addr", false},
-    {"verbose", false},      {"raw", false},             {"hex", false},
-    {"bin", false},          {"block", false},           {"fields", false},
-    {"trace_printk", true},  {"annotate", true},         {"userstacktrace", false},
-    {"sym-userobj", false},  {"printk-msg-only", false}, {"context-info", true},
-    {"latency-format", false}, {"record-cmd", true},     {"record-tgid", false},
-    {"overwrite", true},     {"disable_on_free", false}, {"irq-info", true},
-    {"markers", true},       {"event-fork", false},
+    {"print-parent", true}, {"sym-offset", false},
+    {"sym-addr", false},    {"verbose", false},
+    {"raw", false},         {"hex", false},
+    {"bin", false},         {"block", false},
+    {"fields", false},      {"trace_printk", true},
+    {"annotate", true},     {"userstacktrace", false},
+    {"sym-userobj", false}, {"printk-msg-only", false},
+    {"context-info", true}, {"latency-format", false},
+    {"record-cmd", true},   {"record-tgid", false},
+    {"overwrite", true},    {"disable_on_free", false},
+    {"irq-info", true},     {"markers", true},
+    {"event-fork", false},
 };
 OptionInfo g_options[kMaxOptions];
 int g_option_rank[kMaxOptions];  // core options: rank 0
@@ -125,13 +129,13 @@ int register_options(const OptionInfo* opts, int n, int rank) {
   base::MutexLock l(&g_mu);
   for (Instance* inst : g_instances)
     if (inst)
-      for (int i = 0; i < n; ++i) inst->options_[first + i].store(opts[i].default_on, std::memory_order_relaxed);
+      for (int i = 0; i < n; ++i)
+        inst->options_[first + i].store(opts[i].default_on, std::memory_order_relaxed);
   return first;
 }
 
 Instance::Instance(std::string name, int slot, std::unique_ptr<rb::RingBuffer> rb)
-    : name_(std::move(name)), slot_(slot), rb_(rb.get()),
-      snapshots_(new Snapshots(*rb, slot)) {
+    : name_(std::move(name)), slot_(slot), rb_(rb.get()), snapshots_(new Snapshots(*rb, slot)) {
   const int n = nr_options();
   for (int i = 0; i < n; ++i) options_[i].store(option_info(i).default_on, std::memory_order_relaxed);
   buffers_.push_back(std::move(rb));
@@ -160,8 +164,7 @@ Instance* Instance::top() {
 bool Instance::valid_name(std::string_view name) {
   if (name.empty() || name.size() > 64 || name == "." || name == "..") return false;
   for (char c : name)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'))
-      return false;
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.')) return false;
   return true;
 }
 
@@ -311,8 +314,7 @@ std::vector<uint64_t> Instance::cpumask() const {
   const SlotState& s = g_slot_state[slot_];
   const size_t n = static_cast<size_t>(buffer().nr_cpus() + 63) / 64;
   std::vector<uint64_t> out(n);
-  for (size_t i = 0; i < n && i < kMaxCpus / 64; ++i)
-    out[i] = ~s.cpus_off[i].load(std::memory_order_relaxed);
+  for (size_t i = 0; i < n && i < kMaxCpus / 64; ++i) out[i] = ~s.cpus_off[i].load(std::memory_order_relaxed);
   const int rem = buffer().nr_cpus() % 64;
   if (rem && !out.empty()) out.back() &= (uint64_t{1} << rem) - 1;
   return out;
@@ -386,14 +388,13 @@ uint64_t Instance::entries_written() {
   return n;
 }
 
-void Instance::log_error(std::string_view subsystem, std::string_view message,
-                         std::string_view command, size_t caret) {
+void Instance::log_error(std::string_view subsystem, std::string_view message, std::string_view command,
+                         size_t caret) {
   // The kernel's format: "[  secs.usecs] sys: error: msg\n  Command: cmd\n    ^\n".
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   char head[64];
-  snprintf(head, sizeof head, "[%5lld.%06ld] ", static_cast<long long>(ts.tv_sec),
-           ts.tv_nsec / 1000);
+  snprintf(head, sizeof head, "[%5lld.%06ld] ", static_cast<long long>(ts.tv_sec), ts.tv_nsec / 1000);
   std::string e = head;
   e.append(subsystem).append(": error: ").append(message).append("\n  Command: ");
   e.append(command).append("\n");

@@ -12,12 +12,12 @@
 #include "base/compiler.h"
 #include "base/rseq.h"
 #include "events/builtin.h"
-#include "events/registry.h"
-#include "instance/slot_write.h"
-#include "instance/instance.h"
-#include "writers/writers.h"
 #include "events/flags.h"
+#include "events/registry.h"
+#include "instance/instance.h"
+#include "instance/slot_write.h"
 #include "usrtrace/event.h"
+#include "writers/writers.h"
 
 namespace usrtrace::events {
 namespace {
@@ -51,7 +51,6 @@ void fill_common(void* rec, const writers::ThreadState& t) {
   h->preempt_count = static_cast<uint8_t>(depth < 15 ? depth : 15);
   h->pid = t.tid;
 }
-
 
 bool write_to_slot(int slot, const void* rec, uint32_t len, int tid) {
   rb::RingBuffer* rb = admit(slot, tid);

@@ -10,8 +10,8 @@
 #include "base/compiler.h"
 #include "base/rseq.h"
 #include "instance/instance.h"
-#include "writers/writers.h"
 #include "usrtrace/internal/event_impl.h"
+#include "writers/writers.h"
 
 namespace usrtrace::events {
 

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <iterator>
 #include <cstring>
+#include <iterator>
 
 #include "base/rseq.h"
 #include "base/sys.h"
@@ -214,8 +214,8 @@ Snapshots::Ref Snapshots::get(int age) {
   const uint64_t t = taken_.load(std::memory_order_relaxed);
   const uint64_t n = static_cast<uint64_t>(ring_size());
   // Before any snapshot, the newest "snapshot" is the first spare (empty).
-  const uint64_t i = t > static_cast<uint64_t>(age) ? (t - 1 - static_cast<uint64_t>(age)) % n
-                                                    : (age == 0 ? 0 : n);
+  const uint64_t i =
+      t > static_cast<uint64_t>(age) ? (t - 1 - static_cast<uint64_t>(age)) % n : (age == 0 ? 0 : n);
   if (i >= n) return r;
   r.buffer_ = spares_[i].get();
   r.info_ = info_[i];

@@ -32,7 +32,7 @@ namespace {
 
 struct SlotConfig {
   Tracer tracer = Tracer::kNone;
-  KindImpl* kind = nullptr;        // section_KIND
+  KindImpl* kind = nullptr;          // section_KIND
   bool restore_latency_fmt = false;  // latency-format was off before
   uint64_t timerlat_period_us = 1000;
 };
@@ -227,9 +227,7 @@ Window window_of(const instance::SnapshotInfo& info) {
   return w;
 }
 
-uint64_t latency_ns(const instance::SnapshotInfo& info) {
-  return ticks_to_ns(info.latency_ticks);
-}
+uint64_t latency_ns(const instance::SnapshotInfo& info) { return ticks_to_ns(info.latency_ticks); }
 
 uint64_t timerlat_period_us(const instance::Instance& inst) {
   base::MutexLock l(&g_mu);

@@ -25,11 +25,11 @@ extern std::atomic<KindImpl*> g_kinds[kMaxKinds];
 extern std::atomic<int> g_nkinds;
 
 // Slots running each measuring tracer (bit = slot). Relaxed: a soft switch.
-extern std::atomic<uint64_t> g_any_slots;      // section
-extern std::atomic<uint64_t> g_sigsoff_slots;  // sigsoff
-extern std::atomic<uint64_t> g_wakeup_slots;   // wakeup
+extern std::atomic<uint64_t> g_any_slots;        // section
+extern std::atomic<uint64_t> g_sigsoff_slots;    // sigsoff
+extern std::atomic<uint64_t> g_wakeup_slots;     // wakeup
 extern std::atomic<uint64_t> g_wakeup_rt_slots;  // wakeup_rt
-extern std::atomic<uint64_t> g_timerlat_slots;  // timerlat
+extern std::atomic<uint64_t> g_timerlat_slots;   // timerlat
 
 // Per slot, what a measurement is compared with: tracing_max_latency and
 // tracing_thresh as TSC ticks. A latency is reported when it is above
@@ -47,7 +47,7 @@ struct Measure {
   uint64_t start, end;
   uintptr_t start_ip, end_ip;
   const char* what;
-  int tid;  // the measured thread; 0: the caller
+  int tid;                 // the measured thread; 0: the caller
   uint64_t shown_end = 0;  // the trace shown ends here (0: at `end`)
 };
 

@@ -27,8 +27,8 @@
 #include "base/rseq.h"
 #include "base/sys.h"
 #include "clock/trace_clock.h"
-#include "writers/writers.h"
 #include "latency/internal.h"
+#include "writers/writers.h"
 
 namespace usrtrace::latency {
 namespace detail {
@@ -133,7 +133,8 @@ bool valid_kind_name(const char* name) {
   for (const char* p = name; *p; ++p, ++n) {
     const char c = *p;
     if (n >= kMaxKindName) return false;
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_')) return false;
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'))
+      return false;
   }
   return true;
 }
@@ -263,6 +264,6 @@ USRTRACE_EXPORT void usrtrace_section_end(usrtrace_section_kind* kind, uint64_t 
 
 // The preloaded runtime's pthread_sigmask/sigprocmask (src/preload).
 extern "C" USRTRACE_EXPORT void usrtrace_internal_sigmask_changed(uint64_t before, uint64_t after,
-                                                                   uintptr_t ip) {
+                                                                  uintptr_t ip) {
   usrtrace::latency::signals_changed(before, after, ip);
 }

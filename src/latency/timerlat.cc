@@ -9,8 +9,8 @@
 #include <time.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "clock/trace_clock.h"
@@ -36,9 +36,9 @@ void sample(uint64_t due_ns, uint64_t now_ns, uint64_t now_tsc, uintptr_t ip) {
   if (slots == 0) return;
   const uint64_t late = now_ns > due_ns ? now_ns - due_ns : 0;
   char text[96];
-  const int n = snprintf(text, sizeof text, "#%u context thread timer_latency %9llu ns\n",
-                         g_seq.fetch_add(1, std::memory_order_relaxed) + 1,
-                         static_cast<unsigned long long>(late));
+  const int n =
+      snprintf(text, sizeof text, "#%u context thread timer_latency %9llu ns\n",
+               g_seq.fetch_add(1, std::memory_order_relaxed) + 1, static_cast<unsigned long long>(late));
   for (uint64_t m = slots; m != 0; m &= m - 1)
     events::write_print(__builtin_ctzll(m), std::string_view(text, static_cast<size_t>(n)), ip);
   const uint64_t shown_end = clock::rdtsc();  // the sample line is inside the window

@@ -67,7 +67,8 @@ USRTRACE_EXPORT uint64_t usrtrace_wait_begin(const void* obj) {
   bool rt = false;
   if (g_wakeup_rt_slots.load(std::memory_order_relaxed) != 0) {
     const int policy = sched_getscheduler(0);
-    rt = policy >= 0 && ((policy & ~SCHED_RESET_ON_FORK) == SCHED_FIFO || (policy & ~SCHED_RESET_ON_FORK) == SCHED_RR);
+    rt = policy >= 0 &&
+         ((policy & ~SCHED_RESET_ON_FORK) == SCHED_FIFO || (policy & ~SCHED_RESET_ON_FORK) == SCHED_RR);
   }
   return (usrtrace::clock::rdtsc() & ~uint64_t{3}) | 1 | (rt ? kTokenRt : 0);
 }

@@ -9,14 +9,14 @@
 #include <cstring>
 #include <deque>
 #include <map>
-#include <unordered_map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "events/builtin.h"
+#include "events/flags.h"
 #include "events/registry.h"
 #include "function/core.h"
-#include "events/flags.h"
 #include "output/text_internal.h"
 #include "symbols/resolver.h"
 
@@ -98,7 +98,8 @@ void put_graph_duration(const Opts& o, bool has, uint64_t ns, std::string* out) 
   out->append(us);
   size_t len = std::strlen(us);
   if (len < 7) {
-    snprintf(rest, std::min<size_t>(sizeof rest, 8 - len), "%03llu", static_cast<unsigned long long>(ns % 1000));
+    snprintf(rest, std::min<size_t>(sizeof rest, 8 - len), "%03llu",
+             static_cast<unsigned long long>(ns % 1000));
     out->push_back('.');
     out->append(rest);
     len += std::strlen(rest) + 1;
@@ -131,7 +132,8 @@ void put_graph_cpu(const GraphState& g, int cpu, std::string* out) {
   out->append(buf);
 }
 
-void put_graph_prologue(const Opts& o, GraphState& g, const rb::Event& ev, const CommonHeader& h, std::string* out) {
+void put_graph_prologue(const Opts& o, GraphState& g, const rb::Event& ev, const CommonHeader& h,
+                        std::string* out) {
   if (o.fg_abstime) {
     const uint64_t ns = clock::raw_to_ns(o.clock, ev.ts);
     char buf[40];
@@ -172,7 +174,8 @@ void put_graph_line(const Opts& o, GraphState& g, const rb::Event& ev, const Gra
                     std::string* out) {
   if (ev.lost_before) {
     char buf[64];
-    snprintf(buf, sizeof buf, "CPU:%d [LOST %llu EVENTS]\n", ev.cpu, static_cast<unsigned long long>(ev.missed_before));
+    snprintf(buf, sizeof buf, "CPU:%d [LOST %llu EVENTS]\n", ev.cpu,
+             static_cast<unsigned long long>(ev.missed_before));
     out->append(buf);
   }
   CommonHeader h;
@@ -282,7 +285,8 @@ struct GraphStream::Impl {
     if (f.pid >= 0) {
       auto q = by_pid.find(f.pid);
       q->second.pop_front();
-      if (!f.done) put(f, q->second.empty() ? nullptr : &win[static_cast<size_t>(q->second.front() - base)], out);
+      if (!f.done)
+        put(f, q->second.empty() ? nullptr : &win[static_cast<size_t>(q->second.front() - base)], out);
       if (q->second.empty()) by_pid.erase(q);
     } else if (!f.done) {
       put(f, nullptr, out);

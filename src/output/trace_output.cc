@@ -31,15 +31,15 @@
 
 #include "clock/trace_clock.h"
 #include "events/builtin.h"
+#include "events/flags.h"
 #include "events/registry.h"
 #include "function/control.h"
 #include "function/core.h"
 #include "function/options.h"
-#include "writers/writers.h"
 #include "latency/latency.h"
-#include "events/flags.h"
 #include "output/text_internal.h"
 #include "symbols/resolver.h"
+#include "writers/writers.h"
 
 namespace usrtrace::output {
 
@@ -76,14 +76,30 @@ void put_flag_columns(std::string* out, uint8_t f, uint8_t preempt_count) {
   char c[5];
   c[0] = irqs && bh ? 'D' : irqs ? 'd' : bh ? 'b' : '.';
   switch (f & (kFlagNeedResched | kFlagNeedReschedLazy | kFlagPreemptResched)) {
-    case kFlagNeedResched | kFlagNeedReschedLazy | kFlagPreemptResched: c[1] = 'B'; break;
-    case kFlagNeedResched | kFlagPreemptResched: c[1] = 'N'; break;
-    case kFlagNeedReschedLazy | kFlagPreemptResched: c[1] = 'L'; break;
-    case kFlagNeedResched | kFlagNeedReschedLazy: c[1] = 'b'; break;
-    case kFlagNeedResched: c[1] = 'n'; break;
-    case kFlagPreemptResched: c[1] = 'p'; break;
-    case kFlagNeedReschedLazy: c[1] = 'l'; break;
-    default: c[1] = '.'; break;
+    case kFlagNeedResched | kFlagNeedReschedLazy | kFlagPreemptResched:
+      c[1] = 'B';
+      break;
+    case kFlagNeedResched | kFlagPreemptResched:
+      c[1] = 'N';
+      break;
+    case kFlagNeedReschedLazy | kFlagPreemptResched:
+      c[1] = 'L';
+      break;
+    case kFlagNeedResched | kFlagNeedReschedLazy:
+      c[1] = 'b';
+      break;
+    case kFlagNeedResched:
+      c[1] = 'n';
+      break;
+    case kFlagPreemptResched:
+      c[1] = 'p';
+      break;
+    case kFlagNeedReschedLazy:
+      c[1] = 'l';
+      break;
+    default:
+      c[1] = '.';
+      break;
   }
   c[2] = nmi && hard ? 'Z' : nmi ? 'z' : hard && soft ? 'H' : hard ? 'h' : soft ? 's' : '.';
   static constexpr char kHex[] = "0123456789abcdef";
@@ -204,7 +220,6 @@ void put_context(const Opts& o, const CommonHeader& h, const rb::Event& ev, std:
   out->append(": ");
 }
 
-
 // Kernel: lat_print_generic() + lat_print_timestamp() (not verbose).
 void put_lat_context(const Opts& o, const CommonHeader& h, const rb::Event& ev, uint64_t next_ts,
                      std::string* out) {
@@ -258,7 +273,6 @@ void detail::put_event_text(const EventDesc& d, const rb::Event& ev, std::string
 
 namespace {
 
-
 // Kernel: print_event_fields() (options/fields).
 void put_fields(const EventDesc& d, const rb::Event& ev, std::string* out) {
   if (is_ftrace(d)) {
@@ -306,8 +320,10 @@ void put_fields(const EventDesc& d, const rb::Event& ev, std::string* out) {
     }
     switch (f.size) {
       case 1:
-        if (std::isprint(*pos)) snprintf(buf, sizeof buf, "'%c'(%d)", *pos, *pos);
-        else snprintf(buf, sizeof buf, "(%d)", *pos);
+        if (std::isprint(*pos))
+          snprintf(buf, sizeof buf, "'%c'(%d)", *pos, *pos);
+        else
+          snprintf(buf, sizeof buf, "(%d)", *pos);
         break;
       case 2: {
         uint16_t v;
@@ -376,8 +392,8 @@ void put_raw(const Opts& o, const CommonHeader& h, const EventDesc* d, const rb:
 void put_hex(const Opts& o, const CommonHeader& h, const EventDesc* d, const rb::Event& ev,
              std::string* out) {
   char buf[96];
-  snprintf(buf, sizeof buf, "%08x %08x %016llx ", static_cast<uint32_t>(h.pid),
-           static_cast<uint32_t>(ev.cpu), static_cast<unsigned long long>(clock::raw_to_ns(o.clock, ev.ts)));
+  snprintf(buf, sizeof buf, "%08x %08x %016llx ", static_cast<uint32_t>(h.pid), static_cast<uint32_t>(ev.cpu),
+           static_cast<unsigned long long>(clock::raw_to_ns(o.clock, ev.ts)));
   out->append(buf);
   if (d) {
     snprintf(buf, sizeof buf, "type: %d\n", h.type);
@@ -401,8 +417,7 @@ void put_bin(const Opts& o, const CommonHeader& h, const EventDesc* d, const rb:
   }
 }
 
-void format_line(const Opts& o, bool latency, const rb::Event& ev, uint64_t next_ts,
-                 std::string* out) {
+void format_line(const Opts& o, bool latency, const rb::Event& ev, uint64_t next_ts, std::string* out) {
   if (ev.lost_before) {
     char buf[64];
     if (ev.missed_before != 0)
@@ -474,8 +489,8 @@ void put_func_help(const Opts& o, std::string* out) {
   if (o.irq_info) {
     const char* sp = o.tgid ? "            " : "  ";
     const char* lines[] = {"  _-----=> irqs-off/BH-disabled", " / _----=> need-resched",
-                           "| / _---=> hardirq/softirq",     "|| / _--=> preempt-depth",
-                           "||| / _-=> migrate-disable",    "|||| /     delay"};
+                           "| / _---=> hardirq/softirq",      "|| / _--=> preempt-depth",
+                           "||| / _-=> migrate-disable",      "|||| /     delay"};
     for (const char* l : lines) {
       out->append("#                            ");
       out->append(sp);
@@ -611,11 +626,11 @@ std::string snapshot_head(const Opts& o, const instance::Snapshots& snaps, int a
   const uint64_t ns = clock::raw_to_ns(o.clock, info.ts);
   const uint64_t usec = (ns + 500) / 1000;
   snprintf(buf, sizeof buf, "# snapshot: #%llu (%s, ring of %d)\n",
-           static_cast<unsigned long long>(info.number), age == 0 ? "newest" : "older",
-           snaps.ring_size());
+           static_cast<unsigned long long>(info.number), age == 0 ? "newest" : "older", snaps.ring_size());
   h += buf;
-  snprintf(buf, sizeof buf, "# taken at: %llu.%06llu by thread %d, %s", static_cast<unsigned long long>(usec / 1000000),
-           static_cast<unsigned long long>(usec % 1000000), info.tid, info.cpu < 0 ? "all CPUs" : "CPU ");
+  snprintf(buf, sizeof buf, "# taken at: %llu.%06llu by thread %d, %s",
+           static_cast<unsigned long long>(usec / 1000000), static_cast<unsigned long long>(usec % 1000000),
+           info.tid, info.cpu < 0 ? "all CPUs" : "CPU ");
   h += buf;
   if (info.cpu >= 0) h += std::to_string(info.cpu);
   h += "\n";
@@ -660,12 +675,13 @@ struct TraceText::State {
   bool shows_events = false;
   latency::Window w;
   std::unique_ptr<rb::RingBuffer::Iterator> it;  // made at the first fill
-  HeldEvent cur;      // latency-format: the line waits for the next event's time
+  HeldEvent cur;                                 // latency-format: the line waits for the next event's time
   bool have_cur = false;
   std::unique_ptr<GraphStream> graph;  // function_graph's layout, made as read
   bool ended = false;
 
-  State(Instance& i, int c, instance::Snapshots::Ref r) : inst(i), cpu(c), o(options_of(i)), ref(std::move(r)) {}
+  State(Instance& i, int c, instance::Snapshots::Ref r)
+      : inst(i), cpu(c), o(options_of(i)), ref(std::move(r)) {}
 
   bool next(rb::Event* ev) {
     while (it->next(ev))
@@ -690,7 +706,8 @@ std::unique_ptr<TraceText::State> text_state(Instance& inst, int cpu, instance::
   // A max trace shows its window only, timed from its start (the kernel's
   // max_buf time_start).
   if (max != nullptr) st->w = latency::window_of(*max);
-  if (max != nullptr && max->window_end != 0) st->o.time_start_ns = clock::raw_to_ns(st->o.clock, st->w.start);
+  if (max != nullptr && max->window_end != 0)
+    st->o.time_start_ns = clock::raw_to_ns(st->o.clock, st->w.start);
   st->shows_events = valid_cpu(inst, cpu);
   return st;
 }
@@ -722,8 +739,8 @@ std::unique_ptr<TraceText> TraceText::snapshot(Instance& inst, int age, int cpu)
   const instance::SnapshotInfo info = ref.info();
   const std::string head = snapshot_head(options_of(inst), snaps, age, info);
   rb::RingBuffer& rb = ref.buffer();
-  return std::unique_ptr<TraceText>(new TraceText(
-      text_state(inst, cpu, std::move(ref), rb, head, info.window_end != 0 ? &info : nullptr)));
+  return std::unique_ptr<TraceText>(
+      new TraceText(text_state(inst, cpu, std::move(ref), rb, head, info.window_end != 0 ? &info : nullptr)));
 }
 
 bool TraceText::fill(std::string* out, size_t want) {

@@ -77,7 +77,6 @@ void put_flag_columns(std::string* out, uint8_t flags, uint8_t preempt_count);
 // vsnprintf, which glibc does not allocate for the conversions events
 // use (integers, %s, %c, %p, no wide strings, no positional arguments).
 inline constexpr size_t kDumpLineMax = 8192;
-void format_dump_event(instance::Instance& inst, const rb::Event& ev, uint64_t next_ts,
-                       std::string* out);
+void format_dump_event(instance::Instance& inst, const rb::Event& ev, uint64_t next_ts, std::string* out);
 
 }  // namespace usrtrace::output

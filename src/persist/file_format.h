@@ -34,15 +34,15 @@ enum RegionState : uint32_t { kStateUnused = 0, kStateLive = 1, kStateDead = 2 }
 // ABI. Written by the control plane of the traced process, except `role`
 // (adopt_cpu(), any thread, plain store).
 struct RegionDesc {
-  uint32_t kind;        // RegionKind
-  uint32_t state;       // RegionState; set last when a region goes live
-  uint64_t offset;      // in the file, multiple of kFileAlign
-  uint64_t size;        // bytes, multiple of kFileAlign
-  uint64_t base;        // address of the region's first byte in the process
-  uint64_t role;        // kRegionCpu: rb::role_word(tag, cpu), 0 = unowned
-  uint32_t nr_pages;    // kRegionPages
-  uint32_t page_size;   // kRegionPages
-  uint64_t pages_off;   // kRegionPages: offset of the pages within the region
+  uint32_t kind;       // RegionKind
+  uint32_t state;      // RegionState; set last when a region goes live
+  uint64_t offset;     // in the file, multiple of kFileAlign
+  uint64_t size;       // bytes, multiple of kFileAlign
+  uint64_t base;       // address of the region's first byte in the process
+  uint64_t role;       // kRegionCpu: rb::role_word(tag, cpu), 0 = unowned
+  uint32_t nr_pages;   // kRegionPages
+  uint32_t page_size;  // kRegionPages
+  uint64_t pages_off;  // kRegionPages: offset of the pages within the region
   uint64_t reserved;
 };
 static_assert(sizeof(RegionDesc) == 64);
@@ -68,14 +68,14 @@ struct BlobRef {
 struct FileHeader {
   char magic[8];
   uint32_t version;
-  uint32_t header_size;      // sizeof(FileHeader)
-  uint32_t page_size;        // ring pages ("sub-buffers")
+  uint32_t header_size;  // sizeof(FileHeader)
+  uint32_t page_size;    // ring pages ("sub-buffers")
   uint32_t nr_cpus;
   uint32_t region_capacity;  // entries in the region table
   uint32_t cmdline_count;
-  uint64_t region_table;     // file offset
-  uint64_t cmdlines;         // file offset
-  uint64_t file_end;         // next free offset (allocation is append-only)
+  uint64_t region_table;  // file offset
+  uint64_t cmdlines;      // file offset
+  uint64_t file_end;      // next free offset (allocation is append-only)
   // The clock, with the TSC calibration of the process (raw -> ns:
   // ns0 + ((raw - tsc0) * mult) >> 32 when clock_tsc and clock_in_ns).
   uint32_t clock_id;
@@ -88,11 +88,11 @@ struct FileHeader {
   uint64_t mult;
   int32_t pid;
   uint32_t reserved1;
-  uint64_t created_ns;       // CLOCK_REALTIME at creation
+  uint64_t created_ns;  // CLOCK_REALTIME at creation
   char program[256];
-  char instance[64];         // "" for the top instance
+  char instance[64];  // "" for the top instance
   CpuLayout cpu_layout;
-  uint64_t formats_cur;      // index into formats[] (& 1) of the current blob
+  uint64_t formats_cur;  // index into formats[] (& 1) of the current blob
   BlobRef formats[2];
 };
 static_assert(sizeof(FileHeader) <= kHeaderBytes);

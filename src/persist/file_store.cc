@@ -35,8 +35,10 @@ namespace {
 // to leaked. Their regions are made roots of its scan while mapped.
 void lsan_root(void* at, uint64_t size, bool on) {
 #ifdef USRTRACE_LSAN
-  if (on) __lsan_register_root_region(at, size);
-  else __lsan_unregister_root_region(at, size);
+  if (on)
+    __lsan_register_root_region(at, size);
+  else
+    __lsan_unregister_root_region(at, size);
 #else
   (void)at, (void)size, (void)on;
 #endif
@@ -79,16 +81,15 @@ void copy_str(char* dst, size_t cap, std::string_view s) {
 
 CpuLayout cpu_layout() { return own_cpu_layout(); }
 
-std::shared_ptr<FileStore> FileStore::create(const std::string& path, uint32_t page_size,
-                                             int nr_cpus, std::string_view instance, int* err,
-                                             std::string* why) {
+std::shared_ptr<FileStore> FileStore::create(const std::string& path, uint32_t page_size, int nr_cpus,
+                                             std::string_view instance, int* err, std::string* why) {
   auto fail = [&](int e, const std::string& text = {}) {
     if (err) *err = e;
     if (why) *why = text.empty() ? path + ": " + std::strerror(e) : text;
     return std::shared_ptr<FileStore>();
   };
-  if (page_size < rb::kMinPageSize || page_size > rb::kMaxPageSize ||
-      (page_size & (page_size - 1)) || nr_cpus <= 0)
+  if (page_size < rb::kMinPageSize || page_size > rb::kMaxPageSize || (page_size & (page_size - 1)) ||
+      nr_cpus <= 0)
     return fail(EINVAL);
   std::shared_ptr<FileStore> fs(new (std::nothrow) FileStore);
   if (!fs) return fail(ENOMEM);
@@ -108,7 +109,8 @@ std::shared_ptr<FileStore> FileStore::create(const std::string& path, uint32_t p
   if (st.st_uid != geteuid())
     return fail(EPERM, path + ": owned by uid " + std::to_string(st.st_uid) + ", not by this process's user");
   if (st.st_size != 0)
-    return fail(EEXIST, path + ": already holds data (a trace to recover with `usrtrace recover`?): remove it first");
+    return fail(EEXIST,
+                path + ": already holds data (a trace to recover with `usrtrace recover`?): remove it first");
   // Per CPU: a CpuBuffer and its pages, for the live buffer, a snapshot and
   // a resize in progress; plus format blobs.
   const uint32_t capacity = static_cast<uint32_t>(nr_cpus) * 6 + 64;
@@ -189,8 +191,14 @@ void FileStore::remap_private() {
   for (uint32_t i = 0; i < hdr_->region_capacity; ++i) {
     const RegionDesc& d = table_[i];
     if (d.state != kStateLive || d.kind == kRegionBlob) continue;
-    mmap(reinterpret_cast<void*>(d.base), d.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED,
-         fd_, static_cast<off_t>(d.offset));
+    // A failure (ENOMEM: the child is out of mappings) leaves the region
+    // shared with the parent: the child's writes may then mix into the
+    // parent's file. Zero pages instead could crash the child's writers,
+    // which read their own state from the region; the trace is the lesser
+    // loss, and there is no one to tell in an async-signal-safe child.
+    // NOLINTNEXTLINE(bugprone-unused-return-value)
+    mmap(reinterpret_cast<void*>(d.base), d.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, fd_,
+         static_cast<off_t>(d.offset));
   }
   void* m = mmap(hdr_, head_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, fd_, 0);
   (void)m;
@@ -222,8 +230,8 @@ int FileStore::add_region(uint32_t kind, uint64_t size, uint64_t align, void** b
     if (r == MAP_FAILED) return fail(errno);
     const auto rbase = reinterpret_cast<uintptr_t>(r);
     const uintptr_t aligned = (rbase + align - 1) & ~(uintptr_t{align} - 1);
-    at = mmap(reinterpret_cast<void*>(aligned), size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
-              fd_, static_cast<off_t>(off));
+    at = mmap(reinterpret_cast<void*>(aligned), size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd_,
+              static_cast<off_t>(off));
     if (at == MAP_FAILED) {
       int e = errno;
       munmap(r, total);
@@ -318,8 +326,7 @@ bool FileStore::alloc_pages(rb::CpuBuffer* cb, uint32_t nr) {
   return true;
 }
 
-void FileStore::free_pages(uint8_t* /*pages*/, rb::PageMeta* meta, uint32_t /*nr*/,
-                           uint32_t /*page_size*/) {
+void FileStore::free_pages(uint8_t* /*pages*/, rb::PageMeta* meta, uint32_t /*nr*/, uint32_t /*page_size*/) {
   base::MutexLock l(&mu_);
   int idx = region_at(meta);
   if (idx >= 0) release_region(idx);
@@ -349,8 +356,7 @@ int FileStore::write_formats(const std::string& bytes) {
   RegionDesc& d = table_[idx];
   size_t done = 0;
   while (done < bytes.size()) {
-    ssize_t n = pwrite(fd_, bytes.data() + done, bytes.size() - done,
-                       static_cast<off_t>(d.offset + done));
+    ssize_t n = pwrite(fd_, bytes.data() + done, bytes.size() - done, static_cast<off_t>(d.offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       int e = n < 0 ? errno : EIO;

@@ -34,9 +34,8 @@ class FileStore final : public rb::BufferStore {
   //     owns it).
   // Returns nullptr with *err an errno and *why (if given) the reason in
   // words. Context: control plane; allocates, system calls.
-  static std::shared_ptr<FileStore> create(const std::string& path, uint32_t page_size,
-                                           int nr_cpus, std::string_view instance, int* err,
-                                           std::string* why = nullptr);
+  static std::shared_ptr<FileStore> create(const std::string& path, uint32_t page_size, int nr_cpus,
+                                           std::string_view instance, int* err, std::string* why = nullptr);
   ~FileStore() override;
   FileStore(const FileStore&) = delete;
   FileStore& operator=(const FileStore&) = delete;
@@ -69,8 +68,7 @@ class FileStore final : public rb::BufferStore {
   FileStore() = default;
   // Appends a region of `size` bytes, mapped at an address aligned to
   // `align`; returns its table index or -1 (last_error_ set).
-  int add_region(uint32_t kind, uint64_t size, uint64_t align, void** base)
-      USRTRACE_REQUIRES(mu_);
+  int add_region(uint32_t kind, uint64_t size, uint64_t align, void** base) USRTRACE_REQUIRES(mu_);
   void release_region(int idx) USRTRACE_REQUIRES(mu_);
   int region_at(const void* base) USRTRACE_REQUIRES(mu_);
   void remap_private();  // in a forked child

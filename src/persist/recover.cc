@@ -92,8 +92,7 @@ bool check_header(const FileHeader& h, std::string* why) {
   const CpuLayout own = persist::cpu_layout();
   if (std::memcmp(&h.cpu_layout, &own, sizeof own) != 0)
     return fail("written by a usrtrace build with another buffer layout; use that build's reader");
-  if (h.page_size < rb::kMinPageSize || h.page_size > rb::kMaxPageSize ||
-      (h.page_size & (h.page_size - 1)))
+  if (h.page_size < rb::kMinPageSize || h.page_size > rb::kMaxPageSize || (h.page_size & (h.page_size - 1)))
     return fail("corrupt header (page size " + std::to_string(h.page_size) + ")");
   if (h.nr_cpus == 0 || h.nr_cpus > 65536) return fail("corrupt header (nr_cpus)");
   return true;
@@ -141,8 +140,7 @@ struct Recovery::Impl {
   bool parse(std::string* error);
   void parse_formats(const FileHeader& h);
   void parse_cmdlines(const FileHeader& h);
-  void read_cpu(const FileHeader& h, const RegionDesc& d, uint32_t idx,
-                std::vector<PagesRegion>* pages);
+  void read_cpu(const FileHeader& h, const RegionDesc& d, uint32_t idx, std::vector<PagesRegion>* pages);
 };
 
 bool Recovery::Impl::parse(std::string* error) {
@@ -187,8 +185,7 @@ bool Recovery::Impl::parse(std::string* error) {
     }
     if (d.kind == persist::kRegionPages) {
       const uint64_t ps = d.page_size;
-      if (ps != h.page_size || d.nr_pages < 2 ||
-          uint64_t{d.nr_pages} * own.meta_size > d.pages_off ||
+      if (ps != h.page_size || d.nr_pages < 2 || uint64_t{d.nr_pages} * own.meta_size > d.pages_off ||
           d.pages_off > d.size || (d.size - d.pages_off) / ps < d.nr_pages) {
         warn("region " + std::to_string(i) + ": corrupt page region, left out");
         continue;
@@ -271,8 +268,7 @@ void Recovery::Impl::parse_cmdlines(const FileHeader& h) {
   for (uint32_t i = 0; i < h.cmdline_count; ++i) {
     CmdlineSlot s;
     b.get(h.cmdlines + uint64_t{i} * sizeof s, &s);
-    if (s.seq == 0 || (s.seq & 1) || s.tid <= 0 || strnlen(s.comm, sizeof s.comm) == sizeof s.comm)
-      continue;
+    if (s.seq == 0 || (s.seq & 1) || s.tid <= 0 || strnlen(s.comm, sizeof s.comm) == sizeof s.comm) continue;
     cmdlines.emplace_back(s.tid, std::string(s.comm));
   }
 }
@@ -304,9 +300,9 @@ void Recovery::Impl::read_cpu(const FileHeader& h, const RegionDesc& d, uint32_t
   }
   // The last region (by table index) with these addresses and sizes: the
   // one before the first with a greater key (`regions` is sorted by key()).
-  const auto past = std::upper_bound(
-      regions->begin(), regions->end(), std::make_tuple(meta_va, pages_va, nr, ps, UINT32_MAX),
-      [](const auto& k, const PagesRegion& r) { return k < r.key(); });
+  const auto past = std::upper_bound(regions->begin(), regions->end(),
+                                     std::make_tuple(meta_va, pages_va, nr, ps, UINT32_MAX),
+                                     [](const auto& k, const PagesRegion& r) { return k < r.key(); });
   PagesRegion* pr = past == regions->begin() ? nullptr : &*(past - 1);
   if (pr && std::make_tuple(pr->base, pr->base + pr->pages_off, pr->nr_pages, pr->page_size) !=
                 std::make_tuple(meta_va, pages_va, nr, ps))

@@ -189,7 +189,8 @@ int change_mask(int (*real)(int, const sigset_t*, sigset_t*), int how, const sig
   sigset_t mine;
   sigset_t* o = old != nullptr ? old : &mine;
   const int rc = real(how, set, o);
-  if (rc == 0 && set != nullptr) usrtrace_internal_sigmask_changed(mask_bits(o), after_change(how, mask_bits(o), set), ip);
+  if (rc == 0 && set != nullptr)
+    usrtrace_internal_sigmask_changed(mask_bits(o), after_change(how, mask_bits(o), set), ip);
   return rc;
 }
 }  // namespace
@@ -227,7 +228,8 @@ __attribute__((visibility("default"))) int pthread_cond_timedwait(pthread_cond_t
   return rc;
 }
 __attribute__((visibility("default"))) int pthread_cond_clockwait(pthread_cond_t* c, pthread_mutex_t* m,
-                                                                  clockid_t clk, const struct timespec* abstime) {
+                                                                  clockid_t clk,
+                                                                  const struct timespec* abstime) {
   const uint64_t t = usrtrace_wait_begin(c);
   const int rc = USRTRACE_NEXT(pthread_cond_clockwait)(c, m, clk, abstime);
   usrtrace_wait_end(c, t);
@@ -250,7 +252,8 @@ __attribute__((visibility("default"))) int sem_timedwait(sem_t* s, const struct 
   usrtrace_wait_end(s, t);
   return rc;
 }
-__attribute__((visibility("default"))) int sem_clockwait(sem_t* s, clockid_t clk, const struct timespec* abstime) {
+__attribute__((visibility("default"))) int sem_clockwait(sem_t* s, clockid_t clk,
+                                                         const struct timespec* abstime) {
   const uint64_t t = usrtrace_wait_begin(s);
   const int rc = USRTRACE_NEXT(sem_clockwait)(s, clk, abstime);
   usrtrace_wait_end(s, t);
@@ -271,9 +274,10 @@ __attribute__((visibility("default"))) int eventfd_read(int fd, eventfd_t* value
 }
 }  // extern "C"
 
-extern "C" __attribute__((visibility("default"))) int __libc_start_main(
-    MainFn main, int argc, char** argv, void (*init)(), void (*fini)(), void (*rtld_fini)(),
-    void* stack_end) {
+extern "C" __attribute__((visibility("default"))) int __libc_start_main(MainFn main, int argc, char** argv,
+                                                                        void (*init)(), void (*fini)(),
+                                                                        void (*rtld_fini)(),
+                                                                        void* stack_end) {
   auto real = reinterpret_cast<StartMainFn>(dlsym(RTLD_NEXT, "__libc_start_main"));
   g_main = main;
   early_hold();
@@ -285,10 +289,12 @@ extern "C" __attribute__((visibility("default"))) int __libc_start_main(
 extern "C" {
 void usrtrace_internal_func_enter(void* fn, void* site);
 void usrtrace_internal_func_exit(void* fn, void* site);
-__attribute__((visibility("default"), no_instrument_function)) void __cyg_profile_func_enter(void* fn, void* site) {
+__attribute__((visibility("default"), no_instrument_function)) void __cyg_profile_func_enter(void* fn,
+                                                                                             void* site) {
   usrtrace_internal_func_enter(fn, site);
 }
-__attribute__((visibility("default"), no_instrument_function)) void __cyg_profile_func_exit(void* fn, void* site) {
+__attribute__((visibility("default"), no_instrument_function)) void __cyg_profile_func_exit(void* fn,
+                                                                                            void* site) {
   usrtrace_internal_func_exit(fn, site);
 }
 // The real definitions of what is interposed, as seen from this object,
@@ -319,7 +325,8 @@ __attribute__((visibility("default"))) _Unwind_Reason_Code _Unwind_RaiseExceptio
   return usrtrace_internal_unwind_raise(e);
 }
 __attribute__((visibility("default"))) _Unwind_Reason_Code _Unwind_ForcedUnwind(_Unwind_Exception* e,
-                                                                                _Unwind_Stop_Fn stop, void* arg) {
+                                                                                _Unwind_Stop_Fn stop,
+                                                                                void* arg) {
   return usrtrace_internal_unwind_forced(e, stop, arg);
 }
 __attribute__((visibility("default"))) _Unwind_Reason_Code _Unwind_Resume_or_Rethrow(_Unwind_Exception* e) {

@@ -26,10 +26,10 @@ constexpr uint32_t kRecordHead = 16;
 enum Kind : uint32_t { kOutput = 1, kProcess = 2, kStream = 3, kMeta = 4, kPages = 5 };
 
 // What a reader accepts (a journal is untrusted input).
-constexpr uint64_t kMaxSmallRecord = 1 << 16;   // every record but kMeta and kPages
-constexpr uint64_t kMaxMeta = 1ull << 30;       // kallsyms of a very big program
+constexpr uint64_t kMaxSmallRecord = 1 << 16;  // every record but kMeta and kPages
+constexpr uint64_t kMaxMeta = 1ull << 30;      // kallsyms of a very big program
 constexpr uint32_t kMaxCpus = 4096;
-constexpr uint32_t kMaxIds = 1 << 16;           // processes, streams
+constexpr uint32_t kMaxIds = 1 << 16;  // processes, streams
 
 void put32(std::string* s, uint32_t v) { s->append(reinterpret_cast<const char*>(&v), 4); }
 void put_str(std::string* s, const std::string& v) {
@@ -99,7 +99,8 @@ JournalWriter::~JournalWriter() {
 
 int JournalWriter::create(const RecordOptions& opts, std::string* err) {
   const size_t slash = opts.output.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : opts.output.substr(0, slash));
+  const std::string dir =
+      slash == std::string::npos ? "." : (slash == 0 ? "/" : opts.output.substr(0, slash));
   const std::string base = slash == std::string::npos ? opts.output : opts.output.substr(slash + 1);
   // mkostemp: a name nobody else has (O_CREAT|O_EXCL), 0600, so a planted
   // symlink is never followed.
@@ -129,7 +130,8 @@ int JournalWriter::create(const RecordOptions& opts, std::string* err) {
   std::memcpy(head + 12, &bytes, 4);
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
-  const uint64_t created = static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+  const uint64_t created =
+      static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
   std::memcpy(head + 16, &created, 8);
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -160,8 +162,8 @@ int JournalWriter::add_process(int pid, const std::string& prefix, uint32_t* pro
   return 0;
 }
 
-int JournalWriter::add_stream(uint32_t process, const std::string& instance, uint32_t page_size, uint32_t nr_cpus,
-                              uint32_t* stream, std::string* err) {
+int JournalWriter::add_stream(uint32_t process, const std::string& instance, uint32_t page_size,
+                              uint32_t nr_cpus, uint32_t* stream, std::string* err) {
   std::lock_guard<std::mutex> l(mu_);
   std::string p;
   put32(&p, streams_);
@@ -182,7 +184,8 @@ int JournalWriter::put_meta(uint32_t process, const control::RemoteMeta& meta, s
   return append(kMeta, p, nullptr, 0, err);
 }
 
-int JournalWriter::put_pages(uint32_t stream, uint32_t cpu, const void* pages, size_t bytes, std::string* err) {
+int JournalWriter::put_pages(uint32_t stream, uint32_t cpu, const void* pages, size_t bytes,
+                             std::string* err) {
   if (bytes == 0) return 0;
   std::string p;
   put32(&p, stream);
@@ -244,7 +247,8 @@ int JournalWriter::append_locked(uint32_t kind, const std::string& head, const v
       if (page_bytes_ > 0)
         error_text_ += "; they are kept there: `usrtrace recover " + path_ + "` writes " + output_ +
                        " from them once there is room";
-      if (error_ == ENOSPC || error_ == EDQUOT) error_text_ += " (the previous " + output_ + ", if any, is unchanged)";
+      if (error_ == ENOSPC || error_ == EDQUOT)
+        error_text_ += " (the previous " + output_ + ", if any, is unchanged)";
       *err = error_text_;
       return -error_;
     }
@@ -264,18 +268,21 @@ int JournalWriter::append_locked(uint32_t kind, const std::string& head, const v
 std::vector<std::string> abandoned_journals(const std::string& output) {
   const size_t slash = output.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : output.substr(0, slash));
-  const std::string prefix = "." + (slash == std::string::npos ? output : output.substr(slash + 1)) + ".usrtrace-rec-";
+  const std::string prefix =
+      "." + (slash == std::string::npos ? output : output.substr(slash + 1)) + ".usrtrace-rec-";
   std::vector<std::string> found;
   DIR* d = opendir(dir.c_str());
   if (!d) return found;
   while (dirent* e = readdir(d)) {
-    if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) != 0 || std::strlen(e->d_name) != prefix.size() + 6)
+    if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) != 0 ||
+        std::strlen(e->d_name) != prefix.size() + 6)
       continue;
     const std::string path = (dir == "/" ? "" : dir) + "/" + e->d_name;
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) continue;
     struct stat st;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && ::flock(fd, LOCK_SH | LOCK_NB) == 0)
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+        ::flock(fd, LOCK_SH | LOCK_NB) == 0)
       found.push_back(path);
     ::close(fd);
   }
@@ -398,8 +405,8 @@ int read_journal(int fd, Journal* out, std::string* err) {
       case kStream: {
         const uint32_t id = c.u32(), proc = c.u32(), page = c.u32(), cpus = c.u32();
         std::string inst = c.str();
-        if (!c.ok || id != out->streams.size() || id >= kMaxIds || proc >= out->processes.size() || page < 64 ||
-            page > (1u << 20) || (page & (page - 1)) || cpus == 0 || cpus > kMaxCpus) {
+        if (!c.ok || id != out->streams.size() || id >= kMaxIds || proc >= out->processes.size() ||
+            page < 64 || page > (1u << 20) || (page & (page - 1)) || cpus == 0 || cpus > kMaxCpus) {
           bad = true;
           break;
         }
@@ -455,7 +462,9 @@ int write_from_journal(const Journal& j, const std::string& output, const std::v
     const Journal::Process& proc = j.processes[s.process];
     if (skipped(s.process) || !proc.have_meta) continue;
     BufferData b;
-    b.name = proc.prefix.empty() ? s.instance : s.instance.empty() ? proc.prefix : proc.prefix + ":" + s.instance;
+    b.name = proc.prefix.empty()  ? s.instance
+             : s.instance.empty() ? proc.prefix
+                                  : proc.prefix + ":" + s.instance;
     b.page_size = s.page_size;
     b.clock = clock_name(proc.meta.meta.trace_clock);
     for (const control::InstanceMeta& im : proc.meta.instances)

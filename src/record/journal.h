@@ -76,12 +76,12 @@ class JournalWriter {
   int fd_ = -1;
   std::string path_;
   std::string output_;
-  uint64_t end_ = 0;          // under mu_
-  uint64_t page_bytes_ = 0;   // under mu_
-  uint32_t processes_ = 0, streams_ = 0;  // under mu_
+  uint64_t end_ = 0;                        // under mu_
+  uint64_t page_bytes_ = 0;                 // under mu_
+  uint32_t processes_ = 0, streams_ = 0;    // under mu_
   std::vector<uint32_t> stream_page_size_;  // under mu_
-  int error_ = 0;             // under mu_: the first failure
-  std::string error_text_;    // under mu_
+  int error_ = 0;                           // under mu_: the first failure
+  std::string error_text_;                  // under mu_
   bool keep_ = false;
 };
 
@@ -106,8 +106,8 @@ struct Journal {
   std::vector<Process> processes;
   std::vector<Stream> streams;
   uint64_t pages = 0;
-  uint64_t bytes = 0;     // the file's size
-  std::string damage;     // why the journal ended early, "" if it ended at a record's end
+  uint64_t bytes = 0;  // the file's size
+  std::string damage;  // why the journal ended early, "" if it ended at a record's end
 };
 
 // True if the `n` bytes at `p` begin a journal.

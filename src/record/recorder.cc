@@ -26,11 +26,11 @@
 #include "clock/trace_clock.h"
 #include "function/function.h"
 #include "instance/instance.h"
-#include "ring_buffer/page_format.h"
-#include "symbols/symbols.h"
 #include "record/journal.h"
 #include "record/recorder.h"
 #include "record/remote_recorder.h"
+#include "ring_buffer/page_format.h"
+#include "symbols/symbols.h"
 #include "tracedat/writer.h"
 #include "tracefs/tracefs.h"
 #include "usrtrace/tracedat.h"
@@ -86,8 +86,7 @@ Metadata collect_metadata(const std::vector<std::string>& instances) {
   m.cmdlines = read_text("saved_cmdlines");
   m.trace_clock = read_text(prefix_of(instances.empty() ? "" : instances[0]) + "trace_clock");
   struct utsname u;
-  if (uname(&u) == 0)
-    m.uname = std::string(u.sysname) + " " + u.nodename + " " + u.release + " " + u.machine;
+  if (uname(&u) == 0) m.uname = std::string(u.sysname) + " " + u.nodename + " " + u.release + " " + u.machine;
   m.version = "usrtrace " USRTRACE_VERSION_STRING;
   // The TSC clocks' pages hold raw TSC counts: the file carries the
   // calibration that turns them into the ns the trace file prints.
@@ -319,7 +318,8 @@ struct Source {
   void flush(size_t cpu) {
     std::string& b = batch[cpu];
     if (!b.empty() && error == 0) {
-      if (int rc = journal->put_pages(stream, static_cast<uint32_t>(cpu), b.data(), b.size(), &error_text); rc < 0)
+      if (int rc = journal->put_pages(stream, static_cast<uint32_t>(cpu), b.data(), b.size(), &error_text);
+          rc < 0)
         error = -rc;
       else
         bytes.fetch_add(b.size(), std::memory_order_relaxed);
@@ -511,7 +511,9 @@ int TraceRecorder::add_process(int pid, std::string* err) {
   return impl_->remote->add_process(pid, err);
 }
 
-std::string TraceRecorder::warnings() const { return impl_->remote ? impl_->remote->warnings() : std::string(); }
+std::string TraceRecorder::warnings() const {
+  return impl_->remote ? impl_->remote->warnings() : std::string();
+}
 
 TraceRecorder::~TraceRecorder() {
   std::string err;

@@ -44,8 +44,7 @@ int check_options(const RecordOptions& o, std::string* dir, std::string* err);
 // Writes opts.output from the metadata and the buffers' data, the top
 // instance first (an empty one when it was not recorded, as trace-cmd
 // does). 0, or -errno with *err set.
-int write_output(const RecordOptions& opts, Metadata meta, std::vector<BufferData> buffers,
-                 std::string* err);
+int write_output(const RecordOptions& opts, Metadata meta, std::vector<BufferData> buffers, std::string* err);
 
 // Keeps in *now what went away since *before was taken: the formats of
 // events unregistered meanwhile (a shared object unloaded, or a program's

@@ -12,23 +12,23 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <thread>
 
 #include "control/connection.h"
-#include "ring_buffer/page_format.h"
 #include "record/recorder.h"
 #include "record/remote_recorder.h"
+#include "ring_buffer/page_format.h"
 
 namespace usrtrace::tracedat {
 namespace {
 
-constexpr uint32_t kChunk = 1024 * 1024;   // pages per answer, at most
-constexpr uint32_t kWaitMs = 100;          // a quiet process is asked again this often
+constexpr uint32_t kChunk = 1024 * 1024;  // pages per answer, at most
+constexpr uint32_t kWaitMs = 100;         // a quiet process is asked again this often
 
 // The process's name, from /proc.
 std::string comm_of(int pid) {
@@ -99,8 +99,8 @@ int RemoteRecording::open(const RecordOptions& o, JournalWriter* journal, const 
     }
     inst->page_size = p.page_size;
     inst->nr_cpus = p.nr_cpus;
-    if (int jr = journal_->add_stream(process_, name, p.page_size, static_cast<uint32_t>(p.nr_cpus), &inst->stream,
-                                      err);
+    if (int jr = journal_->add_stream(process_, name, p.page_size, static_cast<uint32_t>(p.nr_cpus),
+                                      &inst->stream, err);
         jr < 0)
       return jr;
     instances_.push_back(std::move(inst));
@@ -144,8 +144,8 @@ int RemoteRecording::store(Instance& inst, const control::Connection::Pages& p, 
     size_t end = i + 1;
     while (end < p.cpus.size() && p.cpus[end] == p.cpus[i]) ++end;
     const size_t bytes = (end - i) * p.page_size;
-    if (int rc = journal_->put_pages(inst.stream, static_cast<uint32_t>(p.cpus[i]), p.data.data() + i * p.page_size,
-                                     bytes, err);
+    if (int rc = journal_->put_pages(inst.stream, static_cast<uint32_t>(p.cpus[i]),
+                                     p.data.data() + i * p.page_size, bytes, err);
         rc < 0)
       return rc;
     bytes_.fetch_add(bytes, std::memory_order_relaxed);

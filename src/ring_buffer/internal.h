@@ -10,7 +10,7 @@ namespace usrtrace::rb {
 
 // A consistent view of a CPU's tail, read without stopping writers.
 struct Tail {
-  uint64_t seq = 0;          // 0: nothing written since the last reset
+  uint64_t seq = 0;  // 0: nothing written since the last reset
   uint64_t slot = 0;
   uint32_t len = 0;          // data bytes in the tail page
   uint32_t entries = 0;      // data entries in the tail page

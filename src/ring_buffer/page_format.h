@@ -73,19 +73,17 @@ constexpr EntryLayout entry_layout(uint32_t payload_len) {
   return {p, h, long_form ? 0u : p / 4, h + p};
 }
 
-constexpr uint32_t encode_header(uint32_t type_len, uint32_t delta) {
-  return (delta << 5) | type_len;
-}
+constexpr uint32_t encode_header(uint32_t type_len, uint32_t delta) { return (delta << 5) | type_len; }
 
 // One decoded entry, from a page that may come from anywhere (our buffers, a
 // file, a fuzzer): every length is checked against what is left.
 struct Entry {
   uint32_t type_len;
-  uint32_t offset;        // of the entry within the data area
-  uint32_t size;          // whole entry
-  uint64_t ts;            // running time after this entry (data: its time)
-  const uint8_t* payload; // data entries only
-  uint32_t payload_len;   // data entries only (rounded to 4, as stored)
+  uint32_t offset;         // of the entry within the data area
+  uint32_t size;           // whole entry
+  uint64_t ts;             // running time after this entry (data: its time)
+  const uint8_t* payload;  // data entries only
+  uint32_t payload_len;    // data entries only (rounded to 4, as stored)
 };
 
 // Walks the entries of one page's data, computing timestamps the way kbuffer

@@ -103,8 +103,8 @@ struct Cursor {
   CpuBuffer* cb;
   ReadPos* pos;
   PageCopy* copy;
-  uint64_t* lost;          // where lost entries are counted (overrun for the consumer)
-  uint64_t* read;          // consumed entries (consumer only)
+  uint64_t* lost;  // where lost entries are counted (overrun for the consumer)
+  uint64_t* read;  // consumed entries (consumer only)
   bool consuming;
   uint64_t end_seq = ~0ull;  // iterators stop at the tail they saw when created
   uint32_t end_len = ~0u;
@@ -400,9 +400,7 @@ bool RingBuffer::Iterator::next(Event* ev) {
 // ---------------------------------------------------------------------------
 
 RingBuffer::DumpIterator::DumpIterator(int nr_cpus, uint32_t max_page_size)
-    : cpus_(new Cpu[static_cast<size_t>(nr_cpus)]),
-      nr_cpus_(nr_cpus),
-      max_page_size_(max_page_size) {
+    : cpus_(new Cpu[static_cast<size_t>(nr_cpus)]), nr_cpus_(nr_cpus), max_page_size_(max_page_size) {
   // Sized once: copy_page's resize() to a page size up to this one then
   // never allocates.
   for (int i = 0; i < nr_cpus; ++i) cpus_[static_cast<size_t>(i)].copy.page.resize(max_page_size);

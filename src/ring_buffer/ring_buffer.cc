@@ -59,8 +59,7 @@ void init_state(CpuBuffer* cb) {
     cb->meta[i].entries.store(0, std::memory_order_relaxed);
   }
   cb->ws.w0.store(virgin_w0(cb), std::memory_order_relaxed);
-  cb->ws.limit.store(limit_for(cb->page_at(cb->nr_pages - 1), cb->page_size),
-                     std::memory_order_relaxed);
+  cb->ws.limit.store(limit_for(cb->page_at(cb->nr_pages - 1), cb->page_size), std::memory_order_relaxed);
   cb->ws.last_ts.store(0, std::memory_order_relaxed);
   cb->ws.dropped_seen.store(0, std::memory_order_relaxed);
   cb->dropped.store(0, std::memory_order_relaxed);
@@ -125,8 +124,8 @@ std::unique_ptr<RingBuffer> RingBuffer::create(const Options& opts, int* err) {
   clock::start_calibration();
 
   const int n = base::nr_possible_cpus();
-  void* mem = ::operator new(sizeof(RingBuffer) + 2 * size_t(n + kTrapSlots) * sizeof(void*),
-                             std::align_val_t{alignof(RingBuffer)}, std::nothrow);
+  void* mem = ::operator new (sizeof(RingBuffer) + 2 * size_t(n + kTrapSlots) * sizeof(void*),
+                              std::align_val_t{alignof(RingBuffer)}, std::nothrow);
   if (!mem) return fail(ENOMEM);
   std::unique_ptr<RingBuffer> rb(new (mem) RingBuffer());
   rb->nr_cpus_ = n;
@@ -172,7 +171,7 @@ RingBuffer::~RingBuffer() {
   }
 }
 
-void RingBuffer::operator delete(void* p) { ::operator delete(p, std::align_val_t{alignof(RingBuffer)}); }
+void RingBuffer::operator delete(void* p) { ::operator delete (p, std::align_val_t{alignof(RingBuffer)}); }
 
 // ---------------------------------------------------------------------------
 // Gates and seals.
@@ -308,7 +307,8 @@ int RingBuffer::resize_cpu_locked(CpuBuffer* cb, uint32_t nr) {
     w0 = virgin_w0(&fresh);
   } else {
     uint64_t keep = std::min<uint64_t>(nr, cb->nr_pages);
-    uint64_t first = std::max(t.seq >= keep ? t.seq - keep + 1 : 1, cb->floor_seq.load(std::memory_order_relaxed));
+    uint64_t first =
+        std::max(t.seq >= keep ? t.seq - keep + 1 : 1, cb->floor_seq.load(std::memory_order_relaxed));
     for (uint64_t s = first; s <= t.seq; ++s) {
       const PageMeta& m = cb->meta[cb->slot_of(s)];
       if (m.seq.load(std::memory_order_relaxed) != s) continue;
@@ -336,9 +336,9 @@ int RingBuffer::resize_cpu_locked(CpuBuffer* cb, uint32_t nr) {
   fresh.meta = nullptr;
   cb->ws.w0.store(w0, std::memory_order_relaxed);
   uint8_t* wp = reinterpret_cast<uint8_t*>(w0 >> 16);
-  cb->ws.limit.store(limit_for(cb->page_at(static_cast<uint64_t>(wp - cb->pages) >> cb->page_shift),
-                               cb->page_size),
-                     std::memory_order_relaxed);
+  cb->ws.limit.store(
+      limit_for(cb->page_at(static_cast<uint64_t>(wp - cb->pages) >> cb->page_shift), cb->page_size),
+      std::memory_order_relaxed);
   cb->store->free_pages(old_pages, old_meta, old_nr, cb->page_size);
   return 0;
 }
@@ -354,8 +354,7 @@ int RingBuffer::swap_cpu(RingBuffer& other, int cpu) {
 
 int RingBuffer::swap_locked(const Locked&, RingBuffer& other, int cpu) USRTRACE_NO_THREAD_SAFETY_ANALYSIS {
   // A CpuBuffer is freed through its own store, which its holder keeps alive.
-  if (&other == this || other.nr_cpus_ != nr_cpus_ || clock() != other.clock() ||
-      store_ != other.store_)
+  if (&other == this || other.nr_cpus_ != nr_cpus_ || clock() != other.clock() || store_ != other.store_)
     return -EINVAL;
   const int lo = cpu < 0 ? 0 : cpu, hi = cpu < 0 ? nr_cpus_ : cpu + 1;
   if (lo >= nr_cpus_) return -EINVAL;
@@ -442,15 +441,15 @@ CpuStats RingBuffer::stats(int cpu) {
   sync_clear(cb);
   Tail t = read_tail(cb);
   s.now_ts = clock::read_raw(clock());
-  s.dropped_events = cb->dropped.load(std::memory_order_relaxed) - cb->floor_dropped.load(std::memory_order_relaxed);
+  s.dropped_events =
+      cb->dropped.load(std::memory_order_relaxed) - cb->floor_dropped.load(std::memory_order_relaxed);
   s.read_events = cb->read;
   s.written = t.seq ? t.first_index + t.entries - cb->floor_index.load(std::memory_order_relaxed) : 0;
   // Entries the reader holds or has consumed: nothing before `owned` can be
   // lost any more.
   const uint64_t floor_index = cb->floor_index.load(std::memory_order_relaxed);
   uint64_t owned = std::max(cb->pos.index, floor_index);
-  if (cb->copy.seq != 0 && cb->copy.seq == cb->pos.seq)
-    owned = cb->copy.first_index + cb->copy.entries;
+  if (cb->copy.seq != 0 && cb->copy.seq == cb->pos.seq) owned = cb->copy.first_index + cb->copy.entries;
   uint64_t overrun = cb->overrun;
   uint64_t unread_bytes = 0;
   uint64_t oldest_ts = 0;

@@ -173,15 +173,15 @@ struct PageCopy {
   uint32_t entries = 0;       // data entries in those bytes
   uint64_t first_index = 0;
   uint64_t missed = 0;
-  uint64_t end_ts = 0;        // running time at `len` (tail copies only)
+  uint64_t end_ts = 0;  // running time at `len` (tail copies only)
   bool is_tail = false;
 };
 
 struct ReadPos {
-  uint64_t seq = 0;        // page being read; 0 = start at the oldest
-  uint32_t off = 0;        // data offset of the next unread entry in that page
-  uint64_t ts = 0;         // running time at `off`
-  uint64_t index = 0;      // per-CPU index of the next unread entry
+  uint64_t seq = 0;             // page being read; 0 = start at the oldest
+  uint32_t off = 0;             // data offset of the next unread entry in that page
+  uint64_t ts = 0;              // running time at `off`
+  uint64_t index = 0;           // per-CPU index of the next unread entry
   uint64_t pending_missed = 0;  // lost before the next entry, not yet reported
   bool lost_unknown = false;    // lost before the next entry, count unknown
 };
@@ -246,20 +246,20 @@ static_assert(sizeof(std::atomic<uint64_t>) == 8 && sizeof(std::atomic<CpuBuffer
 
 // per_cpu/cpuN/stats.
 struct CpuStats {
-  uint64_t entries = 0;         // events in the buffer, not yet read or lost
-  uint64_t overrun = 0;         // events lost to overwrite
-  uint64_t commit_overrun = 0;  // always 0: no entry is ever reserved uncommitted
-  uint64_t bytes = 0;           // bytes of unread data
-  uint64_t oldest_event_ts = 0; // raw clock value (0 when empty)
-  uint64_t now_ts = 0;          // raw clock value
-  uint64_t dropped_events = 0;  // discard mode: events refused while full
+  uint64_t entries = 0;          // events in the buffer, not yet read or lost
+  uint64_t overrun = 0;          // events lost to overwrite
+  uint64_t commit_overrun = 0;   // always 0: no entry is ever reserved uncommitted
+  uint64_t bytes = 0;            // bytes of unread data
+  uint64_t oldest_event_ts = 0;  // raw clock value (0 when empty)
+  uint64_t now_ts = 0;           // raw clock value
+  uint64_t dropped_events = 0;   // discard mode: events refused while full
   uint64_t read_events = 0;
-  uint64_t written = 0;         // events ever committed (not in the kernel's file)
+  uint64_t written = 0;  // events ever committed (not in the kernel's file)
 };
 
 struct Options {
-  uint32_t page_size = 4096;            // sub-buffer size, power of two 4 KiB..64 KiB
-  uint64_t size_per_cpu = 1441792;      // data bytes per CPU (the kernel's default 1408 KiB)
+  uint32_t page_size = 4096;        // sub-buffer size, power of two 4 KiB..64 KiB
+  uint64_t size_per_cpu = 1441792;  // data bytes per CPU (the kernel's default 1408 KiB)
   Mode mode = Mode::kOverwrite;
   clock::ClockId clock = clock::ClockId::kLocal;
   // Where CpuBuffers and pages live; nullptr: anonymous memory.
@@ -277,11 +277,11 @@ constexpr uint64_t role_word(uint32_t tag, int cpu) {
 // One event as readers return it.
 struct Event {
   int cpu = 0;
-  uint64_t ts = 0;               // raw clock value
-  const uint8_t* data = nullptr; // valid until the next read on that CPU
-  uint32_t len = 0;              // as stored (a multiple of 4)
-  uint64_t missed_before = 0;    // events lost on this CPU right before this one
-  bool lost_before = false;      // some were lost (count may be 0 if unknown)
+  uint64_t ts = 0;                // raw clock value
+  const uint8_t* data = nullptr;  // valid until the next read on that CPU
+  uint32_t len = 0;               // as stored (a multiple of 4)
+  uint64_t missed_before = 0;     // events lost on this CPU right before this one
+  bool lost_before = false;       // some were lost (count may be 0 if unknown)
 };
 
 class RingBuffer {
@@ -484,12 +484,12 @@ class RingBuffer {
   std::shared_ptr<BufferStore> store_;  // keeps the store alive as long as the buffer
 
   alignas(64) std::atomic<uint32_t> slow_active_{0};  // slow paths between entry and exit
-  std::atomic<uint32_t> waiters_any_{0};   // readers waiting for any event (gates closed)
-  std::atomic<uint32_t> waiters_full_{0};  // readers waiting for a watermark
+  std::atomic<uint32_t> waiters_any_{0};              // readers waiting for any event (gates closed)
+  std::atomic<uint32_t> waiters_full_{0};             // readers waiting for a watermark
   std::atomic<uint32_t> wait_percent_{0};
   std::atomic<bool> wake_pending_{false};
-  std::atomic<uint32_t> wake_seq_{0};      // futex word
-  std::atomic<bool> kicked_{false};        // wake_waiters() was called
+  std::atomic<uint32_t> wake_seq_{0};  // futex word
+  std::atomic<bool> kicked_{false};    // wake_waiters() was called
 
   // Reset, resize, swap, gates, clock. Try-lockable, so a snapshot from a
   // signal handler never waits for it (run_deferred).
@@ -534,6 +534,8 @@ namespace internal {
 // Copies `kLen` bytes from (%[src]) to hdr(%%r8) with unaligned 16/8/4-byte
 // moves, overlapping the last one; as assembler directives so one template
 // serves every length.
+// The fast path's assembly, aligned by hand with its comments.
+// clang-format off
 #define USRTRACE_RB_COPY_ASM                                   \
   ".if %c[len] >= 16\n\t"                                      \
   ".set .Lusrtrace_o, 0\n\t"                                   \
@@ -633,6 +635,7 @@ USRTRACE_ALWAYS_INLINE bool RingBuffer::write_impl(const void* payload, uint64_t
           [tsc] "rm"(tsc)
         : "rax", "rcx", "rdx", "r8", "r9", "r10", "xmm0", "cc", "memory"
         : slow, off);
+    // clang-format on
     return true;
   off:
     return false;

@@ -23,16 +23,16 @@ struct Store {
 
 // ABI with rseq_commit's assembly; offsets asserted below.
 struct CommitOp {
-  int64_t cpu;             // 0: the CPU the snapshot was taken on
-  CpuBuffer* cb;           // 8: must still be installed for that CPU
-  uint64_t expect_w0;      // 16
-  uint64_t expect_ts;      // 24
-  uint64_t new_w0;         // 32
-  uint64_t new_ts;         // 40
-  uint8_t* copy_dst;       // 48
-  const void* copy_src;    // 56
-  uint64_t copy_len;       // 64
-  uint64_t nstores;        // 72
+  int64_t cpu;               // 0: the CPU the snapshot was taken on
+  CpuBuffer* cb;             // 8: must still be installed for that CPU
+  uint64_t expect_w0;        // 16
+  uint64_t expect_ts;        // 24
+  uint64_t new_w0;           // 32
+  uint64_t new_ts;           // 40
+  uint8_t* copy_dst;         // 48
+  const void* copy_src;      // 56
+  uint64_t copy_len;         // 64
+  uint64_t nstores;          // 72
   Store stores[kMaxStores];  // 80
 
   void store(void* addr, uint64_t val) {
@@ -42,31 +42,30 @@ struct CommitOp {
 };
 static_assert(offsetof(CommitOp, cb) == 8 && offsetof(CommitOp, expect_w0) == 16 &&
               offsetof(CommitOp, new_w0) == 32 && offsetof(CommitOp, copy_dst) == 48 &&
-              offsetof(CommitOp, nstores) == 72 && offsetof(CommitOp, stores) == 80 &&
-              sizeof(Store) == 16);
+              offsetof(CommitOp, nstores) == 72 && offsetof(CommitOp, stores) == 80 && sizeof(Store) == 16);
 
 // The start of rseq_commit's and rseq_switch's sections: arm, then check
 // that the op's snapshot still holds on this CPU (op fields 0..24: cpu, cb,
 // expect_w0, expect_ts); label 5 is the failure exit. Leaves the CpuBuffer
 // in %rdx. Needs operands [op], [slots], [rseqoff] and [sealed].
-#define USRTRACE_RB_SECTION_CHECKS          \
-  "6:\n\t"                                 \
-  "leaq 3f(%%rip), %%rax\n\t"              \
-  "movq %%rax, %%fs:8(%[rseqoff])\n\t"     \
-  "1:\n\t"                                 \
-  "movslq %%fs:4(%[rseqoff]), %%rax\n\t"   \
-  "cmpq %%rax, 0(%[op])\n\t"               \
-  "jne 5f\n\t"                             \
-  "movq (%[slots],%%rax,8), %%rdx\n\t"     \
-  "cmpq %%rdx, 8(%[op])\n\t"               \
-  "jne 5f\n\t"                             \
-  "cmpl $0, %c[sealed](%%rdx)\n\t"         \
-  "jne 5f\n\t"                             \
-  "movq (%%rdx), %%rax\n\t"                \
-  "cmpq %%rax, 16(%[op])\n\t"              \
-  "jne 5f\n\t"                             \
-  "movq 8(%%rdx), %%rax\n\t"               \
-  "cmpq %%rax, 24(%[op])\n\t"              \
+#define USRTRACE_RB_SECTION_CHECKS       \
+  "6:\n\t"                               \
+  "leaq 3f(%%rip), %%rax\n\t"            \
+  "movq %%rax, %%fs:8(%[rseqoff])\n\t"   \
+  "1:\n\t"                               \
+  "movslq %%fs:4(%[rseqoff]), %%rax\n\t" \
+  "cmpq %%rax, 0(%[op])\n\t"             \
+  "jne 5f\n\t"                           \
+  "movq (%[slots],%%rax,8), %%rdx\n\t"   \
+  "cmpq %%rdx, 8(%[op])\n\t"             \
+  "jne 5f\n\t"                           \
+  "cmpl $0, %c[sealed](%%rdx)\n\t"       \
+  "jne 5f\n\t"                           \
+  "movq (%%rdx), %%rax\n\t"              \
+  "cmpq %%rax, 16(%[op])\n\t"            \
+  "jne 5f\n\t"                           \
+  "movq 8(%%rdx), %%rax\n\t"             \
+  "cmpq %%rax, 24(%[op])\n\t"            \
   "jne 5f\n\t"
 
 // Runs the critical section for `op` on the current CPU. Returns false when
@@ -76,64 +75,62 @@ static_assert(offsetof(CommitOp, cb) == 8 && offsetof(CommitOp, expect_w0) == 16
 // Context: any thread; async-signal-safe; no lock, no allocation.
 USRTRACE_NOINLINE bool rseq_commit(std::atomic<CpuBuffer*>* cpu0_slot, const CommitOp* op) {
   int ok;
-  asm volatile(
-      USRTRACE_RB_SECTION_CHECKS
-      "movq 72(%[op]), %%rcx\n\t"
-      "leaq 80(%[op]), %%rsi\n\t"
-      "testq %%rcx, %%rcx\n\t"
-      "jz 8f\n\t"
-      "7:\n\t"
-      "movq (%%rsi), %%rdi\n\t"
-      "movq 8(%%rsi), %%rax\n\t"
-      "movq %%rax, (%%rdi)\n\t"
-      "addq $16, %%rsi\n\t"
-      "decq %%rcx\n\t"
-      "jnz 7b\n\t"
-      "8:\n\t"
-      "movq 48(%[op]), %%rdi\n\t"
-      "movq 56(%[op]), %%rsi\n\t"
-      "movq 64(%[op]), %%rcx\n\t"
-      "rep movsb\n\t"
-      "movq 32(%[op]), %%xmm0\n\t"
-      "pinsrq $1, 40(%[op]), %%xmm0\n\t"
-      "movaps %%xmm0, (%%rdx)\n\t"  // commit
-      "2:\n\t"
-      "movl $1, %[ok]\n\t"
-      "jmp 9f\n\t"
-      "5:\n\t"
-      "movl $0, %[ok]\n\t"
-      "9:\n\t"
-      USRTRACE_RSEQ_CS_TRAILER("rcx")
-      : [ok] "=&r"(ok)
-      : [op] "r"(op), [slots] "r"(cpu0_slot), [rseqoff] "r"(base::usrtrace_rseq_offset),
-        [sealed] "i"(kWsSealed)
-      : "rax", "rcx", "rdx", "rsi", "rdi", "xmm0", "cc", "memory");
+  asm volatile(USRTRACE_RB_SECTION_CHECKS
+               "movq 72(%[op]), %%rcx\n\t"
+               "leaq 80(%[op]), %%rsi\n\t"
+               "testq %%rcx, %%rcx\n\t"
+               "jz 8f\n\t"
+               "7:\n\t"
+               "movq (%%rsi), %%rdi\n\t"
+               "movq 8(%%rsi), %%rax\n\t"
+               "movq %%rax, (%%rdi)\n\t"
+               "addq $16, %%rsi\n\t"
+               "decq %%rcx\n\t"
+               "jnz 7b\n\t"
+               "8:\n\t"
+               "movq 48(%[op]), %%rdi\n\t"
+               "movq 56(%[op]), %%rsi\n\t"
+               "movq 64(%[op]), %%rcx\n\t"
+               "rep movsb\n\t"
+               "movq 32(%[op]), %%xmm0\n\t"
+               "pinsrq $1, 40(%[op]), %%xmm0\n\t"
+               "movaps %%xmm0, (%%rdx)\n\t"  // commit
+               "2:\n\t"
+               "movl $1, %[ok]\n\t"
+               "jmp 9f\n\t"
+               "5:\n\t"
+               "movl $0, %[ok]\n\t"
+               "9:\n\t" USRTRACE_RSEQ_CS_TRAILER("rcx")
+               : [ok] "=&r"(ok)
+               : [op] "r"(op), [slots] "r"(cpu0_slot), [rseqoff] "r"(base::usrtrace_rseq_offset),
+                 [sealed] "i"(kWsSealed)
+               : "rax", "rcx", "rdx", "rsi", "rdi", "xmm0", "cc", "memory");
   return ok != 0;
 }
 
 // ABI with rseq_switch's assembly; offsets asserted below.
 struct SwitchOp {
-  int64_t cpu;             // 0: the CPU the snapshot was taken on
-  CpuBuffer* cb;           // 8: must still be installed for that CPU
-  uint64_t expect_w0;      // 16
-  uint64_t expect_ts;      // 24
-  uint64_t new_w0;         // 32
-  uint64_t new_ts;         // 40: also the new page's time stamp
-  PageMeta* next_meta;     // 48: the page being opened
-  uint64_t new_seq;        // 56
-  uint64_t first_index;    // 64
-  uint64_t missed;         // 72
-  PageMeta* tail_meta;     // 80: the page being closed; nullptr if none
-  uint64_t tail_entries;   // 88
-  uint64_t* tail_commit;   // 96
-  uint64_t tail_len;       // 104
-  uint8_t* new_page;       // 112
-  uint64_t dropped_seen;   // 120
-  uint64_t head[2];        // 128: the first 16 data bytes (stamp, header word)
-  uint8_t* zero_at;        // 144: 8 zero bytes covering the payload's padding
-  uint8_t* copy_dst;       // 152
-  const void* copy_src;    // 160
-  uint64_t copy_len;       // 168
+  int64_t cpu;            // 0: the CPU the snapshot was taken on
+  CpuBuffer* cb;          // 8: must still be installed for that CPU
+  uint64_t expect_w0;     // 16
+  uint64_t expect_ts;     // 24
+  uint64_t new_w0;        // 32
+  uint64_t new_ts;        // 40: also the new page's time stamp
+  PageMeta* next_meta;    // 48: the page being opened
+  uint64_t new_seq;       // 56
+  uint64_t first_index;   // 64
+  uint64_t missed;        // 72
+  PageMeta* tail_meta;    // 80: the page being closed; nullptr if none
+  uint64_t tail_entries;  // 88
+  uint64_t* tail_commit;  // 96
+  uint64_t tail_len;      // 104
+  uint8_t* new_page;      // 112
+  uint64_t dropped_seen;  // 120
+  uint64_t head[2];       // 128: the first 16 data bytes (stamp, header word)
+  uint8_t* zero_at;       // 144: 8 zero bytes covering the payload's padding
+  uint8_t* copy_dst;      // 152
+  const void* copy_src;   // 160
+  uint64_t copy_len;      // 168
 };
 static_assert(offsetof(SwitchOp, new_w0) == 32 && offsetof(SwitchOp, next_meta) == 48 &&
               offsetof(SwitchOp, tail_meta) == 80 && offsetof(SwitchOp, new_page) == 112 &&
@@ -155,60 +152,58 @@ static_assert(offsetof(PageHeader, timestamp) == 0 && offsetof(PageHeader, commi
 // Context: any thread; async-signal-safe; no lock, no allocation.
 USRTRACE_NOINLINE bool rseq_switch(std::atomic<CpuBuffer*>* cpu0_slot, const SwitchOp* op) {
   int ok;
-  asm volatile(
-      USRTRACE_RB_SECTION_CHECKS
-      "movq 48(%[op]), %%rsi\n\t"  // next page's meta: seq first (invariant 1)
-      "movq 56(%[op]), %%rax\n\t"
-      "movq %%rax, 0(%%rsi)\n\t"
-      "movq 64(%[op]), %%rax\n\t"
-      "movq %%rax, 8(%%rsi)\n\t"
-      "movq 72(%[op]), %%rax\n\t"
-      "movq %%rax, 16(%%rsi)\n\t"
-      "movq $0, 24(%%rsi)\n\t"
-      "movq 80(%[op]), %%rsi\n\t"  // close the tail page, if there is one
-      "testq %%rsi, %%rsi\n\t"
-      "jz 7f\n\t"
-      "movq 88(%[op]), %%rax\n\t"
-      "movq %%rax, 24(%%rsi)\n\t"
-      "movq 96(%[op]), %%rsi\n\t"
-      "movq 104(%[op]), %%rax\n\t"
-      "movq %%rax, (%%rsi)\n\t"
-      "7:\n\t"
-      "movq 112(%[op]), %%rdi\n\t"  // the new page's header
-      "movq 40(%[op]), %%rax\n\t"
-      "movq %%rax, 0(%%rdi)\n\t"
-      "movq $0, 8(%%rdi)\n\t"
-      "movq 120(%[op]), %%rax\n\t"
-      "movq %%rax, %c[dropped_seen](%%rdx)\n\t"
-      "movq $0, %c[limit](%%rdx)\n\t"  // the limit invariant (ring_buffer.h)
-      "movq 144(%[op]), %%rax\n\t"  // the event
-      "movq $0, (%%rax)\n\t"
-      "movq 128(%[op]), %%rax\n\t"
-      "movq %%rax, 16(%%rdi)\n\t"
-      "movq 136(%[op]), %%rax\n\t"
-      "movq %%rax, 24(%%rdi)\n\t"
-      "movq 152(%[op]), %%rdi\n\t"
-      "movq 160(%[op]), %%rsi\n\t"
-      "movq 168(%[op]), %%rcx\n\t"
-      "shrq $3, %%rcx\n\t"
-      "rep movsq\n\t"
-      "movq 168(%[op]), %%rcx\n\t"
-      "andq $7, %%rcx\n\t"
-      "rep movsb\n\t"
-      "movq 32(%[op]), %%xmm0\n\t"
-      "pinsrq $1, 40(%[op]), %%xmm0\n\t"
-      "movaps %%xmm0, (%%rdx)\n\t"  // commit
-      "2:\n\t"
-      "movl $1, %[ok]\n\t"
-      "jmp 9f\n\t"
-      "5:\n\t"
-      "movl $0, %[ok]\n\t"
-      "9:\n\t"
-      USRTRACE_RSEQ_CS_TRAILER("rcx")
-      : [ok] "=&r"(ok)
-      : [op] "r"(op), [slots] "r"(cpu0_slot), [rseqoff] "r"(base::usrtrace_rseq_offset),
-        [sealed] "i"(kWsSealed), [dropped_seen] "i"(kWsDroppedSeen), [limit] "i"(kWsLimit)
-      : "rax", "rcx", "rdx", "rsi", "rdi", "xmm0", "cc", "memory");
+  asm volatile(USRTRACE_RB_SECTION_CHECKS
+               "movq 48(%[op]), %%rsi\n\t"  // next page's meta: seq first (invariant 1)
+               "movq 56(%[op]), %%rax\n\t"
+               "movq %%rax, 0(%%rsi)\n\t"
+               "movq 64(%[op]), %%rax\n\t"
+               "movq %%rax, 8(%%rsi)\n\t"
+               "movq 72(%[op]), %%rax\n\t"
+               "movq %%rax, 16(%%rsi)\n\t"
+               "movq $0, 24(%%rsi)\n\t"
+               "movq 80(%[op]), %%rsi\n\t"  // close the tail page, if there is one
+               "testq %%rsi, %%rsi\n\t"
+               "jz 7f\n\t"
+               "movq 88(%[op]), %%rax\n\t"
+               "movq %%rax, 24(%%rsi)\n\t"
+               "movq 96(%[op]), %%rsi\n\t"
+               "movq 104(%[op]), %%rax\n\t"
+               "movq %%rax, (%%rsi)\n\t"
+               "7:\n\t"
+               "movq 112(%[op]), %%rdi\n\t"  // the new page's header
+               "movq 40(%[op]), %%rax\n\t"
+               "movq %%rax, 0(%%rdi)\n\t"
+               "movq $0, 8(%%rdi)\n\t"
+               "movq 120(%[op]), %%rax\n\t"
+               "movq %%rax, %c[dropped_seen](%%rdx)\n\t"
+               "movq $0, %c[limit](%%rdx)\n\t"  // the limit invariant (ring_buffer.h)
+               "movq 144(%[op]), %%rax\n\t"     // the event
+               "movq $0, (%%rax)\n\t"
+               "movq 128(%[op]), %%rax\n\t"
+               "movq %%rax, 16(%%rdi)\n\t"
+               "movq 136(%[op]), %%rax\n\t"
+               "movq %%rax, 24(%%rdi)\n\t"
+               "movq 152(%[op]), %%rdi\n\t"
+               "movq 160(%[op]), %%rsi\n\t"
+               "movq 168(%[op]), %%rcx\n\t"
+               "shrq $3, %%rcx\n\t"
+               "rep movsq\n\t"
+               "movq 168(%[op]), %%rcx\n\t"
+               "andq $7, %%rcx\n\t"
+               "rep movsb\n\t"
+               "movq 32(%[op]), %%xmm0\n\t"
+               "pinsrq $1, 40(%[op]), %%xmm0\n\t"
+               "movaps %%xmm0, (%%rdx)\n\t"  // commit
+               "2:\n\t"
+               "movl $1, %[ok]\n\t"
+               "jmp 9f\n\t"
+               "5:\n\t"
+               "movl $0, %[ok]\n\t"
+               "9:\n\t" USRTRACE_RSEQ_CS_TRAILER("rcx")
+               : [ok] "=&r"(ok)
+               : [op] "r"(op), [slots] "r"(cpu0_slot), [rseqoff] "r"(base::usrtrace_rseq_offset),
+                 [sealed] "i"(kWsSealed), [dropped_seen] "i"(kWsDroppedSeen), [limit] "i"(kWsLimit)
+               : "rax", "rcx", "rdx", "rsi", "rdi", "xmm0", "cc", "memory");
   return ok != 0;
 }
 
@@ -238,8 +233,7 @@ USRTRACE_NOINLINE void rseq_fix_limit(std::atomic<CpuBuffer*>* cpu0_slot, int64_
       "addq %[size], %%rax\n\t"  // the page's end
       "shlq $16, %%rax\n\t"
       "movq %%rax, %c[limit](%[cb])\n\t"
-      "2:\n\t"
-      USRTRACE_RSEQ_CS_TRAILER("rax")
+      "2:\n\t" USRTRACE_RSEQ_CS_TRAILER("rax")
       :
       : [cpu] "r"(cpu), [cb] "r"(cb), [slots] "r"(cpu0_slot), [mask] "r"(~(page_size - 1)),
         [size] "r"(page_size), [rseqoff] "r"(base::usrtrace_rseq_offset), [sealed] "i"(kWsSealed),
@@ -254,10 +248,10 @@ uint64_t pack_w0(const uint8_t* p, uint32_t entries) {
 uint64_t two_words(uint32_t lo, uint32_t hi) { return lo | (static_cast<uint64_t>(hi) << 32); }
 
 // Adds the stores and the copy that put one data entry at `at`.
-void emit_event(CommitOp* op, uint8_t* at, const EntryLayout& L, uint32_t delta,
-                const void* payload, uint32_t len) {
+void emit_event(CommitOp* op, uint8_t* at, const EntryLayout& L, uint32_t delta, const void* payload,
+                uint32_t len) {
   if (len != L.payload) op->store(at + L.size - 8, 0);  // no stale tail bytes
-  uint32_t hi = L.type_len == 0 ? L.payload + 4 : 0;  // long form: array[0]
+  uint32_t hi = L.type_len == 0 ? L.payload + 4 : 0;    // long form: array[0]
   op->store(at, two_words(encode_header(L.type_len, delta), hi));
   op->copy_dst = at + L.header;
   op->copy_src = payload;
@@ -364,8 +358,7 @@ struct SlowPath {
       PageMeta& nm = cb->meta[next_slot];
       if (rb->mode_.load(std::memory_order_relaxed) == Mode::kDiscard) {
         const uint64_t old_seq = nm.seq.load(std::memory_order_acquire);
-        if (old_seq != 0 &&
-            old_seq != new_seq &&  // new_seq: an aborted switch marked it; content is gone
+        if (old_seq != 0 && old_seq != new_seq &&  // new_seq: an aborted switch marked it; content is gone
             nm.first_index.load(std::memory_order_relaxed) + nm.entries.load(std::memory_order_relaxed) >
                 cb->reader_index.load(std::memory_order_acquire)) {
           // order: relaxed is enough; the count is read by stats and by the
@@ -441,9 +434,7 @@ struct SlowPath {
   }
 };
 
-bool RingBuffer::write_slow(const void* payload, uint32_t len) {
-  return SlowPath::write(this, payload, len);
-}
+bool RingBuffer::write_slow(const void* payload, uint32_t len) { return SlowPath::write(this, payload, len); }
 
 bool RingBuffer::write_slow_at(const void* payload, uint32_t len, uint64_t tsc) {
   return SlowPath::write(this, payload, len, &tsc);
@@ -453,9 +444,7 @@ bool RingBuffer::write_at(const void* payload, uint32_t len, uint64_t tsc) {
   return SlowPath::write(this, payload, len, &tsc);
 }
 
-bool RingBuffer::write(const void* payload, uint32_t len) {
-  return SlowPath::write(this, payload, len);
-}
+bool RingBuffer::write(const void* payload, uint32_t len) { return SlowPath::write(this, payload, len); }
 
 void RingBuffer::wake_now() {
   // order: release pairs with the waiter's acquire load of the word.

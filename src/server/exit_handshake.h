@@ -75,7 +75,7 @@ class ExitHandshake {
 
   std::atomic<bool> exiting_{false};
   base::Mutex mu_;
-  std::condition_variable_any cv_;  // recorders_ changed
+  std::condition_variable_any cv_;              // recorders_ changed
   int recorders_ USRTRACE_GUARDED_BY(mu_) = 0;  // connections in kRecord mode
 
   // The server thread only. The wait starts at the signal, even when the

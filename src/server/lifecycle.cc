@@ -9,8 +9,8 @@
 // libusrtrace.so (src/CMakeLists.txt), so the autostart constructor at its
 // end runs after every other initializer of the library: a client that
 // connects at once finds the library whole. Keep it last.
-#include <signal.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -113,9 +113,12 @@ int start(std::string* err) {
   // A socket with our pid is a dead process's: ours is the only live one.
   ::unlink(s->path.c_str());
   const char* failed = nullptr;
-  if (::bind(s->listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) failed = "bind";
-  else if (::chmod(s->path.c_str(), 0600) != 0) failed = "chmod";
-  else if (::listen(s->listen_fd, kMaxClients) != 0) failed = "listen on";
+  if (::bind(s->listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    failed = "bind";
+  else if (::chmod(s->path.c_str(), 0600) != 0)
+    failed = "chmod";
+  else if (::listen(s->listen_fd, kMaxClients) != 0)
+    failed = "listen on";
   if (failed) {
     const int e = errno;
     *err = std::string("cannot ") + failed + " " + s->path + ": " + std::strerror(e);
@@ -152,8 +155,10 @@ int start_server(std::string* err) {
   std::string why;
   const int rc = start(&why);
   if (rc < 0) {
-    if (err) *err = why;
-    else say_not_started(why);  // autostart, usrtrace_control_start(): no other way to tell
+    if (err)
+      *err = why;
+    else
+      say_not_started(why);  // autostart, usrtrace_control_start(): no other way to tell
   }
   return rc;
 }

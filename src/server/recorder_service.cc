@@ -20,8 +20,7 @@ void RecorderSession::release_readers() {
   readers.clear();
 }
 
-bool take_pages(RecorderSession& s, const Request& r, bool may_park, const ExitHandshake& exit,
-                Reply* out) {
+bool take_pages(RecorderSession& s, const Request& r, bool may_park, const ExitHandshake& exit, Reply* out) {
   Instance* inst = nullptr;
   if (auto it = s.readers.find(r.path); it != s.readers.end()) {
     inst = it->second;

@@ -36,9 +36,9 @@ namespace usrtrace::control {
 // only.
 struct RecorderSession {
   std::map<std::string, instance::Instance*> readers;  // kPages sources, each holding a reference
-  uint32_t next_cpu = 0;  // where the next kPages answer starts
-  bool recording = false;  // kRecord on: counted in ExitHandshake's recorders
-  uint32_t meta_generation = 0;  // base::metadata_generation() at the last kMeta
+  uint32_t next_cpu = 0;                               // where the next kPages answer starts
+  bool recording = false;                              // kRecord on: counted in ExitHandshake's recorders
+  uint32_t meta_generation = 0;                        // base::metadata_generation() at the last kMeta
   bool has_meta = false;
 
   RecorderSession() = default;
@@ -62,8 +62,7 @@ struct Reply {
 // kPages: as many whole pages as fit r.size. False, with *out untouched,
 // when there were none, `may_park`, the request may wait (r.wait_ms, not a
 // flush) and the process is not exiting: the caller parks it.
-bool take_pages(RecorderSession& s, const Request& r, bool may_park, const ExitHandshake& exit,
-                Reply* out);
+bool take_pages(RecorderSession& s, const Request& r, bool may_park, const ExitHandshake& exit, Reply* out);
 // kMeta: the metadata of the instances r.names; remembers the generation
 // it was taken at (meta_flags()).
 Reply collect_meta(RecorderSession& s, const Request& r);

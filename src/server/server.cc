@@ -11,8 +11,8 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/socket.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -69,7 +69,7 @@ struct Conn {
   bool close_after = false;  // once `out` is sent
   bool dead = false;
   bool parked = false;
-  Request req;               // the parked one
+  Request req;  // the parked one
   Clock::time_point deadline;
   std::map<uint32_t, std::unique_ptr<tracefs::File>> files;
   uint32_t next_handle = 1;
@@ -126,8 +126,8 @@ void Server::respond(Conn& c, int32_t status, std::string_view payload) {
 
 void Server::flush(Conn& c) {
   while (c.out_off < c.out.size()) {
-    const ssize_t n = ::send(c.fd, c.out.data() + c.out_off, c.out.size() - c.out_off,
-                             MSG_DONTWAIT | MSG_NOSIGNAL);
+    const ssize_t n =
+        ::send(c.fd, c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
     if (n <= 0) {
@@ -152,10 +152,13 @@ void Server::accept_all() {
     struct ucred cred {};
     socklen_t len = sizeof cred;
     int refuse = 0;
-    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) refuse = EACCES;
-    // Only the same user, or root, may drive this process.
-    else if (cred.uid != geteuid() && cred.uid != 0) refuse = EACCES;
-    else if (conns_.size() >= static_cast<size_t>(kMaxClients)) refuse = EUSERS;
+    // Only the same user, or root, may drive this process; a peer whose
+    // credentials cannot be read is neither.
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+        (cred.uid != geteuid() && cred.uid != 0))
+      refuse = EACCES;
+    else if (conns_.size() >= static_cast<size_t>(kMaxClients))
+      refuse = EUSERS;
     if (refuse) {
       // One small frame, best effort: the client says why it was refused;
       // at the limit, with the limit and how soon idle ones go (protocol.h).
@@ -393,8 +396,7 @@ void Server::run() {
     Clock::time_point idle_due = Clock::time_point::max();
     for (const auto& c : conns_) {
       short ev = 0;
-      if (!c->parked && c->out.empty() && c->in.size() <= 4 + kMaxRequest && !c->close_after)
-        ev |= POLLIN;
+      if (!c->parked && c->out.empty() && c->in.size() <= 4 + kMaxRequest && !c->close_after) ev |= POLLIN;
       if (!c->out.empty()) ev |= POLLOUT;
       any_parked |= c->parked;
       any_ready |= ready(*c);
@@ -404,8 +406,7 @@ void Server::run() {
     const bool ticking = any_parked || exit.signal_waiting();
     int timeout = any_ready ? 0 : ticking ? kTickMs : -1;
     if (timeout != 0 && idle_due != Clock::time_point::max()) {
-      const auto wait =
-          std::chrono::ceil<std::chrono::milliseconds>(idle_due - Clock::now()).count();
+      const auto wait = std::chrono::ceil<std::chrono::milliseconds>(idle_due - Clock::now()).count();
       const int until_due = static_cast<int>(std::clamp<decltype(wait)>(wait, 0, INT_MAX));
       timeout = timeout < 0 ? until_due : std::min(timeout, until_due);
     }

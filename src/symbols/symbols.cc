@@ -78,7 +78,8 @@ void read_object(const Object& o, std::vector<Symbol>* out) {
     } else if (sh.sh_type == SHT_RELA) {
       Elf_Scn* symscn = elf_getscn(elf, sh.sh_link);
       GElf_Shdr symsh;
-      if (symscn == nullptr || gelf_getshdr(symscn, &symsh) == nullptr || symsh.sh_type != SHT_DYNSYM) continue;
+      if (symscn == nullptr || gelf_getshdr(symscn, &symsh) == nullptr || symsh.sh_type != SHT_DYNSYM)
+        continue;
       Elf_Data* symdata = elf_getdata(symscn, nullptr);
       for (size_t i = 0; i < n && symdata != nullptr; ++i) {
         GElf_Rela r;
@@ -88,7 +89,8 @@ void read_object(const Object& o, std::vector<Symbol>* out) {
         if (t != R_X86_64_JUMP_SLOT && t != R_X86_64_GLOB_DAT) continue;
         if (gelf_getsym(symdata, static_cast<int>(GELF_R_SYM(r.r_info)), &sym) == nullptr) continue;
         const char* name = elf_strptr(elf, symsh.sh_link, sym.st_name);
-        if (name != nullptr && std::strcmp(name, "__cyg_profile_func_enter") == 0) hook_got = o.base + r.r_offset;
+        if (name != nullptr && std::strcmp(name, "__cyg_profile_func_enter") == 0)
+          hook_got = o.base + r.r_offset;
       }
     }
   }
@@ -125,9 +127,10 @@ std::vector<Symbol> load_process_symbols() {
   std::sort(syms.begin(), syms.end(), [](const Symbol& a, const Symbol& b) {
     return a.addr != b.addr ? a.addr < b.addr : a.name < b.name;
   });
-  syms.erase(std::unique(syms.begin(), syms.end(),
-                         [](const Symbol& a, const Symbol& b) { return a.addr == b.addr && a.name == b.name; }),
-             syms.end());
+  syms.erase(
+      std::unique(syms.begin(), syms.end(),
+                  [](const Symbol& a, const Symbol& b) { return a.addr == b.addr && a.name == b.name; }),
+      syms.end());
   return syms;
 }
 

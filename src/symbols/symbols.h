@@ -12,11 +12,11 @@
 namespace usrtrace::symbols {
 
 struct Symbol {
-  uint64_t addr = 0;      // run-time address
+  uint64_t addr = 0;  // run-time address
   uint64_t size = 0;
-  char type = 't';        // nm's letter: T/t function, D/d object (upper case: global)
-  std::string name;       // as in the symbol table (mangled for C++)
-  std::string module;     // shared object's file name; "" for the main executable
+  char type = 't';     // nm's letter: T/t function, D/d object (upper case: global)
+  std::string name;    // as in the symbol table (mangled for C++)
+  std::string module;  // shared object's file name; "" for the main executable
   // The object refers to __cyg_profile_func_enter: some of its code may be
   // built with -finstrument-functions (which functions: their prologue calls
   // it, see function/control.cc).

@@ -54,7 +54,8 @@ bool parse_field(const std::string& line, TraceFile::EventFilter::Impl* impl, bo
     end = open;
   }
   size_t start = end;
-  while (start > 0 && (std::isalnum(static_cast<unsigned char>(decl[start - 1])) || decl[start - 1] == '_')) --start;
+  while (start > 0 && (std::isalnum(static_cast<unsigned char>(decl[start - 1])) || decl[start - 1] == '_'))
+    --start;
   if (start == end) return *ok = false;
   std::string name = decl.substr(start, end - start);
   std::string type = decl.substr(0, start);
@@ -70,7 +71,8 @@ bool parse_field(const std::string& line, TraceFile::EventFilter::Impl* impl, bo
   if (data_loc) {
     d.kind = is_char ? FieldKind::kString : FieldKind::kDynBytes;
   } else if (array_len >= 0) {
-    d.kind = is_char && type.find("unsigned") == std::string::npos ? FieldKind::kCharArray : FieldKind::kByteArray;
+    d.kind =
+        is_char && type.find("unsigned") == std::string::npos ? FieldKind::kCharArray : FieldKind::kByteArray;
     d.array_len = static_cast<uint16_t>(std::min<long>(array_len, 65535));
   } else if (type.find('*') != std::string::npos) {
     d.kind = FieldKind::kPointer;
@@ -106,9 +108,13 @@ std::unique_ptr<TraceFile::EventFilter> TraceFile::EventFilter::compile(const st
     if (nl == std::string::npos) nl = format.size();
     const std::string line = format.substr(pos, nl - pos);
     pos = nl + 1;
-    if (line.rfind("ID:", 0) == 0) id = std::strtol(line.c_str() + 3, nullptr, 10);
-    else if (line.rfind("name:", 0) == 0) name = line.substr(line.find_first_not_of(' ', 5) == std::string::npos ? 5 : line.find_first_not_of(' ', 5));
-    else parse_field(line, impl.get(), &ok);
+    if (line.rfind("ID:", 0) == 0)
+      id = std::strtol(line.c_str() + 3, nullptr, 10);
+    else if (line.rfind("name:", 0) == 0)
+      name = line.substr(
+          line.find_first_not_of(' ', 5) == std::string::npos ? 5 : line.find_first_not_of(' ', 5));
+    else
+      parse_field(line, impl.get(), &ok);
     if (!ok || impl->fields.size() > 1024) break;
   }
   if (!ok || id < 0 || id > 65535) {

@@ -50,8 +50,9 @@ bool PageBuilder::add(uint64_t ts, const uint8_t* data, uint32_t len, uint64_t l
   }
   uint8_t* p = page_.data() + rb::kPageHeaderSize + used_;
   if (delta > rb::kTsDeltaMax) {  // a time extend carries the delta
-    const uint32_t w[2] = {rb::encode_header(rb::kTypeTimeExtend, static_cast<uint32_t>(delta & rb::kTsDeltaMax)),
-                           static_cast<uint32_t>(delta >> rb::kTsShift)};
+    const uint32_t w[2] = {
+        rb::encode_header(rb::kTypeTimeExtend, static_cast<uint32_t>(delta & rb::kTsDeltaMax)),
+        static_cast<uint32_t>(delta >> rb::kTsShift)};
     std::memcpy(p, w, 8);
     p += 8;
     used_ += 8;

@@ -10,8 +10,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <set>
 
 #include "base/files.h"
@@ -25,7 +25,7 @@ namespace {
 using namespace tracedat;
 
 // Bounds for what a hostile file can make us allocate.
-constexpr uint64_t kMaxChunk = 64ull << 20;       // one decompressed block
+constexpr uint64_t kMaxChunk = 64ull << 20;        // one decompressed block
 constexpr uint64_t kMaxDecompressed = 4ull << 30;  // all of a file's
 constexpr int kMaxOptionSections = 256;
 
@@ -39,13 +39,15 @@ class ByteReader {
   uint64_t pos() const { return pos_; }
   uint64_t left() const { return n_ - pos_; }
   void seek(uint64_t at) {
-    if (at > n_) throw Fail{where_ + ": offset " + std::to_string(at) + " is past the end (" + std::to_string(n_) + " bytes)"};
+    if (at > n_)
+      throw Fail{where_ + ": offset " + std::to_string(at) + " is past the end (" + std::to_string(n_) +
+                 " bytes)"};
     pos_ = at;
   }
   const uint8_t* take(uint64_t k, const char* what) {
     if (k > left())
-      throw Fail{where_ + ": " + what + " needs " + std::to_string(k) + " bytes at offset " + std::to_string(pos_) +
-                 ", " + std::to_string(left()) + " left (truncated?)"};
+      throw Fail{where_ + ": " + what + " needs " + std::to_string(k) + " bytes at offset " +
+                 std::to_string(pos_) + ", " + std::to_string(left()) + " left (truncated?)"};
     const uint8_t* r = p_ + pos_;
     pos_ += k;
     return r;
@@ -70,7 +72,8 @@ class ByteReader {
   }
   void expect(const char* tag, size_t len, const char* what) {
     const uint8_t* b = take(len, what);
-    if (std::memcmp(b, tag, len) != 0) throw Fail{where_ + ": " + what + ": expected \"" + std::string(tag) + "\""};
+    if (std::memcmp(b, tag, len) != 0)
+      throw Fail{where_ + ": " + what + ": expected \"" + std::string(tag) + "\""};
   }
 
  private:
@@ -102,7 +105,8 @@ struct TraceFile::Impl {
   int long_size = 8;
   uint32_t page_size = 0;
   int nr_cpus = 0;
-  std::string header_page, header_event, kallsyms, printk, cmdlines, trace_clock, uname, tool_version, latency;
+  std::string header_page, header_event, kallsyms, printk, cmdlines, trace_clock, uname, tool_version,
+      latency;
   std::vector<Format> formats;
   uint32_t tsc_mult = 0, tsc_shift = 0;
   int64_t ts_offset = 0;
@@ -129,18 +133,21 @@ struct TraceFile::Impl {
 
   // ---- decompression ----
   std::vector<uint8_t> inflate_block(ByteReader& r, const char* what) {
-    if (compression != "zstd") throw Fail{std::string(what) + ": compressed with '" + compression + "', which is not supported"};
+    if (compression != "zstd")
+      throw Fail{std::string(what) + ": compressed with '" + compression + "', which is not supported"};
     const uint32_t csize = r.num<uint32_t>(what), usize = r.num<uint32_t>(what);
     const uint8_t* src = r.take(csize, what);
     if (usize > kMaxChunk || inflated_total + usize > kMaxDecompressed)
-      throw Fail{std::string(what) + ": a compressed block claims " + std::to_string(usize) + " bytes (too large)"};
+      throw Fail{std::string(what) + ": a compressed block claims " + std::to_string(usize) +
+                 " bytes (too large)"};
     const unsigned long long fsize = ZSTD_getFrameContentSize(src, csize);
     if (fsize == ZSTD_CONTENTSIZE_ERROR || (fsize != ZSTD_CONTENTSIZE_UNKNOWN && fsize != usize))
       throw Fail{std::string(what) + ": a compressed block is not a zstd frame of the size it claims"};
     std::vector<uint8_t> out(usize);
     const size_t got = ZSTD_decompress(out.data(), out.size(), src, csize);
     if (ZSTD_isError(got) || got != usize)
-      throw Fail{std::string(what) + ": zstd: " + (ZSTD_isError(got) ? ZSTD_getErrorName(got) : "short block")};
+      throw Fail{std::string(what) +
+                 ": zstd: " + (ZSTD_isError(got) ? ZSTD_getErrorName(got) : "short block")};
     inflated_total += usize;
     return out;
   }
@@ -160,14 +167,16 @@ struct TraceFile::Impl {
   }
   void read_ftrace_formats(ByteReader& r) {
     const uint32_t n = r.num<uint32_t>("ftrace format count");
-    for (uint32_t i = 0; i < n; ++i) formats.push_back({"ftrace", r.text(r.num<uint64_t>("ftrace format size"), "ftrace format")});
+    for (uint32_t i = 0; i < n; ++i)
+      formats.push_back({"ftrace", r.text(r.num<uint64_t>("ftrace format size"), "ftrace format")});
   }
   void read_event_formats(ByteReader& r) {
     const uint32_t systems = r.num<uint32_t>("event system count");
     for (uint32_t s = 0; s < systems; ++s) {
       std::string sys = r.str("event system name");
       const uint32_t n = r.num<uint32_t>("event count");
-      for (uint32_t i = 0; i < n; ++i) formats.push_back({sys, r.text(r.num<uint64_t>("event format size"), "event format")});
+      for (uint32_t i = 0; i < n; ++i)
+        formats.push_back({sys, r.text(r.num<uint64_t>("event format size"), "event format")});
     }
   }
 
@@ -182,14 +191,17 @@ struct TraceFile::Impl {
     }
   }
 
-  void option(uint16_t id, ByteReader& o, uint32_t len, std::vector<std::pair<uint64_t, std::string>>* v6_buffers) {
+  void option(uint16_t id, ByteReader& o, uint32_t len,
+              std::vector<std::pair<uint64_t, std::string>>* v6_buffers) {
     auto cstr = [&] {
       std::string s = o.text(len, "text");
       while (!s.empty() && s.back() == '\0') s.pop_back();
       return s;
     };
     switch (id) {
-      case kOptCpuStat: cpu_stats.push_back(cstr()); break;
+      case kOptCpuStat:
+        cpu_stats.push_back(cstr());
+        break;
       case kOptTsc2Nsec: {
         const uint32_t mult = o.num<uint32_t>("TSC2NSEC mult"), shift = o.num<uint32_t>("TSC2NSEC shift");
         if (shift > 32) throw Fail{"option TSC2NSEC: shift " + std::to_string(shift)};
@@ -197,10 +209,18 @@ struct TraceFile::Impl {
         tsc_shift = shift;
         break;
       }
-      case kOptOffset: ts_offset += std::strtoll(cstr().c_str(), nullptr, 0); break;
-      case kOptTraceClock: trace_clock = cstr(); break;
-      case kOptUname: uname = cstr(); break;
-      case kOptVersion: tool_version = cstr(); break;
+      case kOptOffset:
+        ts_offset += std::strtoll(cstr().c_str(), nullptr, 0);
+        break;
+      case kOptTraceClock:
+        trace_clock = cstr();
+        break;
+      case kOptUname:
+        uname = cstr();
+        break;
+      case kOptVersion:
+        tool_version = cstr();
+        break;
       case kOptCpuCount: {
         const uint32_t n = o.num<uint32_t>("CPU count");
         if (n == 0 || n > 4096) throw Fail{"option CPUCOUNT: " + std::to_string(n) + " CPUs"};
@@ -226,7 +246,8 @@ struct TraceFile::Impl {
         uint32_t max_cpu = 0;
         for (uint32_t i = 0; i < ncpu; ++i) {
           const uint32_t cpu = o.num<uint32_t>("buffer CPU id");
-          const uint64_t coff = o.num<uint64_t>("buffer CPU offset"), csize = o.num<uint64_t>("buffer CPU size");
+          const uint64_t coff = o.num<uint64_t>("buffer CPU offset"),
+                         csize = o.num<uint64_t>("buffer CPU size");
           if (cpu > 4096) throw Fail{"buffer '" + b.name + "': CPU id " + std::to_string(cpu)};
           max_cpu = std::max(max_cpu, cpu);
           cpus.push_back({cpu, {coff, csize}});
@@ -255,7 +276,8 @@ struct TraceFile::Impl {
         latency.assign(t.begin(), t.end());
         break;
       }
-      default: break;
+      default:
+        break;
     }
   }
 
@@ -348,7 +370,8 @@ struct TraceFile::Impl {
       data.emplace_back();
       return;
     }
-    if (std::memcmp(tag, "flyrecord", 10) != 0) throw Fail{"expected \"flyrecord\" or \"latency\" at offset " + std::to_string(r.pos() - 10)};
+    if (std::memcmp(tag, "flyrecord", 10) != 0)
+      throw Fail{"expected \"flyrecord\" or \"latency\" at offset " + std::to_string(r.pos() - 10)};
     read_flyrecord_v6(r, "");
     for (const auto& [off, name] : subbuffers) {
       ByteReader s(base, size, "buffer '" + name + "'");
@@ -371,7 +394,9 @@ struct TraceFile::Impl {
     const uint16_t sid = r.num<uint16_t>("section id"), flags = r.num<uint16_t>("section flags");
     r.num<uint32_t>("section description");
     const uint64_t len = r.num<uint64_t>("section size");
-    if (sid != id) throw Fail{std::string(what) + ": section at offset " + std::to_string(off) + " has id " + std::to_string(sid) + ", expected " + std::to_string(id)};
+    if (sid != id)
+      throw Fail{std::string(what) + ": section at offset " + std::to_string(off) + " has id " +
+                 std::to_string(sid) + ", expected " + std::to_string(id)};
     const uint8_t* p = r.take(len, "section data");
     if (flags & kSectionCompressed) {
       ByteReader b(p, len, what);
@@ -411,18 +436,33 @@ struct TraceFile::Impl {
     }
     bool have_header = false;
     for (const auto& [id, off] : sections) {
-      static const char* const kNames[] = {"header info", "ftrace formats", "event formats", "kallsyms", "printk formats", "saved cmdlines"};
+      static const char* const kNames[] = {"header info", "ftrace formats", "event formats",
+                                           "kallsyms",    "printk formats", "saved cmdlines"};
       const char* what = kNames[id - kOptHeaderInfo];
       std::vector<uint8_t> s = section(off, id, what);
       ByteReader b(s.data(), s.size(), what);
       switch (id) {
-        case kOptHeaderInfo: read_header_info(b); have_header = true; break;
-        case kOptFtraceEvents: read_ftrace_formats(b); break;
-        case kOptEventFormats: read_event_formats(b); break;
-        case kOptKallsyms: kallsyms = b.text(b.num<uint32_t>("kallsyms size"), what); break;
-        case kOptPrintk: printk = b.text(b.num<uint32_t>("printk size"), what); break;
-        case kOptCmdlines: cmdlines = b.text(b.num<uint64_t>("cmdlines size"), what); break;
-        default: break;
+        case kOptHeaderInfo:
+          read_header_info(b);
+          have_header = true;
+          break;
+        case kOptFtraceEvents:
+          read_ftrace_formats(b);
+          break;
+        case kOptEventFormats:
+          read_event_formats(b);
+          break;
+        case kOptKallsyms:
+          kallsyms = b.text(b.num<uint32_t>("kallsyms size"), what);
+          break;
+        case kOptPrintk:
+          printk = b.text(b.num<uint32_t>("printk size"), what);
+          break;
+        case kOptCmdlines:
+          cmdlines = b.text(b.num<uint64_t>("cmdlines size"), what);
+          break;
+        default:
+          break;
       }
     }
     if (!have_header) throw Fail{"no header info section (header_page)"};
@@ -441,11 +481,15 @@ struct TraceFile::Impl {
     ByteReader r(base, size, "file header");
     if (size < 10) throw Fail{"not a trace.dat file (" + std::to_string(size) + " bytes)"};
     const uint8_t* m = r.take(10, "magic");
-    if (std::memcmp(m, kMagic, 3) != 0 || std::memcmp(m + 3, kTag, 7) != 0) throw Fail{"not a trace.dat file (bad magic)"};
+    if (std::memcmp(m, kMagic, 3) != 0 || std::memcmp(m + 3, kTag, 7) != 0)
+      throw Fail{"not a trace.dat file (bad magic)"};
     const std::string v = r.str("version");
-    if (v == "6") version = 6;
-    else if (v == "7") version = 7;
-    else throw Fail{"trace.dat version '" + v + "' is not supported (6 and 7 are)"};
+    if (v == "6")
+      version = 6;
+    else if (v == "7")
+      version = 7;
+    else
+      throw Fail{"trace.dat version '" + v + "' is not supported (6 and 7 are)"};
     if (r.num<uint8_t>("endian") != 0) throw Fail{"big-endian trace.dat files are not supported"};
     const uint8_t ls = r.num<uint8_t>("long size");
     if (ls != 4 && ls != 8) throw Fail{"long size " + std::to_string(ls)};
@@ -453,8 +497,10 @@ struct TraceFile::Impl {
     page_size = r.num<uint32_t>("page size");
     if (page_size < 64 || (page_size & (page_size - 1)) || page_size > (16u << 20))
       throw Fail{"page size " + std::to_string(page_size)};
-    if (version == 6) read_v6(r);
-    else read_v7(r);
+    if (version == 6)
+      read_v6(r);
+    else
+      read_v7(r);
   }
 };
 
@@ -464,7 +510,8 @@ TraceFile::TraceFile(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TraceFile::~TraceFile() = default;
 
 namespace {
-std::unique_ptr<TraceFile::Impl> finish(std::unique_ptr<TraceFile::Impl> impl, const std::string& name, std::string* err) {
+std::unique_ptr<TraceFile::Impl> finish(std::unique_ptr<TraceFile::Impl> impl, const std::string& name,
+                                        std::string* err) {
   try {
     impl->read();
   } catch (const Fail& f) {
@@ -564,9 +611,10 @@ struct TraceFile::Cursor::State {
           return s.have = true;
         }
         if (s.walker.corrupt())
-          f->warnings.push_back("buffer '" + f->buffers[static_cast<size_t>(s.buffer)].name + "' CPU " + std::to_string(s.cpu) +
-                                ": page " + std::to_string(s.page - 1) + " has a corrupt entry at offset " +
-                                std::to_string(s.walker.offset()) + "; the rest of the page is skipped");
+          f->warnings.push_back("buffer '" + f->buffers[static_cast<size_t>(s.buffer)].name + "' CPU " +
+                                std::to_string(s.cpu) + ": page " + std::to_string(s.page - 1) +
+                                " has a corrupt entry at offset " + std::to_string(s.walker.offset()) +
+                                "; the rest of the page is skipped");
         s.loaded = false;
       }
       if ((s.page + 1) * s.page_size > s.size) return s.have = false;
@@ -609,7 +657,8 @@ TraceFile::Cursor::Cursor(const TraceFile& file, std::vector<int> buffers, std::
   const Impl& f = *file.impl_;
   st_->f = &f;
   for (size_t b = 0; b < f.buffers.size(); ++b) {
-    if (!buffers.empty() && std::find(buffers.begin(), buffers.end(), static_cast<int>(b)) == buffers.end()) continue;
+    if (!buffers.empty() && std::find(buffers.begin(), buffers.end(), static_cast<int>(b)) == buffers.end())
+      continue;
     for (size_t c = 0; c < f.data[b].size(); ++c) {
       if (!cpus.empty() && std::find(cpus.begin(), cpus.end(), static_cast<int>(c)) == cpus.end()) continue;
       if (f.data[b][c].size == 0) continue;

@@ -20,9 +20,9 @@
 
 #include <algorithm>
 #include <bit>
-#include <memory>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 
 #include "tracedat/format.h"
 
@@ -85,7 +85,8 @@ class Out {
   void copy_from(int in, uint64_t off, uint64_t n, std::vector<char>* scratch) {
     loff_t from = static_cast<loff_t>(off);
     while (n > 0 && ok()) {
-      const ssize_t c = ::copy_file_range(in, &from, fd_, nullptr, static_cast<size_t>(std::min<uint64_t>(n, 1u << 30)), 0);
+      const ssize_t c =
+          ::copy_file_range(in, &from, fd_, nullptr, static_cast<size_t>(std::min<uint64_t>(n, 1u << 30)), 0);
       if (c > 0) {
         n -= static_cast<uint64_t>(c);
         pos_ += static_cast<uint64_t>(c);
@@ -389,8 +390,7 @@ uint64_t flyrecord_v7(Out& out, const BufferData& b, Compressor* z, std::vector<
   return at;
 }
 
-int write_v7(Out& out, const Metadata& meta, const std::vector<BufferData>& buffers,
-             const WriteOptions& o) {
+int write_v7(Out& out, const Metadata& meta, const std::vector<BufferData>& buffers, const WriteOptions& o) {
   out.str("7");
   out.num<uint8_t>(0);
   out.num<uint8_t>(8);
@@ -453,8 +453,8 @@ int write_v7(Out& out, const Metadata& meta, const std::vector<BufferData>& buff
 
 }  // namespace
 
-int write_file(int fd, const Metadata& meta, const std::vector<BufferData>& buffers,
-               const WriteOptions& opts, std::string* err) {
+int write_file(int fd, const Metadata& meta, const std::vector<BufferData>& buffers, const WriteOptions& opts,
+               std::string* err) {
   if (int e = check(meta, buffers, opts, err)) return e;
   Out out(fd, err);
   out.bytes(kMagic, 3);

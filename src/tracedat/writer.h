@@ -16,17 +16,17 @@ namespace usrtrace::tracedat {
 struct Metadata {
   uint32_t page_size = 4096;  // of the top buffer (the file header's)
   int nr_cpus = 0;
-  std::string header_page;   // events/header_page text
-  std::string header_event;  // events/header_event text
+  std::string header_page;                  // events/header_page text
+  std::string header_event;                 // events/header_event text
   std::vector<std::string> ftrace_formats;  // events/ftrace/*/format
   // events/SYS/*/format, by system (ftrace excluded)
   std::vector<std::pair<std::string, std::vector<std::string>>> systems;
-  std::string kallsyms;   // "ADDR TYPE NAME[\t[MOD]]\n" lines
-  std::string printk;     // printk_formats
-  std::string cmdlines;   // saved_cmdlines ("PID COMM\n")
+  std::string kallsyms;     // "ADDR TYPE NAME[\t[MOD]]\n" lines
+  std::string printk;       // printk_formats
+  std::string cmdlines;     // saved_cmdlines ("PID COMM\n")
   std::string trace_clock;  // the trace_clock file ("[local] global ...")
   std::string uname;
-  std::string version;    // of the recording tool
+  std::string version;  // of the recording tool
   // Raw TSC timestamps (the local, global and perf clocks store them):
   // readers compute ns = ((ts * mult) >> shift) + offset, from the TSC2NSEC
   // option (mult, shift; trace-cmd ignores its offset) and the OFFSET option.
@@ -68,7 +68,7 @@ struct BufferData {
 enum class Compression { kNone, kZstd };
 
 struct WriteOptions {
-  int version = 7;  // 6 or 7
+  int version = 7;                               // 6 or 7
   Compression compression = Compression::kNone;  // kZstd needs version 7
   int zstd_level = 3;
 };
@@ -77,7 +77,7 @@ struct WriteOptions {
 // the top instance (name ""; it may have no data), the others are written
 // as trace-cmd's BUFFER instances. Returns 0, or -errno with *err set.
 // Context: control plane; allocates; blocks on I/O.
-int write_file(int fd, const Metadata& meta, const std::vector<BufferData>& buffers,
-               const WriteOptions& opts, std::string* err);
+int write_file(int fd, const Metadata& meta, const std::vector<BufferData>& buffers, const WriteOptions& opts,
+               std::string* err);
 
 }  // namespace usrtrace::tracedat

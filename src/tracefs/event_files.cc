@@ -27,7 +27,6 @@ namespace {
 
 constexpr std::string_view kSub = "event";
 
-
 // PID_MAX_LIMIT: the kernel refuses pids at or above pid_max.
 constexpr uint64_t kPidMax = 4194304;
 
@@ -123,8 +122,7 @@ long write_pids(Instance& inst, bool notrace, std::string_view s) {
     uint64_t v = 0;
     size_t bad = 0;
     const int rc = parse_u64(t.text, 0, &v, &bad);
-    if (rc < 0 || v >= kPidMax)
-      return fail(inst, kSub, Err::kBadPid, s, t.pos + (rc < 0 ? bad : 0), EINVAL);
+    if (rc < 0 || v >= kPidMax) return fail(inst, kSub, Err::kBadPid, s, t.pos + (rc < 0 ? bad : 0), EINVAL);
     add.push_back(static_cast<int>(v));
   }
   if (add.empty()) return static_cast<long>(s.size());
@@ -231,7 +229,8 @@ std::unique_ptr<File> open_system_filter(Node n, int, int*) {
   f->show = [ip, sys] { return trigger::system_filter_text(ip->slot(), sys); };
   f->store = [ip, sys](std::string_view s) -> long {
     trigger::Error why;
-    if (int rc = trigger::set_system_filter(ip->slot(), sys, s, &why); rc < 0) return fail_with(*ip, why, -rc);
+    if (int rc = trigger::set_system_filter(ip->slot(), sys, s, &why); rc < 0)
+      return fail_with(*ip, why, -rc);
     return static_cast<long>(s.size());
   };
   return f;

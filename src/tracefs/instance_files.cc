@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <climits>
 #include <cinttypes>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -15,10 +15,10 @@
 #include "clock/trace_clock.h"
 #include "crash/crash.h"
 #include "function/control.h"
-#include "writers/writers.h"
 #include "latency/latency.h"
 #include "output/trace_output.h"
 #include "tracefs/internal.h"
+#include "writers/writers.h"
 
 namespace usrtrace::tracefs::detail {
 namespace {
@@ -137,8 +137,10 @@ std::string show_clock(Instance& inst) {
   for (const clock::ClockDesc& c : clock::all_clocks()) {
     if (!first) out += ' ';
     first = false;
-    if (c.id == cur) out.append("[").append(c.name).append("]");
-    else out += c.name;
+    if (c.id == cur)
+      out.append("[").append(c.name).append("]");
+    else
+      out += c.name;
   }
   return out + "\n";
 }
@@ -147,7 +149,8 @@ long write_clock(Instance& inst, std::string_view s) {
   if (s.size() >= 64) return fail(inst, kSub, Err::kTooLong, s, 64, EINVAL);  // the kernel's buf[64]
   const std::string_view name = strip(s);
   auto id = clock::clock_from_name(name);
-  if (!id) return fail(inst, kSub, Err::kUnknownClock, s, static_cast<size_t>(name.data() - s.data()), EINVAL);
+  if (!id)
+    return fail(inst, kSub, Err::kUnknownClock, s, static_cast<size_t>(name.data() - s.data()), EINVAL);
   if (!clock::is_tsc(*id) && latency::uses_max_buffer(inst))
     return fail(inst, kSub, Err::kLatencyClock, s, static_cast<size_t>(name.data() - s.data()), EBUSY);
   inst.snapshots().set_clock(*id);  // resets the buffers, as the kernel does
@@ -347,8 +350,10 @@ std::string show_saved(bool tgids) {
   std::string out;
   char buf[64];
   for (const auto& c : writers::saved_cmdlines()) {
-    if (tgids) snprintf(buf, sizeof buf, "%d %d\n", c.tid, static_cast<int>(getpid()));
-    else snprintf(buf, sizeof buf, "%d %s\n", c.tid, c.comm.c_str());
+    if (tgids)
+      snprintf(buf, sizeof buf, "%d %d\n", c.tid, static_cast<int>(getpid()));
+    else
+      snprintf(buf, sizeof buf, "%d %s\n", c.tid, c.comm.c_str());
     out += buf;
   }
   return out;

@@ -78,7 +78,7 @@ struct Node {
   const FileSpec* spec = nullptr;  // the file; null for a directory
   Dir dir = Dir::kRoot;            // the directory, or the file's directory
   mode_t mode = 0;
-  InstanceRef inst;  // null only for the instances/ directory itself
+  InstanceRef inst;               // null only for the instances/ directory itself
   bool in_instances_dir = false;  // the path is instances/ or below
   int cpu = -1;                   // per_cpu/cpuN, trace_stat/functionN
   int option = -1;                // options/NAME
@@ -150,16 +150,16 @@ class SimpleFile : public File {
   long read(char* buf, size_t size) override;
   long write(const char* buf, size_t size) override;
 
-  std::function<std::string()> show;             // null: not readable
+  std::function<std::string()> show;  // null: not readable
   // Instead of show, for the large texts (trace, snapshot): appends at
   // least `want` bytes to the string, or what is left; false at the end.
   // A read then holds about its own size of text, not the whole file.
   std::function<bool(std::string*, size_t want)> stream;
-  std::function<long(std::string_view)> store;   // null: not writable
-  std::function<void()> on_close;                // the kernel's release
+  std::function<long(std::string_view)> store;  // null: not writable
+  std::function<void()> on_close;               // the kernel's release
 
  private:
-  InstanceRef inst_;  // destroyed after on_close ran
+  InstanceRef inst_;    // destroyed after on_close ran
   bool ended_ = false;  // stream: nothing more to come
   bool shown_ = false;
   std::string text_;
@@ -235,12 +235,11 @@ int parse_u64(std::string_view s, int base, uint64_t* v, size_t* bad);
 // A decimal number up to `max` written to a numeric file (the function and
 // latency tracers' files): returns the size taken, or logs under
 // `subsystem` and returns -ERANGE / -EINVAL.
-long write_u64(Instance& inst, std::string_view subsystem, std::string_view s, uint64_t max,
-               uint64_t* v);
+long write_u64(Instance& inst, std::string_view subsystem, std::string_view s, uint64_t max, uint64_t* v);
 
 // fail() with a message of the caller's (filter and trigger errors).
-long fail_text(Instance& inst, std::string_view subsystem, std::string_view message,
-               std::string_view command, size_t pos, int errnum);
+long fail_text(Instance& inst, std::string_view subsystem, std::string_view message, std::string_view command,
+               size_t pos, int errnum);
 
 // Whitespace-separated tokens with their offsets.
 struct Token {

@@ -41,7 +41,8 @@ std::unique_ptr<File> open_timerlat_period_us(Node n, int, int*) {
     uint64_t v = 0;
     const long rc = write_u64(*ip, kSub, s, UINT64_MAX / 1000, &v);
     if (rc < 0) return rc;
-    if (latency::set_timerlat_period_us(*ip, v) < 0) return fail(*ip, "timerlat", Err::kTimerlatPeriod, s, 0, EINVAL);
+    if (latency::set_timerlat_period_us(*ip, v) < 0)
+      return fail(*ip, "timerlat", Err::kTimerlatPeriod, s, 0, EINVAL);
     return rc;
   };
   return f;

@@ -53,7 +53,11 @@ std::string show_stats(Instance& inst, int cpu) {
 class PipeRaw : public File {
  public:
   PipeRaw(InstanceRef inst, rb::RingBuffer* rb, int cpu, bool nonblock, std::shared_ptr<void> keep)
-      : inst_(std::move(inst)), rb_(rb), keep_(std::move(keep)), cpu_(cpu), nonblock_(nonblock),
+      : inst_(std::move(inst)),
+        rb_(rb),
+        keep_(std::move(keep)),
+        cpu_(cpu),
+        nonblock_(nonblock),
         page_(rb->page_size(cpu)) {}
   long read(char* buf, size_t size) override {
     if (size == 0) return 0;

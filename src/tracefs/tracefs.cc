@@ -219,14 +219,18 @@ void list_dir(const Node& n, std::vector<std::string>* out) {
   for (const std::span<const FileSpec>* group : kGroups) {
     for (const FileSpec& f : *group) {
       if (f.dir != n.dir || !shows(f.flags, n)) continue;
-      if (f.name) out->emplace_back(f.name);
-      else f.names(n, out);
+      if (f.name)
+        out->emplace_back(f.name);
+      else
+        f.names(n, out);
     }
   }
   for (const DirSpec& s : kDirs) {
     if (s.parent != n.dir || !shows(s.flags, n)) continue;
-    if (s.name) out->emplace_back(s.name);
-    else s.names(n, out);
+    if (s.name)
+      out->emplace_back(s.name);
+    else
+      s.names(n, out);
   }
   std::sort(out->begin(), out->end());
 }
@@ -268,41 +272,41 @@ long SimpleFile::write(const char* buf, size_t size) {
 
 namespace {
 constexpr const char* kErrTexts[] = {
-    "Empty value",                                   // kEmpty
-    "Invalid number",                                // kNotNumber
-    "Number out of range",                           // kNumberRange
-    "Value must be 0 or 1",                          // kNotBool
-    "Value must be between 0 and 100",               // kPercentRange
-    "Buffer size must be greater than 0",            // kSizeZero
-    "Buffer size too large",                         // kSizeTooLarge
-    "Not enough memory",                             // kNoMemory
-    "Unknown clock",                                 // kUnknownClock
-    "Unknown option",                                // kUnknownOption
-    "Unknown tracer",                                // kUnknownTracer
-    "No event matches",                              // kNoSuchEvent
-    "Invalid pid",                                   // kBadPid
-    "Invalid CPU mask",                              // kBadCpumask
-    "CPU mask has bits beyond the last CPU",         // kCpumaskOverflow
-    "Markers are disabled (options/markers)",        // kMarkersOff
-    "Raw marker needs a 4-byte id",                  // kRawTooShort
-    "Raw marker too large",                          // kRawTooLong
-    "Value too long",                                // kTooLong
-    "Snapshot is being read",                        // kSnapshotBusy
-    "Only the whole snapshot can be freed",          // kSnapshotFreeCpu
-    "Snapshot ring size must be between 1 and 16",   // kSnapshotRing
-    "Invalid path",                                  // kBadPath
-    "Cannot create the buffer file",                 // kBufferFileOpen
-    "Cannot allocate the buffer in the file",        // kBufferFileAlloc
-    "Value must be 0, 1, 2 or all",                  // kBadDumpMode
-    "Cannot open the dump file",                     // kDumpFileOpen
-    "No traceable function matches",                 // kNoFunction
-    "Unknown function command",                      // kFunctionCommand
-    "Missing module name after :mod:",               // kBadModule
-    "Invalid count",                                 // kCommandCount
-    "Function commands only work in set_ftrace_filter",  // kCommandNotHere
+    "Empty value",                                                            // kEmpty
+    "Invalid number",                                                         // kNotNumber
+    "Number out of range",                                                    // kNumberRange
+    "Value must be 0 or 1",                                                   // kNotBool
+    "Value must be between 0 and 100",                                        // kPercentRange
+    "Buffer size must be greater than 0",                                     // kSizeZero
+    "Buffer size too large",                                                  // kSizeTooLarge
+    "Not enough memory",                                                      // kNoMemory
+    "Unknown clock",                                                          // kUnknownClock
+    "Unknown option",                                                         // kUnknownOption
+    "Unknown tracer",                                                         // kUnknownTracer
+    "No event matches",                                                       // kNoSuchEvent
+    "Invalid pid",                                                            // kBadPid
+    "Invalid CPU mask",                                                       // kBadCpumask
+    "CPU mask has bits beyond the last CPU",                                  // kCpumaskOverflow
+    "Markers are disabled (options/markers)",                                 // kMarkersOff
+    "Raw marker needs a 4-byte id",                                           // kRawTooShort
+    "Raw marker too large",                                                   // kRawTooLong
+    "Value too long",                                                         // kTooLong
+    "Snapshot is being read",                                                 // kSnapshotBusy
+    "Only the whole snapshot can be freed",                                   // kSnapshotFreeCpu
+    "Snapshot ring size must be between 1 and 16",                            // kSnapshotRing
+    "Invalid path",                                                           // kBadPath
+    "Cannot create the buffer file",                                          // kBufferFileOpen
+    "Cannot allocate the buffer in the file",                                 // kBufferFileAlloc
+    "Value must be 0, 1, 2 or all",                                           // kBadDumpMode
+    "Cannot open the dump file",                                              // kDumpFileOpen
+    "No traceable function matches",                                          // kNoFunction
+    "Unknown function command",                                               // kFunctionCommand
+    "Missing module name after :mod:",                                        // kBadModule
+    "Invalid count",                                                          // kCommandCount
+    "Function commands only work in set_ftrace_filter",                       // kCommandNotHere
     "Latency tracers need a TSC trace_clock (local, global, perf, x86-tsc)",  // kLatencyClock
-    "A latency tracer uses the max buffer",          // kMaxBufferBusy
-    "Period must be between 100 and 1000000 us",     // kTimerlatPeriod
+    "A latency tracer uses the max buffer",                                   // kMaxBufferBusy
+    "Period must be between 100 and 1000000 us",                              // kTimerlatPeriod
 };
 static_assert(sizeof(kErrTexts) / sizeof(kErrTexts[0]) == static_cast<size_t>(Err::kCount));
 constexpr size_t kMaxLoggedCommand = 256;
@@ -315,8 +319,8 @@ long fail(Instance& inst, std::string_view subsystem, Err e, std::string_view co
   return fail_text(inst, subsystem, err_text(e), command, pos, errnum);
 }
 
-long fail_text(Instance& inst, std::string_view subsystem, std::string_view message,
-               std::string_view command, size_t pos, int errnum) {
+long fail_text(Instance& inst, std::string_view subsystem, std::string_view message, std::string_view command,
+               size_t pos, int errnum) {
   // The log is text: binary junk and control bytes show as '.', one byte
   // each, so the caret stays under the byte it names.
   std::string cmd(command.substr(0, kMaxLoggedCommand));
@@ -348,9 +352,12 @@ int parse_u64(std::string_view s, int base, uint64_t* v, size_t* bad) {
   for (; i < s.size(); ++i) {
     const auto ch = static_cast<unsigned char>(s[i]);
     int d = -1;
-    if (ch >= '0' && ch <= '9') d = ch - '0';
-    else if (ch >= 'a' && ch <= 'z') d = ch - 'a' + 10;
-    else if (ch >= 'A' && ch <= 'Z') d = ch - 'A' + 10;
+    if (ch >= '0' && ch <= '9')
+      d = ch - '0';
+    else if (ch >= 'a' && ch <= 'z')
+      d = ch - 'a' + 10;
+    else if (ch >= 'A' && ch <= 'Z')
+      d = ch - 'A' + 10;
     if (d < 0 || d >= base) break;
     const auto ub = static_cast<uint64_t>(base), ud = static_cast<uint64_t>(d);
     if (val > (UINT64_MAX - ud) / ub) {
@@ -372,8 +379,7 @@ int parse_u64(std::string_view s, int base, uint64_t* v, size_t* bad) {
   return 0;
 }
 
-long write_u64(Instance& inst, std::string_view subsystem, std::string_view s, uint64_t max,
-               uint64_t* v) {
+long write_u64(Instance& inst, std::string_view subsystem, std::string_view s, uint64_t max, uint64_t* v) {
   size_t bad = 0;
   const int rc = parse_u64(strip(s), 10, v, &bad);
   if (rc < 0) return fail(inst, subsystem, rc == -ERANGE ? Err::kNumberRange : Err::kNotNumber, s, bad, -rc);

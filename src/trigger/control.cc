@@ -38,7 +38,7 @@ base::Mutex& mu() {
 }
 
 struct State {
-  std::vector<EventDesc*> controlled;  // events with an EventControl
+  std::vector<EventDesc*> controlled;                                 // events with an EventControl
   std::map<std::pair<int, std::string>, std::string> system_filters;  // (slot, system) -> text
 };
 State& state() USRTRACE_REQUIRES(mu()) {
@@ -97,8 +97,7 @@ void publish(EventDesc& ev, int slot, std::unique_ptr<SlotControl> next,
   if (any) {
     events::set_controlled_writer(&write_controlled);
     ev.enabled.fetch_or(kControlMask, std::memory_order_release);
-  }
-  else
+  } else
     ev.enabled.fetch_and(~kControlMask, std::memory_order_relaxed);
 }
 
@@ -142,11 +141,11 @@ std::vector<EventDesc*> events_of(std::string_view system) {
 struct Command {
   bool remove = false;
   Kind kind = Kind::kTraceOn;
-  std::string_view name;     // "traceon", "enable_event", "hist"...
-  std::string_view head;     // cmd[:args], no blanks
-  std::string_view args;     // after the first ':'
-  size_t args_pos = 0;       // offset of args in the command
-  std::string_view filter;   // after " if ", "" for none
+  std::string_view name;    // "traceon", "enable_event", "hist"...
+  std::string_view head;    // cmd[:args], no blanks
+  std::string_view args;    // after the first ':'
+  size_t args_pos = 0;      // offset of args in the command
+  std::string_view filter;  // after " if ", "" for none
   size_t filter_pos = 0;
 };
 

@@ -37,8 +37,8 @@
 #include "hist/hist.h"
 #include "instance/instance.h"
 #include "trigger/actions.h"
-#include "writers/writers.h"
 #include "usrtrace/internal/event_impl.h"
+#include "writers/writers.h"
 
 namespace usrtrace::trigger {
 
@@ -57,8 +57,8 @@ struct Trigger {
 };
 
 struct SlotControl {
-  std::shared_ptr<const filter::Program> filter;     // the event filter; null: none
-  std::vector<std::shared_ptr<Trigger>> triggers;    // newest first, as the kernel lists them
+  std::shared_ptr<const filter::Program> filter;   // the event filter; null: none
+  std::vector<std::shared_ptr<Trigger>> triggers;  // newest first, as the kernel lists them
 };
 
 // Errors of the control-plane calls: the message and caret for error_log.
@@ -110,7 +110,7 @@ void clear_slot(int slot);
 // Writes `rec` into the slots of `record_mask` it passes the filter of, and
 // runs the triggers of every slot that has some. Called between
 // writers::enter() and exit().
-void write_controlled(const internal::EventDesc& ev, void* rec, uint32_t len,
-                      const writers::ThreadState& t, uint64_t record_mask);
+void write_controlled(const internal::EventDesc& ev, void* rec, uint32_t len, const writers::ThreadState& t,
+                      uint64_t record_mask);
 
 }  // namespace usrtrace::trigger

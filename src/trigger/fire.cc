@@ -89,7 +89,7 @@ void fire(Trigger& t, int slot, const Fire& f) {
 // Not inlined: its return address marks write_event's frame for the
 // stacktrace trigger.
 [[gnu::noinline]] void write_controlled(const internal::EventDesc& ev, void* rec, uint32_t len,
-                                       const writers::ThreadState& t, uint64_t record_mask) {
+                                        const writers::ThreadState& t, uint64_t record_mask) {
   // order: acquire pairs with the release that published the control
   // before the control bit was set.
   const internal::EventControl* c = ev.control.load(std::memory_order_acquire);

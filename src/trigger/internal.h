@@ -40,8 +40,7 @@ const internal::EventDesc& user_stack_event();
 // event with dynamic fields, whose call site calls write_event from the
 // event's out-of-line emit_dynamic() (usrtrace/event.h).
 // Context: the write path (between writers::enter and exit).
-void write_user_stack(int slot, const internal::CommonHeader& common, const void* caller_ip,
-                      bool dynamic);
+void write_user_stack(int slot, const internal::CommonHeader& common, const void* caller_ip, bool dynamic);
 
 // The same from the frame whose return address is `first_ip` up (the
 // function tracers: the traced function's caller first).

@@ -99,20 +99,19 @@ _Unwind_Reason_Code on_frame(_Unwind_Context* ctx, void* arg) {
   return w->n == kUserStackEntries ? _URC_END_OF_STACK : _URC_NO_REASON;
 }
 
-
 }  // namespace
 
 const internal::EventDesc& user_stack_event() { return g_user_stack_desc; }
 
 bool has_dynamic_fields(const internal::EventDesc& ev) {
   for (uint16_t i = 0; i < ev.nfields; ++i)
-    if (ev.fields[i].kind == internal::FieldKind::kString || ev.fields[i].kind == internal::FieldKind::kDynBytes)
+    if (ev.fields[i].kind == internal::FieldKind::kString ||
+        ev.fields[i].kind == internal::FieldKind::kDynBytes)
       return true;
   return false;
 }
 
-void write_user_stack(int slot, const internal::CommonHeader& common, const void* caller_ip,
-                      bool dynamic) {
+void write_user_stack(int slot, const internal::CommonHeader& common, const void* caller_ip, bool dynamic) {
   UserStackRecord r{};
   r.common = common;
   r.common.type = g_user_stack_desc.id;

@@ -12,8 +12,7 @@
 USRTRACE_EVENT(usrtrace, thread_rename, (int32_t, pid)(char[16], oldcomm)(char[16], newcomm),
                "pid=%d oldcomm=%s newcomm=%s", REC->pid, REC->oldcomm, REC->newcomm)
 
-USRTRACE_EVENT(usrtrace, thread_exit, (char[16], comm)(int32_t, pid), "comm=%s pid=%d",
-               REC->comm, REC->pid)
+USRTRACE_EVENT(usrtrace, thread_exit, (char[16], comm)(int32_t, pid), "comm=%s pid=%d", REC->comm, REC->pid)
 
 namespace usrtrace::events {
 

@@ -90,7 +90,8 @@ void put_comm(Slot& e, int tid, const char* comm) {
   if ((s & 1) || !e.seq.compare_exchange_strong(s, s + 1, std::memory_order_acquire)) return;
   __atomic_store_n(&e.tid, tid, __ATOMIC_RELAXED);
   const size_t n = strnlen(comm, sizeof e.comm - 1);
-  for (size_t i = 0; i < sizeof e.comm; ++i) __atomic_store_n(&e.comm[i], i < n ? comm[i] : '\0', __ATOMIC_RELAXED);
+  for (size_t i = 0; i < sizeof e.comm; ++i)
+    __atomic_store_n(&e.comm[i], i < n ? comm[i] : '\0', __ATOMIC_RELAXED);
   e.seq.store(s + 2, std::memory_order_release);
 }
 

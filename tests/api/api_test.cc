@@ -3,8 +3,8 @@
 // back from the instance's buffer through the event printers.
 #include <gtest/gtest.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -172,8 +172,8 @@ TEST_P(ApiInstanceTest, SetEventWithGlobs) {
   trace_apitest_beta(2);
   trace_apitest_gamma_x(3);
   trace_apiother_delta(4);
-  EXPECT_EQ(texts(drain(name_)), (std::vector<std::string>{"apitest:alpha n=1", "apitest:beta n=2",
-                                                           "apitest:gamma_x n=3"}));
+  EXPECT_EQ(texts(drain(name_)),
+            (std::vector<std::string>{"apitest:alpha n=1", "apitest:beta n=2", "apitest:gamma_x n=3"}));
   EXPECT_EQ(inst_.set_event("api*", "*a", false), 3);  // alpha, beta and (not enabled) delta
   trace_apitest_alpha(5);
   trace_apitest_beta(6);
@@ -195,8 +195,7 @@ TEST_P(ApiInstanceTest, SetClrEventFromC) {
   trace_apitest_alpha(1);
   trace_apitest_beta(2);
   trace_apitest_gamma_x(3);
-  EXPECT_EQ(texts(drain(name_)),
-            (std::vector<std::string>{"apitest:alpha n=1", "apitest:beta n=2"}));
+  EXPECT_EQ(texts(drain(name_)), (std::vector<std::string>{"apitest:alpha n=1", "apitest:beta n=2"}));
   EXPECT_EQ(c_set_clr_event(inst_.c_array(), NULL, "gamma_?", true), 0);
   EXPECT_EQ(c_set_clr_event(inst_.c_array(), "apitest", NULL, false), 0);
   EXPECT_EQ(c_set_clr_event(inst_.c_array(), "apiother", "", true), 0);
@@ -314,7 +313,6 @@ TEST_P(ApiInstanceTest, RefusedWriteLogsAnError) {
   EXPECT_EQ(other->read("error_log").value(), "");
   EXPECT_EQ(other->destroy(), 0);
 }
-
 
 TEST_P(ApiInstanceTest, HandlesAreReferences) {
   if (name_.empty()) {

@@ -5,15 +5,15 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "usrtrace/usrtrace.h"
 #include "c_api_test.h"
+#include "usrtrace/usrtrace.h"
 
-#define CHECK(cond)                                                           \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
+#define CHECK(cond)                                                              \
+  do {                                                                           \
+    if (!(cond)) {                                                               \
       snprintf(failure, sizeof failure, "%s:%d: %s", __FILE__, __LINE__, #cond); \
-      return failure;                                                         \
-    }                                                                         \
+      return failure;                                                            \
+    }                                                                            \
   } while (0)
 
 static char failure[256];
@@ -61,8 +61,9 @@ const char *c_lifecycle(const char *name) {
 }
 
 const char *c_errors(void) {
-  static const char *const bad[] = {"a/b", "..", ".", "sp ace", "x\n",
-                                    "0123456789012345678901234567890123456789012345678901234567890123456789"};
+  static const char *const bad[] = {
+      "a/b",    "..",  ".",
+      "sp ace", "x\n", "0123456789012345678901234567890123456789012345678901234567890123456789"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
     errno = 0;
     CHECK(usrtrace_array_create(bad[i]) == NULL && errno == EINVAL);
@@ -108,8 +109,7 @@ __attribute__((noinline)) int c_vprintk(struct usrtrace_array *tr, const char *f
   return r;
 }
 
-int c_set_clr_event(struct usrtrace_array *tr, const char *system, const char *event,
-                    bool enable) {
+int c_set_clr_event(struct usrtrace_array *tr, const char *system, const char *event, bool enable) {
   return usrtrace_array_set_clr_event(tr, system, event, enable);
 }
 

@@ -19,8 +19,7 @@ const char *c_tracefs(const char *name);
 /* Record through the C API; return what it returned. */
 int c_printk(struct usrtrace_array *tr, int value);
 int c_vprintk(struct usrtrace_array *tr, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-int c_set_clr_event(struct usrtrace_array *tr, const char *system, const char *event,
-                    bool enable);
+int c_set_clr_event(struct usrtrace_array *tr, const char *system, const char *event, bool enable);
 
 #ifdef __cplusplus
 }

@@ -7,8 +7,7 @@
 #include <cstdio>
 #include <string>
 
-USRTRACE_EVENT(consumer, hello, (int32_t, n)(const char*, who), "n=%d who=%s", REC->n,
-               __get_str(who))
+USRTRACE_EVENT(consumer, hello, (int32_t, n)(const char*, who), "n=%d who=%s", REC->n, __get_str(who))
 
 namespace {
 
@@ -36,8 +35,8 @@ int main() {
 
   auto trace = app->read("trace");
   if (!trace) return fail(trace.message(), "");
-  for (const char* want : {"hello: n=42 who=world\n", ": fmt says 7\n", ": c says 8\n",
-                           "newcomm=consumer-main\n"})
+  for (const char* want :
+       {"hello: n=42 who=world\n", ": fmt says 7\n", ": c says 8\n", "newcomm=consumer-main\n"})
     if (trace->find(want) == std::string::npos) return fail(want, *trace);
 
   // The same file through the C API, and nothing of it in the top instance.

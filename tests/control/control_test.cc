@@ -28,8 +28,8 @@
 #include "control/connection.h"
 #include "control/paths.h"
 #include "control/protocol.h"
-#include "server/server.h"
 #include "events/registry.h"
+#include "server/server.h"
 #include "usrtrace/control.h"
 #include "usrtrace/usrtrace.h"
 
@@ -260,8 +260,8 @@ TEST(ControlMalformed, BadMessagesAreRefusedAndTheServerGoesOn) {
     ::close(fd);
   }
   {  // an unknown op, and a known one with bytes left over
-    for (const std::string& body : {std::string("\x7f", 1), std::string("\x01\x00", 2),
-                                    std::string("\x05\x01\x00\x00", 4)}) {
+    for (const std::string& body :
+         {std::string("\x7f", 1), std::string("\x01\x00", 2), std::string("\x05\x01\x00\x00", 4)}) {
       const int fd = raw_connect();
       ASSERT_GE(fd, 0);
       std::string msg;
@@ -381,8 +381,10 @@ struct ShortIdleServer {
     EXPECT_EQ(start_server(&err), 0) << err;
   }
   ~ShortIdleServer() {
-    if (old) setenv("USRTRACE_CONTROL_IDLE_MS", old->c_str(), 1);
-    else unsetenv("USRTRACE_CONTROL_IDLE_MS");
+    if (old)
+      setenv("USRTRACE_CONTROL_IDLE_MS", old->c_str(), 1);
+    else
+      unsetenv("USRTRACE_CONTROL_IDLE_MS");
     stop_server();
     std::string err;
     EXPECT_EQ(start_server(&err), 0) << err;

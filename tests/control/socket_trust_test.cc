@@ -60,12 +60,16 @@ struct ScopedEnv {
   std::optional<std::string> old;
   ScopedEnv(const char* n, const char* value) : name(n) {
     if (const char* o = getenv(n)) old = o;
-    if (value) setenv(n, value, 1);
-    else unsetenv(n);
+    if (value)
+      setenv(n, value, 1);
+    else
+      unsetenv(n);
   }
   ~ScopedEnv() {
-    if (old) setenv(name.c_str(), old->c_str(), 1);
-    else unsetenv(name.c_str());
+    if (old)
+      setenv(name.c_str(), old->c_str(), 1);
+    else
+      unsetenv(name.c_str());
   }
 };
 
@@ -306,8 +310,7 @@ TEST(ControlTrust, RootIsNotAnsweredByAnImpostorOfAnotherUsersProcess) {
     ASSERT_EQ(::lchown(sock.c_str(), victim_uid, victim_uid), 0);
     cl = Client::connect(victim, &err);
     EXPECT_FALSE(cl) << "connected to the impostor as process " << victim;
-    EXPECT_NE(err.find(sock + " is served by process " + std::to_string(getpid())), std::string::npos)
-        << err;
+    EXPECT_NE(err.find(sock + " is served by process " + std::to_string(getpid())), std::string::npos) << err;
     EXPECT_EQ(imp.answered(), 0);
   }
   ::close(done[1]);
@@ -364,9 +367,9 @@ TEST(ControlTrust, AServerThatCannotStartSaysWhyOnStderrOnce) {
       &status);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << out;
   EXPECT_EQ(count(out, "usrtrace: control socket not started: "), 1) << out;
-  EXPECT_NE(out.find("usrtrace: control socket not started: " + theirs +
-                     " is owned by uid 65534, not by uid 0\n"),
-            std::string::npos)
+  EXPECT_NE(
+      out.find("usrtrace: control socket not started: " + theirs + " is owned by uid 65534, not by uid 0\n"),
+      std::string::npos)
       << out;
 }
 
@@ -390,8 +393,7 @@ TEST(ControlTrust, AServerWhoseBindFailsSaysWhyOnce) {
   ASSERT_TRUE(WIFEXITED(status)) << status;
   EXPECT_EQ(WEXITSTATUS(status), 0) << "10: no directory made, 11: the server started" << out;
   EXPECT_EQ(count(out, "usrtrace: control socket not started: "), 1) << out;
-  EXPECT_NE(out.find("usrtrace: control socket not started: cannot bind " + t.path + "/"),
-            std::string::npos)
+  EXPECT_NE(out.find("usrtrace: control socket not started: cannot bind " + t.path + "/"), std::string::npos)
       << out;
 }
 

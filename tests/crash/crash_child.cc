@@ -27,8 +27,7 @@
 
 USRTRACE_EVENT(crashtest, step, (int32_t, n), "n=%d", REC->n)
 // Its printer reads a string at `addr`: a bad address makes the dump fault.
-USRTRACE_EVENT(crashtest, poison, (uint64_t, addr), "text=%s",
-               reinterpret_cast<const char*>(REC->addr))
+USRTRACE_EVENT(crashtest, poison, (uint64_t, addr), "text=%s", reinterpret_cast<const char*>(REC->addr))
 
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
@@ -53,7 +52,7 @@ static void count() {
 // The sanitizer owns malloc; it calls these hooks on every allocation.
 // (Declared here: g++ 12 ships no sanitizer/allocator_interface.h.)
 extern "C" int __sanitizer_install_malloc_and_free_hooks(void (*)(const volatile void*, size_t),
-                                                          void (*)(const volatile void*));
+                                                         void (*)(const volatile void*));
 static void malloc_hook(const volatile void*, size_t) { count(); }
 static void free_hook(const volatile void*) { count(); }
 static void install_counter() { __sanitizer_install_malloc_and_free_hooks(malloc_hook, free_hook); }
@@ -174,17 +173,21 @@ int main(int argc, char** argv) {
   }
   const std::string scenario = argv[1];
   const int sig = scenario == "abort" || scenario == "poison" ? SIGABRT
-                  : scenario == "fpe"                        ? SIGFPE
-                                                             : SIGSEGV;
+                  : scenario == "fpe"                         ? SIGFPE
+                                                              : SIGSEGV;
   std::string api, tracefs_mode, inst_name;
   bool chain = false;
   int pin_crash = -1, pin_other = -1;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
-    if (a.rfind("--api=", 0) == 0) api = a.substr(6);
-    else if (a.rfind("--tracefs=", 0) == 0) tracefs_mode = a.substr(10);
-    else if (a == "--chain") chain = true;
-    else if (a.rfind("--instance=", 0) == 0) inst_name = a.substr(11);
+    if (a.rfind("--api=", 0) == 0)
+      api = a.substr(6);
+    else if (a.rfind("--tracefs=", 0) == 0)
+      tracefs_mode = a.substr(10);
+    else if (a == "--chain")
+      chain = true;
+    else if (a.rfind("--instance=", 0) == 0)
+      inst_name = a.substr(11);
     else if (sscanf(a.c_str(), "--pin=%d,%d", &pin_crash, &pin_other) == 2) {
     } else {
       fprintf(stderr, "crash_child: unknown option %s\n", a.c_str());
@@ -239,10 +242,14 @@ int main(int argc, char** argv) {
   g_allocs = 0;
   g_armed = chain ? 1 : 0;
 
-  if (scenario == "segv") crash_segv();
-  else if (scenario == "abort" || scenario == "poison") crash_abort();
-  else if (scenario == "fpe") crash_fpe(argc);
-  else if (scenario == "overflow") crash_overflow(0);
+  if (scenario == "segv")
+    crash_segv();
+  else if (scenario == "abort" || scenario == "poison")
+    crash_abort();
+  else if (scenario == "fpe")
+    crash_fpe(argc);
+  else if (scenario == "overflow")
+    crash_overflow(0);
   else if (scenario == "threads") {
     pthread_barrier_init(&g_barrier, nullptr, 2);
     pthread_t t;

@@ -5,17 +5,17 @@
 // C API are checked in this process.
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
-#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <future>
@@ -75,7 +75,8 @@ ChildResult run_child(const std::vector<std::string>& args, const std::vector<st
   }
   const char* asan = getenv("ASAN_OPTIONS");
   const char* tsan = getenv("TSAN_OPTIONS");
-  const std::string no_handlers = "handle_segv=0:handle_sigbus=0:handle_sigfpe=0:handle_abort=0:handle_sigill=0";
+  const std::string no_handlers =
+      "handle_segv=0:handle_sigbus=0:handle_sigfpe=0:handle_abort=0:handle_sigill=0";
   envs.push_back("ASAN_OPTIONS=" + std::string(asan ? asan : "") + (asan ? ":" : "") + no_handlers);
   envs.push_back("TSAN_OPTIONS=" + std::string(tsan ? tsan : "") + (tsan ? ":" : "") + no_handlers);
   for (const auto& e : env) envs.push_back(e);
@@ -96,8 +97,10 @@ ChildResult run_child(const std::vector<std::string>& args, const std::vector<st
   char buf[4096];
   for (;;) {
     const ssize_t n = read(p[0], buf, sizeof buf);
-    if (n > 0) r.err.append(buf, static_cast<size_t>(n));
-    else if (n == 0 || errno != EINTR) break;
+    if (n > 0)
+      r.err.append(buf, static_cast<size_t>(n));
+    else if (n == 0 || errno != EINTR)
+      break;
   }
   close(p[0]);
   EXPECT_EQ(waitpid(pid, &r.status, 0), pid);
@@ -207,8 +210,7 @@ TEST(CrashDump, NoAllocationInTheHandlerAndPreviousHandlerChained) {
     EXPECT_GE(std::stoi(m[1]), 1);
     EXPECT_NE(r.err.find("crash_child: allocations during the dump: 0\n"), std::string::npos) << r.err;
     // The chained handler ran after the dump.
-    EXPECT_LT(r.err.find("Dumping ftrace instance side buffer:"),
-              r.err.find("allocations during the dump"));
+    EXPECT_LT(r.err.find("Dumping ftrace instance side buffer:"), r.err.find("allocations during the dump"));
     EXPECT_EQ(dumped_steps(r.err, "Dumping ftrace buffer:"), kSteps);
     EXPECT_EQ(dumped_steps(r.err, "Dumping ftrace instance side buffer:"), kSteps);
   }
@@ -233,8 +235,7 @@ TEST(CrashDump, EnvironmentAllToFile) {
 TEST(CrashDump, EnvironmentBadValueIsReportedAndIgnored) {
   ChildResult r = run_child({"segv"}, {"USRTRACE_DUMP_ON_CRASH=yes"});
   expect_killed_by(r, SIGSEGV);
-  EXPECT_NE(r.err.find("usrtrace: USRTRACE_DUMP_ON_CRASH=yes: Invalid argument"), std::string::npos)
-      << r.err;
+  EXPECT_NE(r.err.find("usrtrace: USRTRACE_DUMP_ON_CRASH=yes: Invalid argument"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("Dumping"), std::string::npos) << r.err;
 }
 
@@ -247,16 +248,16 @@ TEST(CrashDump, OrigCpuModeDumpsOnlyTheCrashingCpu) {
     if (CPU_ISSET(static_cast<size_t>(c), &set)) allowed.push_back(c);
   if (allowed.size() < 2) GTEST_SKIP() << "needs two CPUs to tell them apart";
   const int crash_cpu = allowed[1], other_cpu = allowed[0];
-  ChildResult r = run_child({"segv", "--api=2",
-                             "--pin=" + std::to_string(crash_cpu) + "," + std::to_string(other_cpu)});
+  ChildResult r =
+      run_child({"segv", "--api=2", "--pin=" + std::to_string(crash_cpu) + "," + std::to_string(other_cpu)});
   expect_killed_by(r, SIGSEGV);
   std::vector<int> cpus;
   EXPECT_EQ(dumped_steps(r.err, "Dumping ftrace buffer:", &cpus), kSteps);
   for (int c : cpus) EXPECT_EQ(c, crash_cpu);
 
   // The same run with "1" shows the other CPU's events first.
-  ChildResult all = run_child({"segv", "--api=1",
-                               "--pin=" + std::to_string(crash_cpu) + "," + std::to_string(other_cpu)});
+  ChildResult all =
+      run_child({"segv", "--api=1", "--pin=" + std::to_string(crash_cpu) + "," + std::to_string(other_cpu)});
   expect_killed_by(all, SIGSEGV);
   std::vector<std::string> expect{"n=101", "n=102", "n=103"};
   expect.insert(expect.end(), kSteps.begin(), kSteps.end());
@@ -360,8 +361,14 @@ TEST(CrashControlMalformed, BadModesAreEinvalWithErrorLog) {
     std::string value;
     size_t caret;
   };
-  for (const Case& c : std::vector<Case>{{"3", 0}, {"al", 2}, {"alll", 3}, {"", 0}, {"-1", 0},
-                                         {"1 2", 1}, {std::string("1\0", 2), 1}, {"ALL", 0}}) {
+  for (const Case& c : std::vector<Case>{{"3", 0},
+                                         {"al", 2},
+                                         {"alll", 3},
+                                         {"", 0},
+                                         {"-1", 0},
+                                         {"1 2", 1},
+                                         {std::string("1\0", 2), 1},
+                                         {"ALL", 0}}) {
     SCOPED_TRACE(c.value);
     ASSERT_EQ(write_file("error_log", ""), 0);
     EXPECT_EQ(write_file("ftrace_dump_on_oops", c.value), -EINVAL);
@@ -421,7 +428,9 @@ TEST(CrashControl, AFifoIsRefusedWithoutWaitingForAReader) {
     writer.join();
     EXPECT_EQ(done.get(), -EINVAL);
     const std::string log = read_file("error_log");
-    EXPECT_NE(log.find("Cannot open the dump file: " + fifo + ": a FIFO, not a regular file"), std::string::npos) << log;
+    EXPECT_NE(log.find("Cannot open the dump file: " + fifo + ": a FIFO, not a regular file"),
+              std::string::npos)
+        << log;
   }
   EXPECT_EQ(read_file("ftrace_dump_on_oops_file"), "\n");
   // A terminal or /dev/null is a fine destination.

@@ -40,29 +40,27 @@ std::string read(const std::string& path) {
 // kernel says signed:0.
 TEST(BuiltinEventTest, FormatFilesAreTheKernels) {
   EXPECT_EQ(read("events/ftrace/print/format"),
-            format("print", 5,
-                   line("unsigned long ip", 8, 8, 0) + line("char buf[]", 16, 0, 1),
+            format("print", 5, line("unsigned long ip", 8, 8, 0) + line("char buf[]", 16, 0, 1),
                    "\"%ps: %s\", (void *)REC->ip, REC->buf"));
   EXPECT_EQ(read("events/ftrace/raw_data/format"),
-            format("raw_data", 12,
-                   line("unsigned int id", 8, 4, 0) + line("char buf[]", 12, 0, 1),
+            format("raw_data", 12, line("unsigned int id", 8, 4, 0) + line("char buf[]", 12, 0, 1),
                    "\"id:%04x %08x\", REC->id, (int)REC->buf[0]"));
-  EXPECT_EQ(read("events/ftrace/function/format"),
-            format("function", 1,
-                   line("unsigned long ip", 8, 8, 0) + line("unsigned long parent_ip", 16, 8, 0),
-                   "\" %ps <-- %ps\", (void *)REC->ip, (void *)REC->parent_ip"));
+  EXPECT_EQ(
+      read("events/ftrace/function/format"),
+      format("function", 1, line("unsigned long ip", 8, 8, 0) + line("unsigned long parent_ip", 16, 8, 0),
+             "\" %ps <-- %ps\", (void *)REC->ip, (void *)REC->parent_ip"));
   EXPECT_EQ(read("events/ftrace/funcgraph_entry/format"),
             format("funcgraph_entry", 11,
                    line("unsigned long func", 8, 8, 0) + line("unsigned int depth", 16, 4, 0),
                    "\"--> %ps (%u)\", (void *)REC->func, REC->depth"));
-  EXPECT_EQ(read("events/ftrace/funcgraph_exit/format"),
-            format("funcgraph_exit", 10,
-                   line("unsigned long func", 8, 8, 0) + line("unsigned int depth", 16, 4, 0) +
-                       line("unsigned int overrun", 20, 4, 0) +
-                       line("unsigned long long calltime", 24, 8, 0) +
-                       line("unsigned long long rettime", 32, 8, 0),
-                   "\"<-- %ps (%u) (start: %llx  end: %llx) over: %u\", (void *)REC->func, "
-                   "REC->depth, REC->calltime, REC->rettime, REC->depth"));
+  EXPECT_EQ(
+      read("events/ftrace/funcgraph_exit/format"),
+      format("funcgraph_exit", 10,
+             line("unsigned long func", 8, 8, 0) + line("unsigned int depth", 16, 4, 0) +
+                 line("unsigned int overrun", 20, 4, 0) + line("unsigned long long calltime", 24, 8, 0) +
+                 line("unsigned long long rettime", 32, 8, 0),
+             "\"<-- %ps (%u) (start: %llx  end: %llx) over: %u\", (void *)REC->func, "
+             "REC->depth, REC->calltime, REC->rettime, REC->depth"));
   EXPECT_EQ(read("events/ftrace/user_stack/format"),
             format("user_stack", 13,
                    line("unsigned int tgid", 8, 4, 0) + line("unsigned long caller[8]", 16, 64, 0),

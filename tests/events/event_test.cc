@@ -16,12 +16,10 @@
 
 enum class Mode : uint8_t { kIdle = 0, kBusy = 2 };
 
-USRTRACE_EVENT(evtest, request,
-               (uint64_t, id)(uint32_t, bytes)(char[16], name)(Mode, mode)(bool, ok),
-               "id=%llu bytes=%u name=%s mode=%u ok=%d", REC->id, REC->bytes, REC->name,
-               REC->mode, REC->ok)
-USRTRACE_EVENT(evtest, message, (const char*, text)(int32_t, level),
-               "level=%d text=%s", REC->level, __get_str(text))
+USRTRACE_EVENT(evtest, request, (uint64_t, id)(uint32_t, bytes)(char[16], name)(Mode, mode)(bool, ok),
+               "id=%llu bytes=%u name=%s mode=%u ok=%d", REC->id, REC->bytes, REC->name, REC->mode, REC->ok)
+USRTRACE_EVENT(evtest, message, (const char*, text)(int32_t, level), "level=%d text=%s", REC->level,
+               __get_str(text))
 
 namespace usrtrace {
 namespace {
@@ -55,8 +53,9 @@ TEST(EventTest, RegisteredWithLayoutAndFormat) {
   EXPECT_NE(f.find("print fmt: \"id=%llu bytes=%u name=%s mode=%u ok=%d\", REC->id"), std::string::npos);
   auto* msg = events::Registry::get().find("evtest", "message");
   ASSERT_NE(msg, nullptr);
-  EXPECT_NE(events::format_text(*msg).find("\tfield:__data_loc char[] text;\toffset:8;\tsize:4;\tsigned:1;\n"),
-            std::string::npos);
+  EXPECT_NE(
+      events::format_text(*msg).find("\tfield:__data_loc char[] text;\toffset:8;\tsize:4;\tsigned:1;\n"),
+      std::string::npos);
 }
 
 TEST(EventTest, DisabledWritesNothingEnabledWritesOnlyItsInstances) {

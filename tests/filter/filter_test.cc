@@ -17,13 +17,14 @@
 enum class Color : uint8_t { kRed = 1, kBlue = 7 };
 
 USRTRACE_EVENT(flt, all,
-               (uint8_t, u8)(int8_t, s8)(uint16_t, u16)(int16_t, s16)(uint32_t, u32)(int32_t, s32)
-               (uint64_t, u64)(int64_t, s64)(bool, flag)(Color, color)(void*, ptr)(char[16], name)
-               (const char*, path)(uint8_t[4], raw)(usrtrace::Bytes, blob),
+               (uint8_t, u8)(int8_t, s8)(uint16_t, u16)(int16_t, s16)(uint32_t, u32)(int32_t, s32)(
+                   uint64_t, u64)(int64_t, s64)(bool, flag)(Color, color)(void*, ptr)(char[16], name)(
+                   const char*, path)(uint8_t[4], raw)(usrtrace::Bytes, blob),
                "u8=%u", REC->u8)
 // The shapes of sched_switch, to compare errors with the kernel's.
-USRTRACE_EVENT(flt, sched_switch, (char[16], prev_comm)(int32_t, prev_pid)(int64_t, prev_state)
-               (char[16], next_comm)(int32_t, next_pid),
+USRTRACE_EVENT(flt, sched_switch,
+               (char[16], prev_comm)(int32_t, prev_pid)(int64_t, prev_state)(char[16], next_comm)(int32_t,
+                                                                                                  next_pid),
                "prev_comm=%s", REC->prev_comm)
 
 namespace usrtrace::filter {
@@ -76,23 +77,46 @@ TEST(FilterTest, IntegersOfEveryWidthAndSign) {
     bool want;
   };
   const Case cases[] = {
-      {"u8 == 200", true},      {"u8 > 100", true},        {"u8 == 456", true},  // 456 & 0xff == 200
-      {"s8 == -5", true},       {"s8 < 0", true},          {"s8 >= -5", true},    {"s8 > -5", false},
-      {"u16 == 60000", true},   {"u16 > 0x7fff", true},    {"s16 == -300", true}, {"s16 <= -301", false},
-      {"u32 == 4000000000", true}, {"u32 > 2147483647", true}, {"s32 == -70000", true},
-      {"u64 == 0xffffffffffffffff", true}, {"u64 > 0", true}, {"u64 == 18446744073709551615", true},
-      {"s64 == -5000000000", true}, {"s64 < -4999999999", true}, {"s64 != -5000000000", false},
-      {"flag == 1", true},      {"flag == 0", false},      {"color == 7", true},  {"color & 2", true},
-      {"color & 8", false},     {"ptr == 0x1000", true},   {"ptr & 0x1000", true},
-      {"common_pid == 42", true}, {"common_type == 1234", true}, {"common_flags == 0", true},
-      {"common_preempt_count != 0", false}, {"u32 == 037", false}, {"u8 == 0310", true},  // octal
+      {"u8 == 200", true},
+      {"u8 > 100", true},
+      {"u8 == 456", true},  // 456 & 0xff == 200
+      {"s8 == -5", true},
+      {"s8 < 0", true},
+      {"s8 >= -5", true},
+      {"s8 > -5", false},
+      {"u16 == 60000", true},
+      {"u16 > 0x7fff", true},
+      {"s16 == -300", true},
+      {"s16 <= -301", false},
+      {"u32 == 4000000000", true},
+      {"u32 > 2147483647", true},
+      {"s32 == -70000", true},
+      {"u64 == 0xffffffffffffffff", true},
+      {"u64 > 0", true},
+      {"u64 == 18446744073709551615", true},
+      {"s64 == -5000000000", true},
+      {"s64 < -4999999999", true},
+      {"s64 != -5000000000", false},
+      {"flag == 1", true},
+      {"flag == 0", false},
+      {"color == 7", true},
+      {"color & 2", true},
+      {"color & 8", false},
+      {"ptr == 0x1000", true},
+      {"ptr & 0x1000", true},
+      {"common_pid == 42", true},
+      {"common_type == 1234", true},
+      {"common_flags == 0", true},
+      {"common_preempt_count != 0", false},
+      {"u32 == 037", false},
+      {"u8 == 0310", true},  // octal
   };
   for (const Case& c : cases) EXPECT_EQ(eval(all_desc(), c.expr, b), c.want) << c.expr;
 }
 
 TEST(FilterTest, PrecedenceShortCircuitAndNot) {
   Built b = record();
-  EXPECT_TRUE(eval(all_desc(), "u8 == 1 || u8 == 200 && s8 == -5", b));    // && binds tighter
+  EXPECT_TRUE(eval(all_desc(), "u8 == 1 || u8 == 200 && s8 == -5", b));  // && binds tighter
   EXPECT_FALSE(eval(all_desc(), "(u8 == 1 || u8 == 200) && s8 == 5", b));
   EXPECT_TRUE(eval(all_desc(), "!(u8 == 1) && !u8 == 2", b));
   EXPECT_FALSE(eval(all_desc(), "!(u8 == 200 || s8 == 1)", b));
@@ -114,13 +138,27 @@ TEST(FilterTest, StringsGlobsCommAndCpu) {
     bool want;
   };
   const Case cases[] = {
-      {"name == \"worker-1\"", true},  {"name == 'worker-1'", true}, {"name == \"worker\"", false},
-      {"name != \"worker\"", true},    {"name ~ \"work*\"", true},   {"name ~ \"*-1\"", true},
-      {"name ~ \"*rker*\"", true},     {"name ~ \"w?rker-[0-9]\"", true}, {"name ~ \"w*1\"", true},
-      {"name ~ \"*\"", true},          {"name ~ \"x*\"", false},     {"name ~ \"worker-1\"", true},
-      {"path == \"/api/users\"", true}, {"path ~ \"/api/*\"", true}, {"path ~ \"*users\"", true},
-      {"path ~ \"*static*\"", false},  {"comm == \"main\"", true},   {"COMM ~ \"ma*\"", true},
-      {"common_comm != \"main\"", false}, {"CPU == 3", true},        {"cpu != 3", false},
+      {"name == \"worker-1\"", true},
+      {"name == 'worker-1'", true},
+      {"name == \"worker\"", false},
+      {"name != \"worker\"", true},
+      {"name ~ \"work*\"", true},
+      {"name ~ \"*-1\"", true},
+      {"name ~ \"*rker*\"", true},
+      {"name ~ \"w?rker-[0-9]\"", true},
+      {"name ~ \"w*1\"", true},
+      {"name ~ \"*\"", true},
+      {"name ~ \"x*\"", false},
+      {"name ~ \"worker-1\"", true},
+      {"path == \"/api/users\"", true},
+      {"path ~ \"/api/*\"", true},
+      {"path ~ \"*users\"", true},
+      {"path ~ \"*static*\"", false},
+      {"comm == \"main\"", true},
+      {"COMM ~ \"ma*\"", true},
+      {"common_comm != \"main\"", false},
+      {"CPU == 3", true},
+      {"cpu != 3", false},
       {"common_cpu > 2", true},
   };
   Context ctx;
@@ -235,10 +273,10 @@ TEST(FilterMalformedTest, TypeErrorsOnOurFieldKinds) {
   };
   const std::string too_long = "name == \"" + std::string(300, 'x') + "\"";
   const Case cases[] = {
-      {"raw == 1", ErrorCode::kIllegalFieldOp},        {"blob == \"x\"", ErrorCode::kIllegalFieldOp},
-      {"u8 == -1", ErrorCode::kIllegalIntval},         {"path < \"a\"", ErrorCode::kIllegalFieldOp},
-      {"name ~ 3", ErrorCode::kExpectString},          {"CPU ~ \"1\"", ErrorCode::kIllegalFieldOp},
-      {"COMM == 1", ErrorCode::kExpectString},         {"flag == true", ErrorCode::kInvalidValue},
+      {"raw == 1", ErrorCode::kIllegalFieldOp},       {"blob == \"x\"", ErrorCode::kIllegalFieldOp},
+      {"u8 == -1", ErrorCode::kIllegalIntval},        {"path < \"a\"", ErrorCode::kIllegalFieldOp},
+      {"name ~ 3", ErrorCode::kExpectString},         {"CPU ~ \"1\"", ErrorCode::kIllegalFieldOp},
+      {"COMM == 1", ErrorCode::kExpectString},        {"flag == true", ErrorCode::kInvalidValue},
       {too_long.c_str(), ErrorCode::kOperandTooLong},
   };
   for (const Case& c : cases) {

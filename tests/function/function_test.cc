@@ -25,8 +25,8 @@ namespace usrtrace {
 namespace {
 
 using tracefs_test::rd;
-using tracefs_test::records;
 using tracefs_test::Rec;
+using tracefs_test::records;
 using tracefs_test::wr;
 
 int count(const std::string& text, const std::string& what) {
@@ -222,7 +222,8 @@ TEST_P(FunctionTest, FilterGlobsRemovalNotraceAndErrors) {
   char exe[4096];
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   ASSERT_GT(n, 0);
-  const std::string prog = std::string(exe, static_cast<size_t>(n)).substr(std::string(exe, static_cast<size_t>(n)).rfind('/') + 1);
+  const std::string prog = std::string(exe, static_cast<size_t>(n))
+                               .substr(std::string(exe, static_cast<size_t>(n)).rfind('/') + 1);
   ASSERT_GT(wr(p("set_ftrace_filter"), "fxt_leaf:mod:" + prog), 0);
   EXPECT_EQ(rd(p("set_ftrace_filter")), "fxt_leaf\n");
   EXPECT_EQ(wr(p("set_ftrace_filter"), "fxt_leaf:mod:libnothere"), -EINVAL);
@@ -484,7 +485,8 @@ TEST_P(FunctionTest, CommandErrorsAreLogged) {
 
 TEST_P(FunctionTest, EnableEventAndDisableEventCommands) {
   const std::string ev = p("events/tfstest/ping/");
-  ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_outer:enable_event:tfstest:ping:1 fxt_other:disable_event:tfstest:ping"),
+  ASSERT_EQ(wr(p("set_ftrace_filter"),
+               "fxt_outer:enable_event:tfstest:ping:1 fxt_other:disable_event:tfstest:ping"),
             74);
   EXPECT_EQ(rd(ev + "enable"), "0*\n");  // soft mode, as the kernel shows it
   EXPECT_EQ(rd(p("set_ftrace_filter")),
@@ -502,7 +504,8 @@ TEST_P(FunctionTest, EnableEventAndDisableEventCommands) {
   for (const Rec& r : records(inst_))
     if (r.type == tracefs_test::event_id("tfstest", "ping")) seen.push_back(r.i32(0));
   EXPECT_EQ(seen, std::vector<int>{2});
-  ASSERT_EQ(wr(p("set_ftrace_filter"), "!fxt_outer:enable_event:tfstest:ping !fxt_other:disable_event:tfstest:ping"),
+  ASSERT_EQ(wr(p("set_ftrace_filter"),
+               "!fxt_outer:enable_event:tfstest:ping !fxt_other:disable_event:tfstest:ping"),
             74);
   EXPECT_EQ(rd(ev + "enable"), "0\n");
 }
@@ -587,7 +590,8 @@ TEST_P(FunctionTest, SignalHandlersAreMarkedAndFuncgraphIrqsLeavesThemOut) {
 #if USRTRACE_TEST_TSAN
   GTEST_SKIP() << "ThreadSanitizer calls handlers from its own wrapper: they are not recognised";
 #endif
-  struct sigaction sa {}, old {};
+  struct sigaction sa {
+  }, old{};
   sa.sa_handler = fxt_sig_handler;
   sigemptyset(&sa.sa_mask);
   ASSERT_EQ(sigaction(SIGUSR1, &sa, &old), 0);
@@ -675,7 +679,10 @@ TEST(FunctionProfile, CountsEachFunctionsHitsAndTime) {
   std::map<std::string, uint64_t> hits, time_ns;
   for (const std::string& f : files) {
     const std::string t = rd("trace_stat/" + f);
-    EXPECT_EQ(t.rfind("  Function                               Hit    Time            Avg             s^2\n", 0), 0u) << t;
+    EXPECT_EQ(
+        t.rfind("  Function                               Hit    Time            Avg             s^2\n", 0),
+        0u)
+        << t;
     std::istringstream in(t);
     std::string line;
     std::getline(in, line);

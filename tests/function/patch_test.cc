@@ -129,10 +129,14 @@ TEST(PatchNopsMalformed, RefusesWhatIsNotANop) {
   const uint8_t push[] = {0x55, 0x48, 0x89, 0xe5, 0x90};
   const uint8_t short_run[] = {0x90, 0x90, 0x90, 0x55, 0x90};
   const uint8_t rex_xchg[] = {0x41, 0x90, 0x90, 0x90, 0x90, 0x90};  // xchg %eax,%r8d
-  const uint8_t nop_reg1[] = {0x0f, 0x1f, 0x48, 0x00, 0x90};         // 0f 1f /1: not a nop
+  const uint8_t nop_reg1[] = {0x0f, 0x1f, 0x48, 0x00, 0x90};        // 0f 1f /1: not a nop
   const uint8_t truncated[] = {0x0f, 0x1f, 0x44};
-  for (auto [p, n] : {std::pair{call, sizeof call}, {push, sizeof push}, {short_run, sizeof short_run},
-                      {rex_xchg, sizeof rex_xchg}, {nop_reg1, sizeof nop_reg1}, {truncated, sizeof truncated}}) {
+  for (auto [p, n] : {std::pair{call, sizeof call},
+                      {push, sizeof push},
+                      {short_run, sizeof short_run},
+                      {rex_xchg, sizeof rex_xchg},
+                      {nop_reg1, sizeof nop_reg1},
+                      {truncated, sizeof truncated}}) {
     const internal::SiteShape s = internal::classify(p, n);
     EXPECT_EQ(s.len, 0) << std::hex << int(p[0]);
     EXPECT_NE(s.why, nullptr);
@@ -215,7 +219,8 @@ TEST_F(PatchTest, ApplyRejectsWhatIsNotPatchable) {
 
 TEST_F(PatchTest, TrampolineKeepsArgumentsAndResults) {
   const std::vector<uint64_t> all = sites_in_object_of(addr(&fixture_count));
-  for (uint64_t fn : {addr(&fixture_pair), addr(&fixture_mix), addr(&fixture_sum_variadic), addr(&fixture_ld)})
+  for (uint64_t fn :
+       {addr(&fixture_pair), addr(&fixture_mix), addr(&fixture_sum_variadic), addr(&fixture_ld)})
     standin::watch(fn);
   for (bool redirect : {false, true}) {
     SCOPED_TRACE(redirect ? "return hook" : "entry only");
@@ -333,7 +338,8 @@ TEST_F(PatchTest, TrampolineKeepsWholeVectorRegistersInEveryMode) {
     standin::set_redirect(redirect);
     ASSERT_EQ(apply(all), 0);
     for (uint8_t m : runnable_vector_modes()) {
-      SCOPED_TRACE(std::string(redirect ? "return hook" : "entry only") + ", vector mode " + std::to_string(m));
+      SCOPED_TRACE(std::string(redirect ? "return hook" : "entry only") + ", vector mode " +
+                   std::to_string(m));
       internal::set_vector_mode(m);
       if (mode_keeps(m, 32)) {
         EXPECT_TRUE(check_v256());
@@ -537,7 +543,8 @@ TEST_F(PatchTest, FlipWhileTwoThreadsCall) {
     uint64_t n = 0;
     while (n < kCallsMin || !stop.load(std::memory_order_relaxed)) {
       fixture_count();
-      if (fixture_add(static_cast<int>(n & 0xff), 1) != static_cast<int>(n & 0xff) + 1) deep_errors.fetch_add(1);
+      if (fixture_add(static_cast<int>(n & 0xff), 1) != static_cast<int>(n & 0xff) + 1)
+        deep_errors.fetch_add(1);
       ++n;
     }
     if (standin::depth() != 0) deep_errors.fetch_add(1);
@@ -595,7 +602,8 @@ TEST_F(PatchTest, FirstArmingSweepsThreadsRunningThroughMultiNopSites) {
   ASSERT_EQ(apply({fn}), 0);
   EXPECT_EQ(internal::stats().sweeps, sweeps + 1);
   EXPECT_TRUE(is_call_to_stub(fn));
-  for (int i = 0; i < 500; ++i) ASSERT_EQ(apply(i % 2 ? std::vector<uint64_t>{fn} : std::vector<uint64_t>{}), 0);
+  for (int i = 0; i < 500; ++i)
+    ASSERT_EQ(apply(i % 2 ? std::vector<uint64_t>{fn} : std::vector<uint64_t>{}), 0);
   EXPECT_EQ(internal::stats().sweeps, sweeps + 1) << "a converted site needs no sweep";
   stop.store(true);
   a.join();
@@ -661,7 +669,8 @@ TEST_F(PatchTest, DlopenAndDlcloseAreSeen) {
   ASSERT_EQ(dlclose(h), 0);
   EXPECT_EQ(standin::objects_changed_calls(), before + 2);
   // Its sites are gone, and apply() no longer knows them.
-  for (uint64_t fn : patch::patchable_functions()) EXPECT_TRUE(std::find(sites.begin(), sites.end(), fn) == sites.end());
+  for (uint64_t fn : patch::patchable_functions())
+    EXPECT_TRUE(std::find(sites.begin(), sites.end(), fn) == sites.end());
   std::string why;
   EXPECT_EQ(patch::apply({add}, &why), -EINVAL);
   // Loaded again (likely at the same place): patched afresh.

@@ -38,8 +38,8 @@ __attribute__((target("avx512f"), noinline)) void clobber_zmm() {
       "vpternlogd $0xff, %%zmm0, %%zmm0, %%zmm0\n\t"
       "vmovdqa64 %%zmm0, %%zmm1\n\t vmovdqa64 %%zmm0, %%zmm2\n\t vmovdqa64 %%zmm0, %%zmm3\n\t"
       "vmovdqa64 %%zmm0, %%zmm4\n\t vmovdqa64 %%zmm0, %%zmm5\n\t vmovdqa64 %%zmm0, %%zmm6\n\t"
-      "vmovdqa64 %%zmm0, %%zmm7\n\t vmovdqa64 %%zmm0, %%zmm8\n\t vmovdqa64 %%zmm0, %%zmm15"
-      ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm15");
+      "vmovdqa64 %%zmm0, %%zmm7\n\t vmovdqa64 %%zmm0, %%zmm8\n\t vmovdqa64 %%zmm0, %%zmm15" ::
+          : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm15");
 }
 __attribute__((target("avx2"), noinline)) void clobber_ymm() {
   asm volatile(
@@ -47,16 +47,16 @@ __attribute__((target("avx2"), noinline)) void clobber_ymm() {
       "vmovdqa %%ymm0, %%ymm1\n\t vmovdqa %%ymm0, %%ymm2\n\t vmovdqa %%ymm0, %%ymm3\n\t"
       "vmovdqa %%ymm0, %%ymm4\n\t vmovdqa %%ymm0, %%ymm5\n\t vmovdqa %%ymm0, %%ymm6\n\t"
       "vmovdqa %%ymm0, %%ymm7\n\t vmovdqa %%ymm0, %%ymm15\n\t"
-      "vzeroupper"
-      ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm15");
+      "vzeroupper" ::
+          : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm15");
 }
 __attribute__((noinline)) void clobber_xmm() {
   asm volatile(
       "pcmpeqd %%xmm0, %%xmm0\n\t"
       "movdqa %%xmm0, %%xmm1\n\t movdqa %%xmm0, %%xmm2\n\t movdqa %%xmm0, %%xmm3\n\t"
       "movdqa %%xmm0, %%xmm4\n\t movdqa %%xmm0, %%xmm5\n\t movdqa %%xmm0, %%xmm6\n\t"
-      "movdqa %%xmm0, %%xmm7\n\t movdqa %%xmm0, %%xmm15"
-      ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm15");
+      "movdqa %%xmm0, %%xmm7\n\t movdqa %%xmm0, %%xmm15" ::
+          : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm15");
 }
 void clobber_vectors() {
   if (!g_clobber.load(std::memory_order_relaxed)) return;
@@ -92,8 +92,14 @@ void watch(uint64_t fn) {
     if (w.load() == fn || w.compare_exchange_strong(z, fn)) return;
   }
 }
-uint64_t entries(uint64_t fn) { const int i = slot_of(fn); return i < 0 ? 0 : g_entries[i].load(); }
-uint64_t exits(uint64_t fn) { const int i = slot_of(fn); return i < 0 ? 0 : g_exits[i].load(); }
+uint64_t entries(uint64_t fn) {
+  const int i = slot_of(fn);
+  return i < 0 ? 0 : g_entries[i].load();
+}
+uint64_t exits(uint64_t fn) {
+  const int i = slot_of(fn);
+  return i < 0 ? 0 : g_exits[i].load();
+}
 uint64_t pruned() { return g_pruned.load(); }
 uint64_t unhooks() { return g_unhooks.load(); }
 uint64_t rehooks() { return g_rehooks.load(); }

@@ -25,13 +25,13 @@ uint64_t misaligned_calls();
 // passed to watch() are counted (at most 16).
 void watch(uint64_t fn);
 uint64_t entries(uint64_t fn);
-uint64_t exits(uint64_t fn);    // returns through the hook
-uint64_t pruned();              // frames dropped by longjmp / unwind
-uint64_t unhooks();             // shadow_unhook_all() calls
-uint64_t rehooks();             // shadow_rehook() calls
+uint64_t exits(uint64_t fn);  // returns through the hook
+uint64_t pruned();            // frames dropped by longjmp / unwind
+uint64_t unhooks();           // shadow_unhook_all() calls
+uint64_t rehooks();           // shadow_rehook() calls
 uint64_t objects_changed_calls();
-int depth();                    // this thread's shadow stack depth
-uint64_t last_parent();         // parent of the last watched entry (any thread)
+int depth();             // this thread's shadow stack depth
+uint64_t last_parent();  // parent of the last watched entry (any thread)
 uint64_t last_rehook_sp();
 void reset();
 

@@ -7,8 +7,8 @@
 
 #include <gtest/gtest.h>
 #include <pthread.h>
-#include <signal.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <time.h>
 
@@ -18,12 +18,14 @@
 #include <thread>
 #include <vector>
 
-#include "writers/writers.h"
 #include "usrtrace/event.h"
+#include "writers/writers.h"
 
 // kmem:kmalloc's fields, as histogram.rst's examples use them.
-USRTRACE_EVENT(hst, kmalloc, (void*, call_site)(void*, ptr)(uint64_t, bytes_req)(uint64_t, bytes_alloc)
-               (uint32_t, gfp_flags), "bytes_req=%llu", REC->bytes_req)
+USRTRACE_EVENT(hst, kmalloc,
+               (void*, call_site)(void*, ptr)(uint64_t, bytes_req)(uint64_t, bytes_alloc)(uint32_t,
+                                                                                          gfp_flags),
+               "bytes_req=%llu", REC->bytes_req)
 USRTRACE_EVENT(hst, sys_enter, (int64_t, id)(char[16], comm)(const char*, path), "id=%lld", REC->id)
 
 extern "C" __attribute__((visibility("default"), noinline)) int hst_some_function(int n) {
@@ -111,10 +113,12 @@ TEST(HistTest, BytesReqKeyWholeText) {
 }
 
 TEST(HistTest, SortDescendingByAValueAndTwoSortKeys) {
-  auto h = make(kmalloc_desc(), "hist:keys=call_site.hex:vals=bytes_req,bytes_alloc:sort=bytes_alloc.descending");
-  EXPECT_EQ(h->trigger_text(""),
-            "hist:keys=call_site.hex:vals=hitcount,bytes_req,bytes_alloc:sort=bytes_alloc.descending:size=2048 "
-            "[active]");
+  auto h =
+      make(kmalloc_desc(), "hist:keys=call_site.hex:vals=bytes_req,bytes_alloc:sort=bytes_alloc.descending");
+  EXPECT_EQ(
+      h->trigger_text(""),
+      "hist:keys=call_site.hex:vals=hitcount,bytes_req,bytes_alloc:sort=bytes_alloc.descending:size=2048 "
+      "[active]");
   kmalloc(*h, 10, 16, 1, 0xa0);
   kmalloc(*h, 100, 128, 1, 0xb0);
   kmalloc(*h, 100, 128, 1, 0xb0);
@@ -126,11 +130,12 @@ TEST(HistTest, SortDescendingByAValueAndTwoSortKeys) {
                 "{ call_site: a0 } hitcount:          1  bytes_req:         10  bytes_alloc:         16"}));
   auto two = make(kmalloc_desc(), "hist:keys=bytes_req:vals=bytes_alloc:sort=hitcount.descending,bytes_req");
   for (uint64_t req : {5u, 3u, 3u, 9u, 9u, 1u}) kmalloc(*two, req, 1);
-  EXPECT_EQ(body(two->print("")),
-            (std::vector<std::string>{"{ bytes_req:          3 } hitcount:          2  bytes_alloc:          2",
-                                      "{ bytes_req:          9 } hitcount:          2  bytes_alloc:          2",
-                                      "{ bytes_req:          1 } hitcount:          1  bytes_alloc:          1",
-                                      "{ bytes_req:          5 } hitcount:          1  bytes_alloc:          1"}));
+  EXPECT_EQ(
+      body(two->print("")),
+      (std::vector<std::string>{"{ bytes_req:          3 } hitcount:          2  bytes_alloc:          2",
+                                "{ bytes_req:          9 } hitcount:          2  bytes_alloc:          2",
+                                "{ bytes_req:          1 } hitcount:          1  bytes_alloc:          1",
+                                "{ bytes_req:          5 } hitcount:          1  bytes_alloc:          1"}));
 }
 
 TEST(HistTest, CompoundKeysStringsExecnameAndSyscall) {
@@ -163,23 +168,23 @@ TEST(HistTest, CompoundKeysStringsExecnameAndSyscall) {
 TEST(HistTest, Log2BucketsPercentAndTimestamps) {
   auto lg = make(kmalloc_desc(), "hist:keys=bytes_req.log2:vals=bytes_alloc.percent:sort=bytes_req");
   for (uint64_t v : {1u, 2u, 3u, 4u, 5u, 1000u}) kmalloc(*lg, v, v);
-  EXPECT_EQ(body(lg->print("")),
-            (std::vector<std::string>{"{ bytes_req: ~ 2^0  } hitcount:          1  bytes_alloc (%):   0.09",
-                                      "{ bytes_req: ~ 2^1  } hitcount:          1  bytes_alloc (%):   0.19",
-                                      "{ bytes_req: ~ 2^2  } hitcount:          2  bytes_alloc (%):   0.68",
-                                      "{ bytes_req: ~ 2^3  } hitcount:          1  bytes_alloc (%):   0.49",
-                                      "{ bytes_req: ~ 2^10 } hitcount:          1  bytes_alloc (%):  98.52"}));
+  EXPECT_EQ(body(lg->print("")), (std::vector<std::string>{
+                                     "{ bytes_req: ~ 2^0  } hitcount:          1  bytes_alloc (%):   0.09",
+                                     "{ bytes_req: ~ 2^1  } hitcount:          1  bytes_alloc (%):   0.19",
+                                     "{ bytes_req: ~ 2^2  } hitcount:          2  bytes_alloc (%):   0.68",
+                                     "{ bytes_req: ~ 2^3  } hitcount:          1  bytes_alloc (%):   0.49",
+                                     "{ bytes_req: ~ 2^10 } hitcount:          1  bytes_alloc (%):  98.52"}));
   auto bk = make(kmalloc_desc(), "hist:keys=bytes_req.buckets=100:sort=bytes_req");
   for (uint64_t v : {5u, 99u, 100u, 250u}) kmalloc(*bk, v, 0);
-  EXPECT_EQ(body(bk->print("")),
-            (std::vector<std::string>{"{ bytes_req: ~ 0-99 } hitcount:          2",
-                                      "{ bytes_req: ~ 100-199 } hitcount:          1",
-                                      "{ bytes_req: ~ 200-299 } hitcount:          1"}));
+  EXPECT_EQ(body(bk->print("")), (std::vector<std::string>{"{ bytes_req: ~ 0-99 } hitcount:          2",
+                                                           "{ bytes_req: ~ 100-199 } hitcount:          1",
+                                                           "{ bytes_req: ~ 200-299 } hitcount:          1"}));
   auto ts = make(sys_desc(), "hist:keys=cpu:vals=common_timestamp.usecs");
   sys_enter(*ts, 0, "x", "", 1, 5'000'000);
   sys_enter(*ts, 0, "x", "", 1, 7'000'000);
-  EXPECT_EQ(body(ts->print("")),
-            (std::vector<std::string>{"{ cpu:          1 } hitcount:          2  common_timestamp:      12000"}));
+  EXPECT_EQ(
+      body(ts->print("")),
+      (std::vector<std::string>{"{ cpu:          1 } hitcount:          2  common_timestamp:      12000"}));
   EXPECT_NE(ts->trigger_text("").find("vals=hitcount,common_timestamp.usecs"), std::string::npos);
 }
 
@@ -228,7 +233,8 @@ TEST(HistTest, NamedTablesAreSharedAndMustMatch) {
   kmalloc(*a, 1, 0);
   kmalloc(*b, 1, 0);
   EXPECT_NE(a->print("").find("hitcount:          2"), std::string::npos);
-  EXPECT_EQ(a->trigger_text(""), "hist:name=shared:keys=bytes_req:vals=hitcount:sort=hitcount:size=2048 [active]");
+  EXPECT_EQ(a->trigger_text(""),
+            "hist:name=shared:keys=bytes_req:vals=hitcount:sort=hitcount:size=2048 [active]");
   Error err;
   EXPECT_EQ(Histogram::create(kmalloc_desc(), "hist:name=shared:keys=bytes_alloc", &err), nullptr);
   EXPECT_EQ(err.message, "Named hist trigger doesn't match existing named trigger (includes variables)");
@@ -285,12 +291,14 @@ TEST(HistTest, ThreadsAndSignalHandlersAggregateExactly) {
   sigaction(SIGUSR2, &old, nullptr);
   const int sigs = g_sig_count.load();
   const std::string t = g_sig_hist->print("");
-  EXPECT_NE(t.find("Hits: " + std::to_string(kThreads * kEach + sigs) + "\n    Entries: 100\n    Dropped: 0\n"),
-            std::string::npos)
+  EXPECT_NE(
+      t.find("Hits: " + std::to_string(kThreads * kEach + sigs) + "\n    Entries: 100\n    Dropped: 0\n"),
+      std::string::npos)
       << t;
-  EXPECT_NE(t.find("{ bytes_req:          7 } hitcount: " + std::string(10 - std::to_string(1500 + sigs).size(), ' ') +
-                   std::to_string(1500 + sigs) + "  bytes_alloc: " +
-                   std::string(10 - std::to_string(3000 + sigs).size(), ' ') + std::to_string(3000 + sigs)),
+  EXPECT_NE(t.find("{ bytes_req:          7 } hitcount: " +
+                   std::string(10 - std::to_string(1500 + sigs).size(), ' ') + std::to_string(1500 + sigs) +
+                   "  bytes_alloc: " + std::string(10 - std::to_string(3000 + sigs).size(), ' ') +
+                   std::to_string(3000 + sigs)),
             std::string::npos)
       << t;
   g_sig_hist.reset();
@@ -357,7 +365,8 @@ TEST(HistTest, InsertsInterruptedBySignalsAndPreemptionNeverDrop) {
     ASSERT_NE(text.find("Hits: " + std::to_string(hits) + "\n    Entries: " + std::to_string(kKeys) +
                         "\n    Dropped: 0\n"),
               std::string::npos)
-        << "round " << round << ":\n" << text.substr(text.find("Totals"));
+        << "round " << round << ":\n"
+        << text.substr(text.find("Totals"));
   }
   sigaction(SIGUSR1, &old, nullptr);
   EXPECT_GT(total_sigs, uint64_t{kRounds} * 10);  // the handlers did interrupt inserts
@@ -443,7 +452,8 @@ TEST(HistMalformedTest, FirstErrorInCommandOrder) {
     EXPECT_EQ(err.pos, c.pos) << c.cmd;
   }
   // A sort key may name a value given after it.
-  EXPECT_EQ(make(kmalloc_desc(), "hist:sort=bytes_alloc.descending:keys=bytes_req:vals=bytes_alloc")->trigger_text(""),
+  EXPECT_EQ(make(kmalloc_desc(), "hist:sort=bytes_alloc.descending:keys=bytes_req:vals=bytes_alloc")
+                ->trigger_text(""),
             "hist:keys=bytes_req:vals=hitcount,bytes_alloc:sort=bytes_alloc.descending:size=2048 [active]");
   auto a = make(kmalloc_desc(), "hist:name=order:keys=bytes_req");
   Error err;

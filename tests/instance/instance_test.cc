@@ -13,8 +13,7 @@
 #include "events/registry.h"
 #include "usrtrace/event.h"
 
-USRTRACE_EVENT(insttest, tick, (uint32_t, writer)(uint32_t, seq), "writer=%u seq=%u", REC->writer,
-               REC->seq)
+USRTRACE_EVENT(insttest, tick, (uint32_t, writer)(uint32_t, seq), "writer=%u seq=%u", REC->writer, REC->seq)
 
 namespace usrtrace::instance {
 namespace {

@@ -21,8 +21,7 @@
 #include "tracefs/tracefs.h"
 #include "usrtrace/event.h"
 
-USRTRACE_EVENT(snaptest, tick, (uint32_t, writer)(uint32_t, seq), "writer=%u seq=%u", REC->writer,
-               REC->seq)
+USRTRACE_EVENT(snaptest, tick, (uint32_t, writer)(uint32_t, seq), "writer=%u seq=%u", REC->writer, REC->seq)
 
 namespace usrtrace::instance {
 namespace {

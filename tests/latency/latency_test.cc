@@ -4,8 +4,8 @@
 // what the test itself measured inside and outside the section.
 #include "latency/latency.h"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/prctl.h>
@@ -13,9 +13,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <condition_variable>
 #include <mutex>
 #include <regex>
 #include <set>
@@ -59,7 +59,8 @@ double ticks_us(uint64_t ticks) {
 }
 
 void spin_us(uint64_t us) {
-  const uint64_t end = clock::rdtsc() + static_cast<uint64_t>(static_cast<double>(us) / ticks_us(1000000) * 1000000.0);
+  const uint64_t end =
+      clock::rdtsc() + static_cast<uint64_t>(static_cast<double>(us) / ticks_us(1000000) * 1000000.0);
   while (clock::rdtsc() < end) {
   }
 }
@@ -175,7 +176,8 @@ TEST_P(LatencyTest, TheLongestSectionIsKeptWithExactlyItsEvents) {
     EXPECT_LE(seen[id].inner_us, static_cast<double>(max_us) + 1.0) << id;
   // The injected one unless another was stretched as long (a preemption).
   bool rival = false;
-  for (unsigned id = 0; id < seen.size(); ++id) rival |= id != kLong && seen[id].outer_us >= seen[kLong].inner_us;
+  for (unsigned id = 0; id < seen.size(); ++id)
+    rival |= id != kLong && seen[id].outer_us >= seen[kLong].inner_us;
   if (!rival) {
     EXPECT_EQ(kept, kLong);
   }
@@ -186,7 +188,8 @@ TEST_P(LatencyTest, TheLongestSectionIsKeptWithExactlyItsEvents) {
   EXPECT_NE(trace.find("# section_lt_lock latency trace v1.1.5 on "), std::string::npos) << trace;
   EXPECT_EQ(header_latency(trace), static_cast<long>(max_us)) << trace;
   EXPECT_NE(trace.find(", #3/3, CPU#"), std::string::npos) << trace;
-  const std::string task = "| task: " + writers_comm() + "-" + std::to_string(base::gettid_cached()) + " (uid:";
+  const std::string task =
+      "| task: " + writers_comm() + "-" + std::to_string(base::gettid_cached()) + " (uid:";
   EXPECT_NE(trace.find(task), std::string::npos) << trace;
   EXPECT_NE(trace.find("#  => started at: "), std::string::npos) << trace;
   EXPECT_NE(trace.find("run_section"), std::string::npos) << trace;  // both ends are in it
@@ -286,9 +289,12 @@ TEST_P(LatencyTest, WritingTheMaxRestartsTheSearch) {
   // Not a new max, unless a preemption stretched the 500 us spin past the
   // first section (seen under load): then it must be.
   const unsigned kept = steps(rd(p("trace")))[0].first;
-  if (s2.outer_us < s1.inner_us) EXPECT_EQ(kept, 1u);
-  else if (s2.inner_us > s1.outer_us + 1.0) EXPECT_EQ(kept, 2u);
-  else EXPECT_TRUE(kept == 1u || kept == 2u) << kept;
+  if (s2.outer_us < s1.inner_us)
+    EXPECT_EQ(kept, 1u);
+  else if (s2.inner_us > s1.outer_us + 1.0)
+    EXPECT_EQ(kept, 2u);
+  else
+    EXPECT_TRUE(kept == 1u || kept == 2u) << kept;
   ASSERT_GT(wr(p("tracing_max_latency"), "0"), 0);
   EXPECT_EQ(num(p("tracing_max_latency")), 0u);
   const Seen s = run_section(k, 3, 500);

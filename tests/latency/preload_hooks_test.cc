@@ -111,8 +111,8 @@ TEST_F(PreloadHooks, WakeupSeesConditionVariables) {
   {
     std::lock_guard<std::mutex> l(mu);  // free once the waiter is in wait()
     ready = true;
-    cv.notify_one();                    // pthread_cond_signal
-    spin_us(3000);                      // the waiter needs the mutex to run on
+    cv.notify_one();  // pthread_cond_signal
+    spin_us(3000);    // the waiter needs the mutex to run on
   }
   waiter.join();
   EXPECT_GE(max_us(), 3000);
@@ -180,7 +180,12 @@ TEST_F(PreloadHooks, WakeupSeesSemaphoresAndEventfds) {
   ASSERT_EQ(wr("instances/hooks/tracing_max_latency", "0"), 1);
   const int fd = eventfd(0, EFD_CLOEXEC);
   ASSERT_GE(fd, 0);
-  held_wake([&] { eventfd_t v; eventfd_read(fd, &v); }, [&] { eventfd_write(fd, 1); }, 3000);
+  held_wake(
+      [&] {
+        eventfd_t v;
+        eventfd_read(fd, &v);
+      },
+      [&] { eventfd_write(fd, 1); }, 3000);
   close(fd);
   EXPECT_GE(max_us(), 3000);
   EXPECT_NE(rd("instances/hooks/trace").find("=> started at: eventfd_write"), std::string::npos);

@@ -18,15 +18,15 @@
 #include <string>
 #include <vector>
 
+#include "events/flags.h"
 #include "events/registry.h"
 #include "instance/instance.h"
-#include "writers/writers.h"
-#include "events/flags.h"
 #include "testing/test_util.h"
 #include "usrtrace/event.h"
+#include "writers/writers.h"
 
-USRTRACE_EVENT(outtest, request, (uint64_t, id)(uint32_t, bytes)(char[16], name),
-               "id=%llu bytes=%u name=%s", REC->id, REC->bytes, REC->name)
+USRTRACE_EVENT(outtest, request, (uint64_t, id)(uint32_t, bytes)(char[16], name), "id=%llu bytes=%u name=%s",
+               REC->id, REC->bytes, REC->name)
 USRTRACE_EVENT(outtest, newline, (int32_t, v), "v=%d\n", REC->v)
 
 namespace usrtrace::output {
@@ -186,7 +186,8 @@ TEST_P(KernelConformanceTest, SameHeaderAndLineShapesAsTheKernel) {
     ASSERT_GT(inst.write_marker(m), 0);
   }
   std::vector<std::string> kl = split_lines(k.trace()), ol = split_lines(read_trace(inst, -1));
-  if (getenv("USRTRACE_TEST_DUMP")) printf("kernel:\n%sours:\n%s", k.trace().c_str(), read_trace(inst, -1).c_str());
+  if (getenv("USRTRACE_TEST_DUMP"))
+    printf("kernel:\n%sours:\n%s", k.trace().c_str(), read_trace(inst, -1).c_str());
   ASSERT_EQ(ol.size(), kl.size()) << "ours:\n" << read_trace(inst, -1) << "kernel:\n" << k.trace();
   size_t events = 0;
   for (size_t i = 0; i < kl.size(); ++i) {
@@ -209,8 +210,7 @@ TEST_P(KernelConformanceTest, SameHeaderAndLineShapesAsTheKernel) {
   EXPECT_EQ(events, 2u);
   // The entry counts are ours: 2 of 2.
   if (!latency && v.option == nullptr) {
-    EXPECT_NE(read_trace(inst, -1).find("entries-in-buffer/entries-written: 2/2   #P:"),
-              std::string::npos);
+    EXPECT_NE(read_trace(inst, -1).find("entries-in-buffer/entries-written: 2/2   #P:"), std::string::npos);
   }
 }
 
@@ -363,11 +363,12 @@ TEST_F(OwnLinesTest, LatencyFormatTimesAndDelayMarks) {
   ASSERT_GT(t0, 0u);
   inst().set_option(instance::kOptLatencyFormat, true);
   Crafted c(1, t0 + 6092000, kPid, kFlagIrqsOff, 1, 1, 2, "x");
-  EXPECT_EQ(line(c.ev, c.ev.ts + 739000), "  worker-4242      1d..1. 6092us!: request: id=1 bytes=2 name=x\n");
+  EXPECT_EQ(line(c.ev, c.ev.ts + 739000),
+            "  worker-4242      1d..1. 6092us!: request: id=1 bytes=2 name=x\n");
   struct Case {
     uint64_t delta_ns;
     char mark;
-  } cases[] = {{0, ' '}, {10000, ' '}, {11000, '+'}, {100000, '+'}, {101000, '!'},
+  } cases[] = {{0, ' '},       {10000, ' '},    {11000, '+'},     {100000, '+'},    {101000, '!'},
                {1001000, '#'}, {10001000, '*'}, {100001000, '@'}, {1000001000, '$'}};
   for (const Case& k : cases)
     EXPECT_EQ(line(c.ev, c.ev.ts + k.delta_ns).substr(26, 9), std::string("6092us") + k.mark + ": ")
@@ -496,8 +497,8 @@ TEST(WrittenLinesTest, TypedEventsAndMarkersAsWritten) {
   std::string text = read_trace(inst, -1);
   std::vector<std::string> lines = split_lines(text);
   ASSERT_EQ(lines.size(), 12u + 3u) << text;
-  EXPECT_EQ(lines[2], "# entries-in-buffer/entries-written: 3/3   #P:" +
-                          std::to_string(sysconf(_SC_NPROCESSORS_ONLN)));
+  EXPECT_EQ(lines[2],
+            "# entries-in-buffer/entries-written: 3/3   #P:" + std::to_string(sysconf(_SC_NPROCESSORS_ONLN)));
   char prefix[64];
   std::string comm = my_comm();
   snprintf(prefix, sizeof prefix, "%16s-%-7d [000] ", comm.c_str(), static_cast<int>(syscall(SYS_gettid)));

@@ -14,8 +14,8 @@ extern "C" {
 }
 
 #include "events/registry.h"
-#include "instance/slot_write.h"
 #include "instance/instance.h"
+#include "instance/slot_write.h"
 #include "output/trace_output.h"
 #include "usrtrace/event.h"
 
@@ -28,16 +28,16 @@ enum class Color : int16_t { kRed = -2, kBlue = 7 };
 USRTRACE_EVENT(interop, ints,
                (int8_t, s8)(uint8_t, u8)(int16_t, s16)(uint16_t, u16)(int32_t, s32)(uint32_t, u32)(
                    int64_t, s64)(uint64_t, u64)(bool, b)(Color, color)(char, ch),
-               "u8=%u u16=%u s32=%d u32=%u s64=%lld u64=%llu b=%d ch=%d", REC->u8, REC->u16,
-               REC->s32, REC->u32, REC->s64, REC->u64, REC->b, REC->ch)
+               "u8=%u u16=%u s32=%d u32=%u s64=%lld u64=%llu b=%d ch=%d", REC->u8, REC->u16, REC->s32,
+               REC->u32, REC->s64, REC->u64, REC->b, REC->ch)
 // Pointers, fixed arrays and both dynamic kinds.
 USRTRACE_EVENT(interop, arrays,
-               (const void*, ptr)(char[12], name)(uint8_t[4], raw)(const char*, path)(
-                   usrtrace::Bytes, blob)(uint32_t, tail),
+               (const void*, ptr)(char[12], name)(uint8_t[4], raw)(const char*, path)(usrtrace::Bytes,
+                                                                                      blob)(uint32_t, tail),
                "name=%s path=%s tail=%u", REC->name, __get_str(path), REC->tail)
 // A fixed-size record with a string: the usual shape.
-USRTRACE_EVENT(interop, request, (uint64_t, id)(uint32_t, bytes)(char[16], name),
-               "id=%llu bytes=%u name=%s", REC->id, REC->bytes, REC->name)
+USRTRACE_EVENT(interop, request, (uint64_t, id)(uint32_t, bytes)(char[16], name), "id=%llu bytes=%u name=%s",
+               REC->id, REC->bytes, REC->name)
 
 namespace usrtrace {
 namespace {
@@ -113,8 +113,8 @@ TEST(TraceeventInterop, FieldTypesAsLibtraceeventSeesThem) {
     const char* name;
     int size;
     bool is_signed;
-  } want[] = {{"s8", 1, true},  {"u8", 1, false},  {"s16", 2, true}, {"u16", 2, false},
-              {"s32", 4, true}, {"u32", 4, false}, {"s64", 8, true}, {"u64", 8, false},
+  } want[] = {{"s8", 1, true},  {"u8", 1, false},   {"s16", 2, true}, {"u16", 2, false},
+              {"s32", 4, true}, {"u32", 4, false},  {"s64", 8, true}, {"u64", 8, false},
               {"b", 1, false},  {"color", 2, true}, {"ch", 1, true}};
   for (const Want& w : want) {
     tep_format_field* f = tep_find_field(e, w.name);
@@ -157,7 +157,7 @@ class WrittenRecords : public ::testing::Test {
     ASSERT_EQ(inst_->set_event("interop", "*", true), 3);
     for (const internal::EventDesc* d : std::initializer_list<const internal::EventDesc*>{
              &usrtrace_event_interop_ints::desc, &usrtrace_event_interop_arrays::desc,
-          &usrtrace_event_interop_request::desc, &events::print_event()})
+             &usrtrace_event_interop_request::desc, &events::print_event()})
       ASSERT_EQ(tep_.parse(*d), "");
   }
   void TearDown() override {
@@ -179,7 +179,8 @@ class WrittenRecords : public ::testing::Test {
       const auto* d = events::Registry::get().by_id(h.type);
       char buf[1024];
       int n = d ? d->print(ev.data, ev.len, buf, sizeof buf) : 0;
-      out.push_back({std::vector<uint8_t>(ev.data, ev.data + ev.len), std::string(buf, n > 0 ? static_cast<size_t>(n) : 0)});
+      out.push_back({std::vector<uint8_t>(ev.data, ev.data + ev.len),
+                     std::string(buf, n > 0 ? static_cast<size_t>(n) : 0)});
     }
     return out;
   }
@@ -244,8 +245,8 @@ TEST_F(WrittenRecords, ArraysStringsAndPointers) {
   int anchor = 0;
   const uint8_t raw[4] = {1, 2, 3, 4};
   const uint8_t blob[5] = {9, 8, 7, 6, 5};
-  trace_interop_arrays(&anchor, "eleven-char", std::span<const uint8_t, 4>(raw), "/a/path",
-                       Bytes(blob, 5), 77);
+  trace_interop_arrays(&anchor, "eleven-char", std::span<const uint8_t, 4>(raw), "/a/path", Bytes(blob, 5),
+                       77);
   std::vector<Rec> recs = drain();
   ASSERT_EQ(recs.size(), 1u);
   Rec& r = recs[0];

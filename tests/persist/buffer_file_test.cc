@@ -244,7 +244,8 @@ TEST_F(BufferFileTest, APrivilegedProcessIgnoresTheEnvironment) {
       close(out[1]);
       setenv("USRTRACE_BUFFER_DIR", drop.c_str(), 1);
       gid_t none[1] = {65534};
-      if (setgroups(1, none) != 0 || setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0)
+      if (setgroups(1, none) != 0 || setresgid(65534, 65534, 65534) != 0 ||
+          setresuid(65534, 65534, 65534) != 0)
         _exit(126);
       execl(bin.c_str(), "persist_child", "discard", "64", "1", nullptr);
       _exit(127);

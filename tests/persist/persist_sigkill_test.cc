@@ -127,8 +127,8 @@ TEST(PersistSigkill, RecoveredTraceIsPrefixConsistent) {
     const bool overwrite = i % 2 == 0;
     // Discard mode: a buffer that holds every event the threads write, so
     // nothing is dropped and each thread's run starts at 0.
-    const pid_t pid = overwrite ? start_child(dir, "overwrite", "64", "0")
-                                : start_child(dir, "discard", "4096", "20000");
+    const pid_t pid =
+        overwrite ? start_child(dir, "overwrite", "64", "0") : start_child(dir, "discard", "4096", "20000");
     ASSERT_GT(pid, 0) << "child did not start";
     std::uniform_int_distribution<int> delay(0, 3000);
     usleep(static_cast<useconds_t>(delay(rng)));  // a random point of the child's run

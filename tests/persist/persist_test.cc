@@ -368,8 +368,7 @@ TEST(PersistTracefs, BufferFileControlFile) {
   EXPECT_NE(rd("instances/pf/trace").find("hello from the file"), std::string::npos);
   // Bad paths: the errno and an error_log line; the setting is unchanged.
   EXPECT_EQ(tracefs::write_file("instances/pf/buffer_file", "/nonexistent-dir/x.buf\n"), -ENOENT);
-  EXPECT_NE(rd("instances/pf/error_log").find("Cannot create the buffer file"),
-            std::string::npos);
+  EXPECT_NE(rd("instances/pf/error_log").find("Cannot create the buffer file"), std::string::npos);
   EXPECT_EQ(tracefs::write_file("instances/pf/buffer_file", std::string("a\x01") + "b"), -EINVAL);
   EXPECT_EQ(rd("instances/pf/buffer_file"), path + "\n");
   // Back to memory.

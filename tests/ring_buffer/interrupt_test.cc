@@ -13,9 +13,9 @@
 // the breakpoints that were followed by an abort must be exactly those that
 // fell inside a critical section (from the __rseq_cs descriptors).
 #include <gtest/gtest.h>
-#include <sys/rseq.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/rseq.h>
 #include <sys/syscall.h>
 #include <sys/ucontext.h>
 #include <unistd.h>
@@ -62,16 +62,15 @@ bool in_critical_section(uintptr_t ip) {
 }
 
 struct rseq* rseq_area() {
-  return reinterpret_cast<struct rseq*>(static_cast<char*>(__builtin_thread_pointer()) +
-                                        __rseq_offset);
+  return reinterpret_cast<struct rseq*>(static_cast<char*>(__builtin_thread_pointer()) + __rseq_offset);
 }
 
 // Handler state; a handler runs on the test thread only.
 RingBuffer* g_rb;
 std::vector<uintptr_t>* g_trace;
 volatile sig_atomic_t g_tracing;
-uintptr_t g_bp;          // breakpoint address, 0 when none
-unsigned char g_saved;   // the byte the int3 replaced
+uintptr_t g_bp;         // breakpoint address, 0 when none
+unsigned char g_saved;  // the byte the int3 replaced
 volatile sig_atomic_t g_hit, g_nested_ok, g_aborted;
 constexpr uint32_t kNestedSeq = 0xfeed;
 
@@ -169,8 +168,8 @@ TEST_P(InterruptTest, NestedWriteAtEveryInstruction) {
     std::vector<uintptr_t> ips;
     std::set<uintptr_t> seen;
     for (uintptr_t ip : trace)
-      if (ip >= reinterpret_cast<uintptr_t>(__executable_start) &&
-          ip < reinterpret_cast<uintptr_t>(etext) && seen.insert(ip).second)
+      if (ip >= reinterpret_cast<uintptr_t>(__executable_start) && ip < reinterpret_cast<uintptr_t>(etext) &&
+          seen.insert(ip).second)
         ips.push_back(ip);
     ASSERT_GT(ips.size(), 20u);
     size_t in_cs = static_cast<size_t>(std::count_if(ips.begin(), ips.end(), in_critical_section));
@@ -213,10 +212,14 @@ TEST_P(InterruptTest, NestedWriteAtEveryInstruction) {
         Payload p;
         std::memcpy(&p, ev.data, sizeof p);
         ASSERT_TRUE(p.check()) << "torn event, k=" << k;
-        if (p.writer == 3) ++fillers;
-        else if (p.writer == 1 && p.seq == k + 1) ++outer;
-        else if (p.writer == 2 && p.seq == kNestedSeq) ++nested;
-        else ADD_FAILURE() << "unexpected event, k=" << k;
+        if (p.writer == 3)
+          ++fillers;
+        else if (p.writer == 1 && p.seq == k + 1)
+          ++outer;
+        else if (p.writer == 2 && p.seq == kNestedSeq)
+          ++nested;
+        else
+          ADD_FAILURE() << "unexpected event, k=" << k;
       }
       EXPECT_EQ(fillers, sc.fillers) << "k=" << k;
       EXPECT_EQ(outer, 1u) << "k=" << k << " ip=" << std::hex << ips[k];
@@ -241,8 +244,7 @@ TEST_P(InterruptTest, NestedWriteAtEveryInstruction) {
   t.join();
 }
 
-INSTANTIATE_TEST_SUITE_P(Paths, InterruptTest,
-                         ::testing::Values(Path::kFast, Path::kSlow, Path::kSwitch),
+INSTANTIATE_TEST_SUITE_P(Paths, InterruptTest, ::testing::Values(Path::kFast, Path::kSlow, Path::kSwitch),
                          [](const ::testing::TestParamInfo<Path>& i) {
                            return std::string(i.param == Path::kFast   ? "Fast"
                                               : i.param == Path::kSlow ? "Slow"

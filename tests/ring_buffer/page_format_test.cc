@@ -50,15 +50,15 @@ TEST(EntryLayoutTest, ShortLongAndRounding) {
 
 TEST(PageWalkerTest, AllEntryKinds) {
   PageBuilder b(1000);
-  b.data(0, {1, 2, 3, 4});                               // at 1000
-  b.word(encode_header(kTypeTimeExtend, 5));             // +5 + (2 << 27)
+  b.data(0, {1, 2, 3, 4});                    // at 1000
+  b.word(encode_header(kTypeTimeExtend, 5));  // +5 + (2 << 27)
   b.word(2);
-  b.data(0, std::vector<uint8_t>(200, 7));               // long form
-  b.word(encode_header(kTypePadding, 3));                // discarded entry: 4 + array[0] bytes
-  b.word(8);                                             // array[0] counts itself
+  b.data(0, std::vector<uint8_t>(200, 7));  // long form
+  b.word(encode_header(kTypePadding, 3));   // discarded entry: 4 + array[0] bytes
+  b.word(8);                                // array[0] counts itself
   b.word(0xdeadbeef);
   b.data(10, {9, 9, 9, 9});
-  b.word(encode_header(kTypeTimeStamp, 77));             // absolute: (1 << 27) + 77
+  b.word(encode_header(kTypeTimeStamp, 77));  // absolute: (1 << 27) + 77
   b.word(1);
   b.data(0, {5, 5, 5, 5});
   uint8_t* page = b.finish();
@@ -98,10 +98,10 @@ TEST(PageWalkerTest, PaddingWithZeroDeltaEndsThePage) {
 // Untrusted input: every length that points outside the data is refused.
 TEST(PageWalkerMalformed, LengthsPastTheEnd) {
   const uint32_t cases[][2] = {
-      {encode_header(0, 0), 5000},               // long form past the end
-      {encode_header(0, 0), 2},                  // long form shorter than itself
-      {encode_header(kTypePadding, 1), 4000},    // discarded entry past the end
-      {encode_header(28, 0), 0},                 // short form of 116 bytes in 8
+      {encode_header(0, 0), 5000},             // long form past the end
+      {encode_header(0, 0), 2},                // long form shorter than itself
+      {encode_header(kTypePadding, 1), 4000},  // discarded entry past the end
+      {encode_header(28, 0), 0},               // short form of 116 bytes in 8
   };
   for (const auto& c : cases) {
     uint8_t data[8];

@@ -228,7 +228,6 @@ TEST(DumpIteratorTest, ConsistentWhileWritersWrap) {
   writer.join();
 }
 
-
 // Reads CPU 0's full pages one by one; every record's seq must follow
 // *seq, which ends one past the last. The number of pages.
 uint32_t read_full_pages(RingBuffer& rb, std::vector<uint8_t>* page, uint32_t* seq) {

@@ -95,7 +95,7 @@ TEST(RingBufferTest, WriteAtUsesTheCallersStampAndNeverGoesBack) {
   Payload a = Payload::make(1, 0, 0), b = Payload::make(1, 1, 0), c = Payload::make(1, 2, 0);
   ASSERT_TRUE(rb->write_at<sizeof a>(&a, t0 + 1000));
   ASSERT_TRUE(rb->write_at(&b, sizeof b, t0 + 5000));  // out of line
-  ASSERT_TRUE(rb->write_at<sizeof c>(&c, t0 + 2000));   // older than the last: raised
+  ASSERT_TRUE(rb->write_at<sizeof c>(&c, t0 + 2000));  // older than the last: raised
   Event ev;
   ASSERT_TRUE(rb->consume(&ev));
   EXPECT_EQ(ev.ts, t0 + 1000);
@@ -192,8 +192,10 @@ TEST(RingBufferTest, DiscardDropsTheNewestUntilRead) {
   uint32_t ok = 0, refused = 0;
   for (uint32_t i = 0; i < 2000; ++i) {
     Payload p = Payload::make(1, i, 0);
-    if (rb->write<sizeof p>(&p)) ++ok;
-    else ++refused;
+    if (rb->write<sizeof p>(&p))
+      ++ok;
+    else
+      ++refused;
   }
   EXPECT_GT(refused, 0u);
   CpuStats s = rb->stats(0);

@@ -114,9 +114,8 @@ inline std::vector<std::string> event_files(const std::string& dir) {
 // holds the clock, so current_tracer went first).
 inline const std::vector<std::string>& settings() {
   static const std::vector<std::string> kFiles = {
-      "trace_clock",      "buffer_size_kb",      "buffer_percent",     "tracing_cpumask",
-      "snapshot_ring_size", "max_graph_depth",   "tracing_thresh",     "tracing_max_latency",
-      "timerlat_period_us",
+      "trace_clock",     "buffer_size_kb", "buffer_percent",      "tracing_cpumask",    "snapshot_ring_size",
+      "max_graph_depth", "tracing_thresh", "tracing_max_latency", "timerlat_period_us",
   };
   return kFiles;
 }
@@ -132,9 +131,18 @@ inline std::string value_of(const std::string& shown) {
 // The files the check compares between the top and a new instance.
 inline std::vector<std::string> compared_files() {
   std::vector<std::string> out = {
-      "current_tracer",     "tracing_on",          "set_event",          "set_event_pid",
-      "set_event_notrace_pid", "set_ftrace_filter", "set_ftrace_notrace", "set_graph_function",
-      "set_graph_notrace",  "set_ftrace_pid",      "set_ftrace_notrace_pid", "snapshot_enabled",
+      "current_tracer",
+      "tracing_on",
+      "set_event",
+      "set_event_pid",
+      "set_event_notrace_pid",
+      "set_ftrace_filter",
+      "set_ftrace_notrace",
+      "set_graph_function",
+      "set_graph_notrace",
+      "set_ftrace_pid",
+      "set_ftrace_notrace_pid",
+      "snapshot_enabled",
       "trace_options",
   };
   out.insert(out.end(), settings().begin(), settings().end());

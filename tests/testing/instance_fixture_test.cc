@@ -53,7 +53,8 @@ TEST(InstanceFixtureTest, ResetTopUndoesWhatATestChanges) {
   ASSERT_GT(wr("events/fixtest/pong/enable", "1"), 0);
   ASSERT_GT(wr("set_event_pid", "1"), 0);
   // Function lists and commands, and a tracer.
-  ASSERT_GT(wr("set_ftrace_filter", "fxt_leaf fxt_other:traceoff:3 fxt_outer:enable_event:fixtest:ping:1"), 0);
+  ASSERT_GT(wr("set_ftrace_filter", "fxt_leaf fxt_other:traceoff:3 fxt_outer:enable_event:fixtest:ping:1"),
+            0);
   ASSERT_GT(wr("set_ftrace_filter", "fxt_recurse:snapshot", true), 0);
   ASSERT_GT(wr("set_ftrace_notrace", "fxt_recurse"), 0);
   ASSERT_GT(wr("set_graph_function", "fxt_outer"), 0);

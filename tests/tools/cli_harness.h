@@ -13,12 +13,12 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -26,7 +26,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
 
 namespace cli_harness {
 
@@ -46,9 +45,7 @@ struct Result {
   std::string out, err;
 };
 
-int status_of(int status) {
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
+int status_of(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
 
 // A child with pipes on its stdin (optional), stdout and stderr.
 struct Proc {
@@ -248,7 +245,8 @@ std::vector<unsigned> seqs(const std::string& report, const std::string& event) 
   while (std::getline(in, line)) {
     if (line.find(" " + event + ":") == std::string::npos) continue;
     const size_t at = line.find("seq=");
-    if (at != std::string::npos) out.push_back(static_cast<unsigned>(std::strtoul(line.c_str() + at + 4, nullptr, 10)));
+    if (at != std::string::npos)
+      out.push_back(static_cast<unsigned>(std::strtoul(line.c_str() + at + 4, nullptr, 10)));
   }
   return out;
 }

@@ -4,8 +4,8 @@
 // ignores Ctrl-C, a full disk, a killed recorder (its journal).
 #include <dirent.h>
 
-#include "tools/cli_harness.h"
 #include "record/journal.h"
+#include "tools/cli_harness.h"
 
 using namespace cli_harness;
 
@@ -38,8 +38,8 @@ TEST(CliRecord, ARunningProcessUntilCtrlC) {
 TEST(CliRecord, AProcessThatExitsLeavesACompleteFile) {
   Target t;
   const std::string dir = temp_dir(), file = dir + "/exit.dat";
-  Proc rec = Proc::start({USRTRACE_CLI, "record", "-P", t.spid(), "-B", "cli_rec", "-e", "clitest:tick",
-                          "-o", file, "--compress"},
+  Proc rec = Proc::start({USRTRACE_CLI, "record", "-P", t.spid(), "-B", "cli_rec", "-e", "clitest:tick", "-o",
+                          file, "--compress"},
                          false);
   ASSERT_TRUE(recording(rec)) << rec.err_text;
   t.cmd("tick 5000");
@@ -67,7 +67,8 @@ TEST(CliRecord, AKilledProcessLeavesWhatCameAndSaysTheEndIsMissing) {
   t.finish();
   const Result r = rec.finish();
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_NE(r.err.find("process " + t.spid() + " went away before its last pages were taken"), std::string::npos)
+  EXPECT_NE(r.err.find("process " + t.spid() + " went away before its last pages were taken"),
+            std::string::npos)
       << r.err;
   const Result rep = run_cli({"report", "-i", file});
   EXPECT_EQ(rep.rc, 0) << rep.err;
@@ -78,9 +79,9 @@ TEST(CliRecord, AKilledProcessLeavesWhatCameAndSaysTheEndIsMissing) {
 TEST(CliRecord, ACommandFromItsStartToItsEnd) {
   const std::string dir = temp_dir(), file = dir + "/cmd.dat";
   // The command's stdin is record's: the script it runs.
-  Proc rec = Proc::start({USRTRACE_CLI, "record", "-e", "clitest", "-e", "usrtrace:thread_rename", "-o", file,
-                          "--", CLI_TARGET},
-                         true);
+  Proc rec = Proc::start(
+      {USRTRACE_CLI, "record", "-e", "clitest", "-e", "usrtrace:thread_rename", "-o", file, "--", CLI_TARGET},
+      true);
   const std::string script = "tick 1000\nname worker\nrare 2\nexit 3\n";
   ASSERT_EQ(::write(rec.in, script.data(), script.size()), static_cast<ssize_t>(script.size()));
   const Result r = rec.finish();
@@ -170,7 +171,8 @@ TEST(CliRecord, AFullDiskEndsTheRecordingAndLetsTheCommandGo) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a small tmpfs";
   const std::string dir = temp_dir(), small = dir + "/small", file = small + "/full.dat";
   ASSERT_EQ(::mkdir(small.c_str(), 0700), 0);
-  if (std::system(("mount -t tmpfs -o size=256k tmpfs " + small).c_str()) != 0) GTEST_SKIP() << "cannot mount a tmpfs";
+  if (std::system(("mount -t tmpfs -o size=256k tmpfs " + small).c_str()) != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs";
   {
     std::ofstream f(file);
     f << "the previous recording";
@@ -271,7 +273,8 @@ TEST(CliRecord, AKilledRecorderLeavesAJournalThatRecoverFinishes) {
   // and leaves no journal of its own.
   const Result again = run_cli({"record", "-e", "clitest:tick", "-o", file, "--", CLI_TARGET});
   EXPECT_EQ(again.rc, 0) << again.err;
-  EXPECT_NE(again.err.find("note: " + journal + " holds the pages of an earlier recording"), std::string::npos)
+  EXPECT_NE(again.err.find("note: " + journal + " holds the pages of an earlier recording"),
+            std::string::npos)
       << again.err;
   EXPECT_EQ(journals_of(dir, "killed.dat"), std::vector<std::string>{journal});
   for (const std::string& f : {file, half, journal}) ::unlink(f.c_str());
@@ -301,13 +304,14 @@ TEST(CliRecord, ACommandThatSurvivesCtrlCIsKilledAfterTenSeconds) {
 // before its constructors and says plainly that it never reached main().
 TEST(CliRecord, ACommandThatEndsInAConstructorIsSaidToHaveEndedBeforeMain) {
   const std::string dir = temp_dir(), file = dir + "/ctor.dat";
-  const Result r = Proc::start({"/usr/bin/env", "CLI_TARGET_EXIT_IN_CONSTRUCTOR=3", USRTRACE_CLI, "record", "-e",
-                                "clitest:tick", "-o", file, "--", CLI_TARGET},
+  const Result r = Proc::start({"/usr/bin/env", "CLI_TARGET_EXIT_IN_CONSTRUCTOR=3", USRTRACE_CLI, "record",
+                                "-e", "clitest:tick", "-o", file, "--", CLI_TARGET},
                                false)
                        .finish();
   EXPECT_EQ(r.rc, 1) << r.err;
   EXPECT_NE(r.err.find("constructor exits"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("ended before main() (in a constructor): nothing was recorded"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ended before main() (in a constructor): nothing was recorded"), std::string::npos)
+      << r.err;
   EXPECT_EQ(r.err.find("control socket"), std::string::npos) << r.err;
   ::unlink(file.c_str());
   ::rmdir(dir.c_str());
@@ -339,7 +343,8 @@ TEST(CliRecord, DashCFollowsTheProgramsACommandStarts) {
   // starts and is recorded into the same file, to its exit.
   // (-e nosys: with -c, an event a process lacks is skipped there.)
   Proc rec = Proc::start(
-      {USRTRACE_CLI, "record", "-c", "-e", "clitest", "-e", "nosys:nosuch", "-o", file, "--", CLI_TARGET}, true);
+      {USRTRACE_CLI, "record", "-c", "-e", "clitest", "-e", "nosys:nosuch", "-o", file, "--", CLI_TARGET},
+      true);
   const std::string script = "spawn 10\nspawn 20\nrare 1\nexit 0\n";
   ASSERT_EQ(::write(rec.in, script.data(), script.size()), static_cast<ssize_t>(script.size()));
   const Result r = rec.finish();
@@ -360,9 +365,7 @@ TEST(CliRecord, DashCFollowsTheProgramsACommandStarts) {
     const size_t colon = line.find(": ");
     // A buffer's line starts with its name and ": "; the top buffer's with
     // the task ("cli_target-PID [CPU] TIME: ...").
-    if (line.rfind("cli_target-", 0) != 0 || colon == std::string::npos ||
-        line.find(' ') < colon)
-      continue;
+    if (line.rfind("cli_target-", 0) != 0 || colon == std::string::npos || line.find(' ') < colon) continue;
     const std::string buf = line.substr(0, colon);
     for (unsigned s : seqs(line, "tick")) by_buffer[buf].push_back(s);
     rare[buf] += count(line, " rare: ");

@@ -34,8 +34,8 @@
 #include "usrtrace/event.h"
 #include "usrtrace/usrtrace.h"
 
-USRTRACE_EVENT(clitest, tick, (uint32_t, seq)(uint32_t, tid)(char[16], label),
-               "seq=%u tid=%u label=%s", REC->seq, REC->tid, REC->label)
+USRTRACE_EVENT(clitest, tick, (uint32_t, seq)(uint32_t, tid)(char[16], label), "seq=%u tid=%u label=%s",
+               REC->seq, REC->tid, REC->label)
 USRTRACE_EVENT(clitest, rare, (uint64_t, n)(const char*, why), "n=%llu why=%s", REC->n, __get_str(why))
 
 namespace {

@@ -72,8 +72,8 @@ TEST(CliStart, EnableStopRestartResetAndShow) {
 
 TEST(CliStart, InstancesFiltersBufferSizeClockAndStat) {
   Target t;
-  Result r = run_cli({"start", "-P", t.spid(), "-B", "cli_few", "-e", "clitest:tick", "-f", "seq < 3",
-                       "-b", "64", "-C", "global", "-B", "cli_rare", "-e", "clitest:rare"});
+  Result r = run_cli({"start", "-P", t.spid(), "-B", "cli_few", "-e", "clitest:tick", "-f", "seq < 3", "-b",
+                      "64", "-C", "global", "-B", "cli_rare", "-e", "clitest:rare"});
   ASSERT_EQ(r.rc, 0) << r.err;
   t.cmd("tick 10");
   t.cmd("rare 4");
@@ -162,8 +162,8 @@ TEST(CliErrors, OneClearLineAndANonZeroStatus) {
 }
 
 TEST(CliErrors, HelpOnEveryVerb) {
-  for (const char* verb : {"list", "start", "stop", "restart", "reset", "show", "stream", "snapshot",
-                           "stat", "record", "extract", "report", "recover"}) {
+  for (const char* verb : {"list", "start", "stop", "restart", "reset", "show", "stream", "snapshot", "stat",
+                           "record", "extract", "report", "recover"}) {
     const Result r = run_cli({verb, "--help"});
     EXPECT_EQ(r.rc, 0) << verb;
     EXPECT_NE(r.out.find("Usage:"), std::string::npos) << verb << ": " << r.out;
@@ -220,7 +220,8 @@ TEST(CliSnapshot, TakePrintClearFree) {
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(seqs(r.out, "tick"), (std::vector<unsigned>{0, 1, 2, 3})) << r.out;
   r = run_cli({"show", "-P", t.spid(), "-B", "cli_snap"});
-  EXPECT_EQ(seqs(r.out, "tick"), (std::vector<unsigned>{0, 1})) << "after the swap, the live buffer: " << r.out;
+  EXPECT_EQ(seqs(r.out, "tick"), (std::vector<unsigned>{0, 1}))
+      << "after the swap, the live buffer: " << r.out;
   ASSERT_EQ(run_cli({"snapshot", "-P", t.spid(), "-B", "cli_snap", "-r"}).rc, 0);
   EXPECT_EQ(count(run_cli({"snapshot", "-P", t.spid(), "-B", "cli_snap"}).out, " tick: "), 0);
   ASSERT_EQ(run_cli({"snapshot", "-P", t.spid(), "-B", "cli_snap", "-f"}).rc, 0);

@@ -39,7 +39,6 @@ int main(int argc, char **argv) {
   for (long i = 0; i < n; i++)
     if (pthread_create(&t[i], NULL, worker, (void *)i) != 0) return 1;
   for (long i = 0; i < n; i++) pthread_join(t[i], NULL);
-  printf("plain_target: %ld threads done, runtime %s\n", n,
-         usrtrace_array_printk ? "preloaded" : "absent");
+  printf("plain_target: %ld threads done, runtime %s\n", n, usrtrace_array_printk ? "preloaded" : "absent");
   return 0;
 }

@@ -78,8 +78,8 @@ FileCheck check_file(const std::string& path) {
     auto [it, fresh] = last.emplace(std::make_pair(r.buffer, thread), seq);
     if (!fresh) {
       if (seq <= it->second) {
-        c.why = path + ": buffer " + std::to_string(r.buffer) + " thread " + std::to_string(thread) + ": seq " +
-                std::to_string(seq) + " after " + std::to_string(it->second);
+        c.why = path + ": buffer " + std::to_string(r.buffer) + " thread " + std::to_string(thread) +
+                ": seq " + std::to_string(seq) + " after " + std::to_string(it->second);
         return c;
       }
       it->second = seq;
@@ -150,7 +150,12 @@ TEST(Soak, EverythingAtOnceForAWhile) {
     ++files;
     unlink(path.c_str());
   };
-  auto where = [&] { return instances.empty() || pick(2) ? std::string() : "instances/" + instances[static_cast<size_t>(pick(static_cast<int>(instances.size())))] + "/"; };
+  auto where = [&] {
+    return instances.empty() || pick(2)
+               ? std::string()
+               : "instances/" + instances[static_cast<size_t>(pick(static_cast<int>(instances.size())))] +
+                     "/";
+  };
   const auto end = Clock::now() + std::chrono::seconds(seconds);
   std::map<int, std::pair<int, double>> op_time;  // op -> (count, seconds), said at the end
   while (Clock::now() < end && transport_errors == 0) {
@@ -166,10 +171,18 @@ TEST(Soak, EverythingAtOnceForAWhile) {
       }
     } timed{op_time[op], t0};
     switch (op) {
-      case 0: ok(c->write_file(where() + "tracing_on", pick(4) ? "1" : "0"), "tracing_on"); break;
-      case 1: ok(c->write_file(where() + "buffer_size_kb", sizes[pick(4)]), "buffer_size_kb"); break;
-      case 2: ok(c->write_file(where() + "snapshot", "1"), "snapshot"); break;
-      case 3: ok(c->write_file(where() + "snapshot", pick(2) ? "0" : "2"), "snapshot free/clear"); break;
+      case 0:
+        ok(c->write_file(where() + "tracing_on", pick(4) ? "1" : "0"), "tracing_on");
+        break;
+      case 1:
+        ok(c->write_file(where() + "buffer_size_kb", sizes[pick(4)]), "buffer_size_kb");
+        break;
+      case 2:
+        ok(c->write_file(where() + "snapshot", "1"), "snapshot");
+        break;
+      case 3:
+        ok(c->write_file(where() + "snapshot", pick(2) ? "0" : "2"), "snapshot free/clear");
+        break;
       case 4:
         if (instances.size() < 3) {
           const std::string name = "soak" + std::to_string(ops);
@@ -186,11 +199,14 @@ TEST(Soak, EverythingAtOnceForAWhile) {
           if (rc == 0) instances.erase(instances.begin() + static_cast<long>(i));
         }
         break;
-      case 5: ok(c->write_file(where() + "trace_options", options[pick(5)]), "trace_options"); break;
+      case 5:
+        ok(c->write_file(where() + "trace_options", options[pick(5)]), "trace_options");
+        break;
       case 6:
       case 7: {
         const bool pipe_file = pick(2);
-        const int h = c->open(where() + (pipe_file ? "trace_pipe" : "trace"), O_RDONLY | (pipe_file ? O_NONBLOCK : 0));
+        const int h =
+            c->open(where() + (pipe_file ? "trace_pipe" : "trace"), O_RDONLY | (pipe_file ? O_NONBLOCK : 0));
         ok(h, "open");
         if (h >= 0) {
           std::vector<char> buf(1 << 16);
@@ -224,8 +240,14 @@ TEST(Soak, EverythingAtOnceForAWhile) {
         if (rc == 0) verify(ro.output);
         break;
       }
-      case 10: ok(c->write_file(where() + "trace", ""), "clear"); break;
-      case 11: ok(c->write_file("events/soak/" + std::string(pick(2) ? "seq" : "sig") + "/enable", pick(3) ? "1" : "0"), "event enable"); break;
+      case 10:
+        ok(c->write_file(where() + "trace", ""), "clear");
+        break;
+      case 11:
+        ok(c->write_file("events/soak/" + std::string(pick(2) ? "seq" : "sig") + "/enable",
+                         pick(3) ? "1" : "0"),
+           "event enable");
+        break;
       case 12:
         if (!recorder) {
           RecordOptions ro;
@@ -255,9 +277,10 @@ TEST(Soak, EverythingAtOnceForAWhile) {
   c.reset();
   RecordProperty("operations", ops);
   RecordProperty("files_verified", files);
-  fprintf(stderr, "soak: %d operations, %d files read and checked, %llu soak:seq records in order\n", ops, files,
-          static_cast<unsigned long long>(seqs));
-  for (const auto& [op, t] : op_time) fprintf(stderr, "soak: op %d: %d times, %.3f s\n", op, t.first, t.second);
+  fprintf(stderr, "soak: %d operations, %d files read and checked, %llu soak:seq records in order\n", ops,
+          files, static_cast<unsigned long long>(seqs));
+  for (const auto& [op, t] : op_time)
+    fprintf(stderr, "soak: op %d: %d times, %.3f s\n", op, t.first, t.second);
   EXPECT_GT(files, 0);
   EXPECT_GT(seqs, 0u);
 

@@ -140,8 +140,10 @@ TEST(TraceDatMalformed, TruncatedAnywhere) {
     // A v6 file keeps its metadata first: cut in the data, what is whole
     // is still read. A v7 file's options (where its data is) come last, as
     // in the files trace-cmd writes: cut anywhere, it is refused.
-    if (full == &files().v6) EXPECT_GT(last_ok, full->size() / 2);
-    else EXPECT_EQ(last_ok, 0u);
+    if (full == &files().v6)
+      EXPECT_GT(last_ok, full->size() / 2);
+    else
+      EXPECT_EQ(last_ok, 0u);
   }
 }
 

@@ -7,16 +7,16 @@
 // records the buffers held.
 #include "usrtrace/tracedat.h"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -42,9 +42,10 @@
 enum class Color : uint8_t { kRed = 1, kBlue = 7 };
 
 USRTRACE_EVENT(tdtest, every,
-               (int32_t, thread)(uint32_t, seq)(uint8_t, u8)(int8_t, s8)(uint16_t, u16)(int16_t, s16)
-               (int32_t, s32)(uint64_t, u64)(int64_t, s64)(bool, ok)(Color, color)(void*, ptr)
-               (char[12], name)(const char*, text),
+               (int32_t, thread)(uint32_t, seq)(uint8_t, u8)(int8_t, s8)(uint16_t, u16)(int16_t, s16)(int32_t,
+                                                                                                      s32)(
+                   uint64_t, u64)(int64_t, s64)(bool, ok)(Color, color)(void*, ptr)(char[12],
+                                                                                    name)(const char*, text),
                "thread=%d seq=%u u8=%u s8=%d u16=%u s16=%d s32=%d u64=%llu s64=%lld ok=%d color=%u "
                "ptr=%p name=%s text=%s",
                REC->thread, REC->seq, REC->u8, REC->s8, REC->u16, REC->s16, REC->s32, REC->u64, REC->s64,
@@ -73,7 +74,9 @@ Proc run(const std::string& cmd) {
   return r;
 }
 
-bool have_trace_cmd() { return run("trace-cmd --help >/dev/null").rc != 127 && access("/usr/bin/trace-cmd", X_OK) == 0; }
+bool have_trace_cmd() {
+  return run("trace-cmd --help >/dev/null").rc != 127 && access("/usr/bin/trace-cmd", X_OK) == 0;
+}
 
 long wr(const std::string& path, const std::string& text) { return tracefs::write_file(path, text); }
 
@@ -101,7 +104,8 @@ std::string first_difference(const std::string& a, const std::string& b) {
     const bool ga = static_cast<bool>(std::getline(ia, la)), gb = static_cast<bool>(std::getline(ib, lb));
     if (!ga && !gb) return "(no difference)";
     if (!ga || !gb || la != lb)
-      return "line " + std::to_string(n) + ":\n  trace-cmd: " + (ga ? la : "(end)") + "\n  usrtrace:  " + (gb ? lb : "(end)");
+      return "line " + std::to_string(n) + ":\n  trace-cmd: " + (ga ? la : "(end)") +
+             "\n  usrtrace:  " + (gb ? lb : "(end)");
   }
 }
 
@@ -142,9 +146,8 @@ std::string every_fields(int t, uint32_t i) {
   o << " thread=" << t << " seq=" << i << " u8=" << (i & 0xff) << " s8=" << -static_cast<int>(i % 100)
     << " u16=" << 1000 + i << " s16=" << -1000 - static_cast<int>(i) << " s32=" << -static_cast<int64_t>(i)
     << " u64=" << (1ull << 40) + i << " s64=" << -(1ll << 40) - static_cast<int64_t>(i) << " ok=" << (i % 2)
-    << " color=" << (i % 2 ? 1 : 7)
-    << " ptr=" << reinterpret_cast<uintptr_t>(&marker_function_for_kallsyms) << " name=" << name.data()
-    << " text=text " << std::string(i % 7, 'x') << " of " << t;
+    << " color=" << (i % 2 ? 1 : 7) << " ptr=" << reinterpret_cast<uintptr_t>(&marker_function_for_kallsyms)
+    << " name=" << name.data() << " text=text " << std::string(i % 7, 'x') << " of " << t;
   return o.str();
 }
 
@@ -245,7 +248,8 @@ TEST(Tsc2Nsec, TheMultFitsTraceCmdsIntAtAnyTscFrequency) {
       __extension__ typedef unsigned __int128 u128;
       const auto want = c.ns0 + static_cast<uint64_t>((static_cast<u128>(dt) * c.mult) >> 32);
       // A mult below 2^31 rounds by up to 1/2^31 of the cycles elapsed.
-      EXPECT_NEAR(static_cast<double>(ns), static_cast<double>(want), 2.0 + static_cast<double>(dt) / 2147483648.0)
+      EXPECT_NEAR(static_cast<double>(ns), static_cast<double>(want),
+                  2.0 + static_cast<double>(dt) / 2147483648.0)
           << "dt " << dt;
     }
   }
@@ -262,8 +266,10 @@ TEST_F(TraceDatTest, ExtractGivesBackExactlyWhatTheBuffersHeld) {
   EXPECT_EQ(cpus.size(), std::min(3u, std::thread::hardware_concurrency()));
   ASSERT_EQ(want[1].size(), 1200u);
   ASSERT_LT(want[2].size(), 1200u);  // overwritten
-  const uint64_t ow_overrun = Instance::find("tdt_ow")->buffer().stats(0).overrun +
-                              (Instance::find("tdt_ow")->buffer().nr_cpus() > 1 ? Instance::find("tdt_ow")->buffer().stats(1).overrun : 0);
+  const uint64_t ow_overrun =
+      Instance::find("tdt_ow")->buffer().stats(0).overrun +
+      (Instance::find("tdt_ow")->buffer().nr_cpus() > 1 ? Instance::find("tdt_ow")->buffer().stats(1).overrun
+                                                        : 0);
 
   RecordOptions o;
   o.output = dir_ + "/x.dat";
@@ -343,7 +349,8 @@ TEST_F(TraceDatTest, StreamingDrainsAtTheWatermarkAndAccountsForEverything) {
   // pages while we are still running.
   uint32_t seq = 0;
   for (; seq < 2000; ++seq) trace_tdtest_tick(7, seq);
-  for (int i = 0; i < 2000 && rec->stats().pages == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (int i = 0; i < 2000 && rec->stats().pages == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_GT(rec->stats().pages, 0u) << "nothing was drained while the program ran";
   // Many buffers' worth, in bursts of about a page (the watermark), each
   // followed by a (bounded) wait until the recorder took a page more.
@@ -416,7 +423,13 @@ TEST_F(TraceDatTest, RecorderErrorsSayWhat) {
   bad.output = dir_ + "/";
   expect(bad, EINVAL, "no output file name");
   // A recorded instance cannot be removed while it is recorded.
-  auto rec = TraceRecorder::start([&] { RecordOptions r = o; r.instances = {"tdt_b"}; return r; }(), &err);
+  auto rec = TraceRecorder::start(
+      [&] {
+        RecordOptions r = o;
+        r.instances = {"tdt_b"};
+        return r;
+      }(),
+      &err);
   ASSERT_TRUE(rec) << err;
   EXPECT_EQ(tracefs::rmdir("instances/tdt_b"), -EBUSY);
   EXPECT_EQ(rec->stop(&err), 0) << err;
@@ -460,7 +473,8 @@ TEST_F(TraceDatTest, AFullDiskKeepsThePreviousOutputWhole) {
   const uint64_t meta = static_cast<uint64_t>(ps.st_size) - st.bytes;
   ASSERT_GE(meta, 64u * 1024) << "too little metadata for the second size to fit the journal with room";
   // The first holds the metadata and half the pages.
-  const uint64_t pages_do_not_fit = (meta + st.bytes / 2) / 1024, output_does_not_fit = (st.bytes + meta * 5 / 2) / 1024;
+  const uint64_t pages_do_not_fit = (meta + st.bytes / 2) / 1024,
+                 output_does_not_fit = (st.bytes + meta * 5 / 2) / 1024;
   for (const uint64_t kb : {pages_do_not_fit, output_does_not_fit}) {
     SCOPED_TRACE("a tmpfs of " + std::to_string(kb) + " KiB");
     const std::string mnt = dir_ + "/small" + std::to_string(kb);
@@ -485,7 +499,8 @@ TEST_F(TraceDatTest, AFullDiskKeepsThePreviousOutputWhole) {
     {
       std::ifstream f(out);
       std::string text((std::istreambuf_iterator<char>(f)), {});
-      EXPECT_TRUE(text == "the previous recording") << "the previous file was replaced: " << text.size() << " bytes";
+      EXPECT_TRUE(text == "the previous recording")
+          << "the previous file was replaced: " << text.size() << " bytes";
     }
     // What was taken is kept in the journal, which the error names; once
     // there is room, it gives the trace.dat back: every marker in it whole,
@@ -555,8 +570,9 @@ TEST_F(TraceDatTest, TraceCmdPrintsWhatUsrtraceReportPrints) {
   o.file_version = 6;
   std::string err;
   ASSERT_EQ(extract_trace(o, &err), 0) << err;
-  for (const char* opts : {"", "-l", "-t", "-R", "--cpu 0", "--cpu 1", "-F tdtest/tick",
-                           "-F 'tdtest/every: seq > 390 && thread != 1'", "-F 'every: u16 >= 1390 || thread == 2'"})
+  for (const char* opts :
+       {"", "-l", "-t", "-R", "--cpu 0", "--cpu 1", "-F tdtest/tick",
+        "-F 'tdtest/every: seq > 390 && thread != 1'", "-F 'every: u16 >= 1390 || thread == 2'"})
     same(opts, o.output);
   {
     const Proc t = run("trace-cmd report --stat " + o.output), m = run(u + " report --stat " + o.output);
@@ -575,20 +591,24 @@ TEST_F(TraceDatTest, TraceCmdPrintsWhatUsrtraceReportPrints) {
   {
     const std::string json = dir_ + "/one.json";
     ASSERT_EQ(run(u + " report --format=json " + o.output + " > " + json).rc, 0);
-    const Proc py = run("python3 -c 'import json,sys\n"
-                        "d = json.load(open(sys.argv[1]))\n"
-                        "ev = d[\"traceEvents\"]\n"
-                        "every = [e for e in ev if e[\"name\"] == \"every\"]\n"
-                        "e = [e for e in every if e[\"args\"][\"thread\"] == 1 and e[\"args\"][\"seq\"] == 57][0]\n"
-                        "a = e[\"args\"]\n"
-                        "print(len(every), e[\"ph\"], e[\"cat\"], a[\"s8\"], a[\"s64\"], a[\"name\"], repr(a[\"text\"]), a[\"ok\"])\n"
-                        "names = sorted(set(m[\"args\"][\"name\"] for m in ev if m[\"name\"] == \"thread_name\"))\n"
-                        "print(\" \".join(n for n in names if n.startswith(\"tdt\")))\n"
-                        "ts = [e[\"ts\"] for e in ev if e[\"ph\"] == \"i\"]\n"
-                        "print(ts == sorted(ts))' " + json);
+    const Proc py =
+        run("python3 -c 'import json,sys\n"
+            "d = json.load(open(sys.argv[1]))\n"
+            "ev = d[\"traceEvents\"]\n"
+            "every = [e for e in ev if e[\"name\"] == \"every\"]\n"
+            "e = [e for e in every if e[\"args\"][\"thread\"] == 1 and e[\"args\"][\"seq\"] == 57][0]\n"
+            "a = e[\"args\"]\n"
+            "print(len(every), e[\"ph\"], e[\"cat\"], a[\"s8\"], a[\"s64\"], a[\"name\"], repr(a[\"text\"]), "
+            "a[\"ok\"])\n"
+            "names = sorted(set(m[\"args\"][\"name\"] for m in ev if m[\"name\"] == \"thread_name\"))\n"
+            "print(\" \".join(n for n in names if n.startswith(\"tdt\")))\n"
+            "ts = [e[\"ts\"] for e in ev if e[\"ph\"] == \"i\"]\n"
+            "print(ts == sorted(ts))' " +
+            json);
     ASSERT_EQ(py.rc, 0) << py.out;
-    EXPECT_EQ(py.out, "1200 i tdtest -57 -1099511627833 t1-57 'text x of 1' 1\n"
-                      "tdt-worker-0 tdt-worker-1 tdt-worker-2\nTrue\n");
+    EXPECT_EQ(py.out,
+              "1200 i tdtest -57 -1099511627833 t1-57 'text x of 1' 1\n"
+              "tdt-worker-0 tdt-worker-1 tdt-worker-2\nTrue\n");
   }
   // Bad arguments: one clear line and a non-zero exit.
   for (const auto& [args, msg] : std::vector<std::pair<std::string, std::string>>{
@@ -616,7 +636,7 @@ TEST_F(TraceDatTest, TraceCmdPrintsWhatUsrtraceReportPrints) {
   EXPECT_EQ(lines_with(all.out, " every: "), 1200);
   EXPECT_EQ(lines_with(all.out, " tdt_b: "), 1200);
   EXPECT_GT(lines_with(all.out, "EVENTS DROPPED]"), 0);
-  EXPECT_NE(all.out.find("tdt-worker-1"), std::string::npos);        // saved cmdlines
+  EXPECT_NE(all.out.find("tdt-worker-1"), std::string::npos);  // saved cmdlines
   EXPECT_NE(all.out.find("hello from the marker"), std::string::npos);
   EXPECT_NE(all.out.find("write_scenario(): printk 42"), std::string::npos);  // printk's ip, by our kallsyms
 
@@ -640,8 +660,7 @@ TEST_F(TraceDatTest, TraceCmdPrintsWhatUsrtraceReportPrints) {
 TEST(KernelTraceDat, UsrtraceReportPrintsWhatTraceCmdPrints) {
   if (!have_trace_cmd()) GTEST_SKIP() << "trace-cmd is not installed (apt-get install trace-cmd)";
   if (geteuid() != 0) GTEST_SKIP() << "recording the kernel needs root";
-  if (access("/sys/kernel/tracing/instances", F_OK) != 0)
-    run("mount -t tracefs nodev /sys/kernel/tracing");
+  if (access("/sys/kernel/tracing/instances", F_OK) != 0) run("mount -t tracefs nodev /sys/kernel/tracing");
   if (access("/sys/kernel/tracing/instances", F_OK) != 0) GTEST_SKIP() << "no tracefs at /sys/kernel/tracing";
   const std::string dir = tmpdir();
   const std::string inst = "usrtrace_kt_" + std::to_string(getpid());
@@ -733,7 +752,8 @@ TEST_F(TraceDatTest, LibtracecmdGivesTheRecordedTimestampsAndValues) {
     EXPECT_EQ(every, 1200);
 #ifdef USRTRACE_CLI
     // Our v7 (zstd) file too prints the same in both tools.
-    const Proc t = run("trace-cmd report " + o.output), m = run(std::string(USRTRACE_CLI) + " report " + o.output);
+    const Proc t = run("trace-cmd report " + o.output),
+               m = run(std::string(USRTRACE_CLI) + " report " + o.output);
     EXPECT_EQ(t.rc, 0);
     EXPECT_TRUE(t.out == m.out) << "trace-cmd and usrtrace report differ on " << o.output;
     EXPECT_EQ(t.out.find("UNKNOWN"), std::string::npos);

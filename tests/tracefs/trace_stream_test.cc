@@ -113,7 +113,8 @@ TEST_F(TraceStreamTest, TheGraphLayoutStreamsToo) {
     ASSERT_GT(wr("instances/ts/trace_marker", "graph marker number " + std::to_string(i)), 0);
   const std::string big = read_in_chunks("instances/ts/trace", 1 << 20);
   ASSERT_NE(big.find("# tracer: function_graph"), std::string::npos) << big.substr(0, 500);
-  EXPECT_NE(big.find("/* tracing_mark_write: graph marker number 199999 */"), std::string::npos) << big.size() << big.substr(big.size() > 600 ? big.size() - 600 : 0);
+  EXPECT_NE(big.find("/* tracing_mark_write: graph marker number 199999 */"), std::string::npos)
+      << big.size() << big.substr(big.size() > 600 ? big.size() - 600 : 0);
   EXPECT_EQ(read_in_chunks("instances/ts/trace", 4093), big);
   const size_t held = held_by_eight_readers();
   if (held == SIZE_MAX) GTEST_SKIP() << "this allocator (a sanitizer's) does not count bytes in use";

@@ -4,8 +4,8 @@
 // file is open, and an instance that stays has every event intact.
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <cerrno>
+#include <cstdio>
 #include <map>
 #include <thread>
 
@@ -77,8 +77,7 @@ TEST(TracefsConcurrencyTest, MkdirRmdirWhileWritingAndReading) {
   // Writers: a numbered stream each, into every instance the event is on.
   auto write_loop = [&](int32_t w) {
     int32_t s = 0;
-    for (; s < kMaxEventsPerWriter && (s < 1000 || !churn_done.load(std::memory_order_relaxed)); ++s)
-    {
+    for (; s < kMaxEventsPerWriter && (s < 1000 || !churn_done.load(std::memory_order_relaxed)); ++s) {
       trace_tfsother_seq(w, s);
       if (s % 64 == 0) std::this_thread::yield();  // spread the events over the churn
     }

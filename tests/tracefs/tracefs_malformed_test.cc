@@ -31,7 +31,7 @@ std::vector<Case> cases(int ncpus) {
       {"tracing_on", kHuge, ERANGE},
       {"tracing_on", kJunk, EINVAL},
       {"buffer_size_kb", "0", EINVAL},
-      {"buffer_size_kb", "1000000000000000", ENOMEM},  // 10^15 KiB
+      {"buffer_size_kb", "1000000000000000", ENOMEM},   // 10^15 KiB
       {"buffer_size_kb", "18014398509481984", ENOMEM},  // 2^54: kb << 10 would overflow
       {"buffer_size_kb", kHuge, ERANGE},
       {"buffer_size_kb", "12k", EINVAL},
@@ -132,7 +132,9 @@ class TracefsMalformedTest : public ::testing::TestWithParam<bool> {
 };
 
 INSTANTIATE_TEST_SUITE_P(Instances, TracefsMalformedTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "NewInstance" : "Top"; });
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? "NewInstance" : "Top";
+                         });
 
 TEST_P(TracefsMalformedTest, EveryFileRejectsBadInputAndKeepsData) {
   const std::string size_before = rd(p_ + "buffer_size_kb");
@@ -177,7 +179,8 @@ TEST_P(TracefsMalformedTest, EmptyAndOddWritesThroughFileObjects) {
     EXPECT_EQ(file->write("\0", 1), -EINVAL) << f;
   }
   // Writes that are no-ops: accepted.
-  for (const char* f : {"set_event", "set_event_pid", "events/tfstest/ping/filter", "events/tfstest/ping/trigger"}) {
+  for (const char* f :
+       {"set_event", "set_event_pid", "events/tfstest/ping/filter", "events/tfstest/ping/trigger"}) {
     std::unique_ptr<tracefs::File> file;
     ASSERT_EQ(tracefs::open(p_ + f, O_WRONLY | O_APPEND, &file), 0) << f;
     EXPECT_EQ(file->write("  \n", 3), 3) << f;

@@ -64,7 +64,9 @@ class TracefsTest : public ::testing::TestWithParam<bool> {
 };
 
 INSTANTIATE_TEST_SUITE_P(Instances, TracefsTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "NewInstance" : "Top"; });
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? "NewInstance" : "Top";
+                         });
 
 TEST_P(TracefsTest, StatAndListShowTheKernelsTree) {
   tracefs::Stat st;
@@ -75,20 +77,29 @@ TEST_P(TracefsTest, StatAndListShowTheKernelsTree) {
     const char* file;
     mode_t mode;
   } const kModes[] = {
-      {"trace", 0640},          {"trace_pipe", 0440},     {"tracing_on", 0640},
-      {"trace_marker", 0220},   {"trace_marker_raw", 0220}, {"free_buffer", 0200},
-      {"buffer_total_size_kb", 0440}, {"available_tracers", 0440}, {"set_event", 0640},
-      {"events/header_page", 0440}, {"events/tfstest/ping/format", 0440},
-      {"events/tfstest/ping/enable", 0640}, {"per_cpu/cpu0/trace_pipe_raw", 0440},
-      {"per_cpu/cpu0/stats", 0440}, {"options/overwrite", 0640},
+      {"trace", 0640},
+      {"trace_pipe", 0440},
+      {"tracing_on", 0640},
+      {"trace_marker", 0220},
+      {"trace_marker_raw", 0220},
+      {"free_buffer", 0200},
+      {"buffer_total_size_kb", 0440},
+      {"available_tracers", 0440},
+      {"set_event", 0640},
+      {"events/header_page", 0440},
+      {"events/tfstest/ping/format", 0440},
+      {"events/tfstest/ping/enable", 0640},
+      {"per_cpu/cpu0/trace_pipe_raw", 0440},
+      {"per_cpu/cpu0/stats", 0440},
+      {"options/overwrite", 0640},
   };
   for (const auto& m : kModes) {
     ASSERT_EQ(tracefs::stat(path(m.file), &st), 0) << m.file;
     EXPECT_FALSE(st.is_dir) << m.file;
     EXPECT_EQ(st.mode, m.mode) << m.file;
   }
-  for (const char* d : {"events", "events/tfstest", "events/tfstest/ping", "options", "per_cpu",
-                        "per_cpu/cpu0"}) {
+  for (const char* d :
+       {"events", "events/tfstest", "events/tfstest/ping", "options", "per_cpu", "per_cpu/cpu0"}) {
     ASSERT_EQ(tracefs::stat(path(d), &st), 0) << d;
     EXPECT_TRUE(st.is_dir);
     EXPECT_EQ(st.mode, 0750u);
@@ -157,9 +168,12 @@ TEST_P(TracefsTest, EveryListedNameResolvesAndOpensAsItsModeSays) {
         const bool allowed = st.mode & (acc == O_RDONLY ? 0400 : 0200);
         std::unique_ptr<tracefs::File> f;
         const int rc = tracefs::open(p, acc | O_NONBLOCK, &f);
-        if (!allowed) EXPECT_EQ(rc, -EACCES) << p;
-        else if (name == "snapshot_raw") EXPECT_EQ(rc, -ENODEV) << p;  // no spare allocated
-        else EXPECT_EQ(rc, 0) << p << " " << acc;
+        if (!allowed)
+          EXPECT_EQ(rc, -EACCES) << p;
+        else if (name == "snapshot_raw")
+          EXPECT_EQ(rc, -ENODEV) << p;  // no spare allocated
+        else
+          EXPECT_EQ(rc, 0) << p << " " << acc;
       }
     }
   };
@@ -269,7 +283,8 @@ TEST_P(TracefsTest, TraceOptionsAndOptionFiles) {
 
 TEST_P(TracefsTest, CurrentTracerIsNop) {
   EXPECT_EQ(rd(path("current_tracer")), "nop\n");
-  EXPECT_EQ(rd(path("available_tracers")), "timerlat function_graph wakeup_rt wakeup sigsoff section function nop\n");
+  EXPECT_EQ(rd(path("available_tracers")),
+            "timerlat function_graph wakeup_rt wakeup sigsoff section function nop\n");
   EXPECT_EQ(wr(path("current_tracer"), "nop\n"), 4);
   const int before = error_lines();
   EXPECT_EQ(wr(path("current_tracer"), "blk"), -EINVAL);
@@ -296,7 +311,7 @@ TEST_P(TracefsTest, SetEventTruncAppendNegateGlobs) {
   ASSERT_GT(wr(path("set_event"), "*:*"), 0);
   EXPECT_NE(rd(path("set_event")).find("tfstest:ping\n"), std::string::npos);
   EXPECT_EQ(rd(path("set_event")).find("ftrace:"), std::string::npos);  // not settable
-  ASSERT_EQ(wr(path("set_event"), ""), 0);  // echo > set_event clears
+  ASSERT_EQ(wr(path("set_event"), ""), 0);                              // echo > set_event clears
   EXPECT_EQ(rd(path("set_event")), "");
   // The effect is real: only enabled events are recorded.
   wr(path("set_event"), "tfstest:ping");
@@ -453,8 +468,9 @@ TEST_P(TracefsTest, TracePipeRawGivesWholeParsablePages) {
   if (!pinned) GTEST_SKIP() << "cannot pin the thread";
 
   std::unique_ptr<tracefs::File> f;
-  ASSERT_EQ(tracefs::open(path("per_cpu/cpu" + std::to_string(cpu) + "/trace_pipe_raw"),
-                          O_RDONLY | O_NONBLOCK, &f), 0);
+  ASSERT_EQ(
+      tracefs::open(path("per_cpu/cpu" + std::to_string(cpu) + "/trace_pipe_raw"), O_RDONLY | O_NONBLOCK, &f),
+      0);
   const uint32_t psz = inst_->buffer().page_size(cpu);
   std::vector<uint8_t> page(psz);
   std::vector<int32_t> seen;
@@ -534,7 +550,8 @@ TEST_P(TracefsTest, EventFilesFormatIdFilterTrigger) {
   EXPECT_EQ(rd(path("events/tfstest/ping/id")), std::to_string(e->id) + "\n");
   EXPECT_EQ(rd(path("events/tfstest/ping/format")), events::format_text(*e));
   EXPECT_EQ(rd(path("events/tfstest/ping/filter")), "none\n");
-  EXPECT_EQ(rd(path("events/tfstest/ping/trigger")).rfind("# Available triggers:\n# traceon traceoff", 0), 0u);
+  EXPECT_EQ(rd(path("events/tfstest/ping/trigger")).rfind("# Available triggers:\n# traceon traceoff", 0),
+            0u);
   EXPECT_EQ(rd(path("events/ftrace/print/id")), "5\n");
   EXPECT_EQ(rd(path("events/header_page")), rb::header_page_text(inst_->buffer().page_size(0)));
   EXPECT_EQ(rd(path("events/header_event")), rb::header_event_text());
@@ -545,9 +562,11 @@ TEST_P(TracefsTest, EventFilesFormatIdFilterTrigger) {
   const std::string log = rd(path("error_log"));
   EXPECT_EQ(error_lines(), before + 2);
   EXPECT_NE(log.find("event filter parse error: error: Field not found\n  Command: nosuch > 3\n"),
-            std::string::npos) << log;
+            std::string::npos)
+      << log;
   EXPECT_NE(log.find("event trigger: error: Unknown trigger command\n  Command: traceoffx\n"),
-            std::string::npos) << log;
+            std::string::npos)
+      << log;
   EXPECT_EQ(rd(path("events/tfstest/ping/filter")), "none\n");  // the refused filter is not in force
 }
 

@@ -15,8 +15,7 @@
 
 USRTRACE_EVENT(tfstest, ping, (int32_t, n), "n=%d", REC->n)
 USRTRACE_EVENT(tfstest, pong, (int32_t, n), "n=%d", REC->n)
-USRTRACE_EVENT(tfsother, seq, (int32_t, writer)(int32_t, seq), "writer=%d seq=%d", REC->writer,
-               REC->seq)
+USRTRACE_EVENT(tfsother, seq, (int32_t, writer)(int32_t, seq), "writer=%d seq=%d", REC->writer, REC->seq)
 
 namespace usrtrace::tracefs_test {
 

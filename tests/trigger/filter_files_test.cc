@@ -79,10 +79,9 @@ TEST_P(FilterFilesTest, EventsRstSignalExample) {
   EXPECT_EQ(rd(f), std::string(expr) + "\n");
   for (int sig : {9, 10, 14, 15, 16, 17, 18})
     for (const char* comm : {"bash", "zsh"}) trace_sigtest_signal_generate(sig, 0, comm, 1, 0, 0);
-  EXPECT_EQ(lines("signal_generate"),
-            (std::vector<std::string>{"sig=10 code=0 comm=zsh pid=1 grp=0 res=0",
-                                      "sig=14 code=0 comm=zsh pid=1 grp=0 res=0",
-                                      "sig=17 code=0 comm=zsh pid=1 grp=0 res=0"}));
+  EXPECT_EQ(lines("signal_generate"), (std::vector<std::string>{"sig=10 code=0 comm=zsh pid=1 grp=0 res=0",
+                                                                "sig=14 code=0 comm=zsh pid=1 grp=0 res=0",
+                                                                "sig=17 code=0 comm=zsh pid=1 grp=0 res=0"}));
 }
 
 TEST_P(FilterFilesTest, UnknownFieldIsRefusedWithACaretAndTheOldFilterStays) {
@@ -181,7 +180,8 @@ TEST_P(FilterFilesTest, SubsystemFilterSetsTheEventsThatHaveTheField) {
   EXPECT_EQ(rd(p("events/schedtest/sched_switch/filter")), "common_pid != 0\n");
   // A field no event has: refused, nothing changed.
   EXPECT_EQ(wr(sys, "nosuch == 1"), -EINVAL);
-  EXPECT_NE(last_error().find("Couldn't find or set field in one of a subsystem's events"), std::string::npos);
+  EXPECT_NE(last_error().find("Couldn't find or set field in one of a subsystem's events"),
+            std::string::npos);
   EXPECT_EQ(rd(p("events/schedtest/sched_switch/filter")), "common_pid != 0\n");
   // A syntax error: its own message.
   EXPECT_EQ(wr(sys, "(prev_pid == 1"), -EINVAL);
@@ -254,7 +254,8 @@ TEST_P(FilterFilesTest, TriggerFilters) {
   const std::string cmd = "stacktrace if nosuch == 1";
   EXPECT_EQ(tracefs::write_file(t, cmd, true), -EINVAL);
   const std::string err = last_error();
-  EXPECT_EQ(err.rfind("event filter parse error: error: Field not found\n  Command: " + cmd + "\n", 0), 0u) << err;
+  EXPECT_EQ(err.rfind("event filter parse error: error: Field not found\n  Command: " + cmd + "\n", 0), 0u)
+      << err;
 }
 
 }  // namespace

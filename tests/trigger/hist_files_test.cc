@@ -81,7 +81,8 @@ TEST_P(HistFilesTest, PauseContinueClearAndRemove) {
 
 TEST_P(HistFilesTest, TriggerFilterAndStringKeys) {
   ASSERT_GT(add(ev("req", "trigger"), "hist:keys=path:vals=bytes:sort=bytes.descending if id > 1"), 0);
-  EXPECT_NE(rd(ev("req", "trigger")).find(" if id > 1 [active]"), std::string::npos) << rd(ev("req", "trigger"));
+  EXPECT_NE(rd(ev("req", "trigger")).find(" if id > 1 [active]"), std::string::npos)
+      << rd(ev("req", "trigger"));
   trace_histtest_req(1, 1000, "/skipped");
   trace_histtest_req(2, 10, "/small");
   trace_histtest_req(3, 500, "/big");
@@ -134,8 +135,9 @@ TEST_P(HistFilesTest, ExecnameIsTheNameAtTheFirstRecord) {
 }
 
 TEST_P(HistFilesTest, ThreadsAggregateExactly) {
-  EXPECT_EQ(add(ev("req", "trigger"), "hist:keys=id:vals=bytes:size=64"), -EINVAL);  // the kernel's minimum is 128
-  ASSERT_GT(add(ev("req", "trigger"), "hist:keys=id:vals=bytes:size=100"), 0);        // rounded up to 128
+  EXPECT_EQ(add(ev("req", "trigger"), "hist:keys=id:vals=bytes:size=64"),
+            -EINVAL);                                                           // the kernel's minimum is 128
+  ASSERT_GT(add(ev("req", "trigger"), "hist:keys=id:vals=bytes:size=100"), 0);  // rounded up to 128
   EXPECT_NE(rd(ev("req", "trigger")).find(":size=128 [active]"), std::string::npos);
   constexpr int kThreads = 4, kEach = 20000;
   std::vector<std::thread> ts;

@@ -2,8 +2,8 @@
 // traceon/traceoff/snapshot/stacktrace/enable_event/disable_event with
 // counts, removal, listing, soft mode, firing without the event enabled,
 // from signal handlers, and the cleanup when an instance goes.
-#include <gtest/gtest.h>
 #include <dlfcn.h>
+#include <gtest/gtest.h>
 #include <pthread.h>
 #include <signal.h>
 
@@ -119,9 +119,10 @@ TEST_P(TriggerTest, AListedLineWrittenBackAfterABangRemovesItsTrigger) {
   for (const std::string& line : listed) {
     EXPECT_GT(wr(ev("ping", "trigger"), "!" + line), 0) << line;
   }
-  EXPECT_EQ(rd(ev("ping", "trigger")), "# Available triggers:\n"
-                                       "# traceon traceoff snapshot stacktrace enable_event disable_event "
-                                       "enable_hist disable_hist hist\n");
+  EXPECT_EQ(rd(ev("ping", "trigger")),
+            "# Available triggers:\n"
+            "# traceon traceoff snapshot stacktrace enable_event disable_event "
+            "enable_hist disable_hist hist\n");
 }
 
 TEST_P(TriggerTest, FiresWhenTheEventIsNotEnabled) {
@@ -228,7 +229,8 @@ TEST_P(TriggerTest, TriggersFireFromSignalHandlers) {
   const std::string trace = rd(p("trace"));
   EXPECT_NE(trace.find("n=100 name=handler"), std::string::npos) << trace;
   // The unwinder crosses the signal frame: the handler, then raise's caller.
-  EXPECT_NE(trace.find("<user stack trace>\n => usrtrace::trigtest_on_signal(int)+0x"), std::string::npos) << trace;
+  EXPECT_NE(trace.find("<user stack trace>\n => usrtrace::trigtest_on_signal(int)+0x"), std::string::npos)
+      << trace;
   EXPECT_EQ(rd(ev("pong", "enable")), "1*\n");
 }
 
@@ -277,7 +279,8 @@ TEST_P(TriggerTest, BadCommandsFailWithAnErrorLogLine) {
     tracefs::write_file(p("error_log"), "", false);  // O_TRUNC clears it
     EXPECT_EQ(wr(t, c.cmd), -c.err);
     const std::string log = rd(p("error_log"));
-    const std::string cmd(std::string_view(c.cmd).substr(0, std::string_view(c.cmd).find_last_not_of(' ') + 1));
+    const std::string cmd(
+        std::string_view(c.cmd).substr(0, std::string_view(c.cmd).find_last_not_of(' ') + 1));
     const std::string want = std::string("event trigger: error: ") + c.message + "\n  Command: " + cmd +
                              "\n" + std::string(11 + c.caret, ' ') + "^\n";
     EXPECT_NE(log.find(want), std::string::npos) << log;
@@ -379,7 +382,8 @@ TEST_P(TriggerTest, ChangingTriggersWhileThreadsWrite) {
     pthread_kill(writers[static_cast<size_t>(round % 3)].native_handle(), SIGUSR2);
     ASSERT_GT(wr(t, "!enable_event:trigtest:pong"), 0);
     ASSERT_GT(wr(t, "!traceon"), 0);
-    ASSERT_GT(wr(t, round % 2 ? "hist:keys=name:vals=n:clear if n >= 0" : "!hist:keys=name:vals=n if n >= 0"), 0);
+    ASSERT_GT(wr(t, round % 2 ? "hist:keys=name:vals=n:clear if n >= 0" : "!hist:keys=name:vals=n if n >= 0"),
+              0);
     if (round % 2) {
       ASSERT_GT(wr(t, "!hist:keys=name:vals=n if n >= 0"), 0);
     }

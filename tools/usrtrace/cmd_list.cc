@@ -15,7 +15,8 @@ Runner add_list(CLI::App& app) {
     bool events = false, tracers = false, options = false, functions = false;
   };
   auto o = std::make_shared<Options>();
-  CLI::App* sub = app.add_subcommand("list", "List traceable processes, or a process's events, tracers, options");
+  CLI::App* sub =
+      app.add_subcommand("list", "List traceable processes, or a process's events, tracers, options");
   sub->add_option("-P", o->pid, "Process to list for (without it: the processes that can be traced)")
       ->check(CLI::PositiveNumber);
   sub->add_flag("-e", o->events, "Events (available_events)");

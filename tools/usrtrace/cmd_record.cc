@@ -12,13 +12,13 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -49,8 +49,8 @@ void add_file_options(CLI::App* sub, FileOptions* f) {
 
 void report(const std::string& verb, const RecordStats& st, const std::string& file) {
   fprintf(stderr, "usrtrace %s: %llu pages (%llu bytes) written to %s; %llu events lost\n", verb.c_str(),
-          static_cast<unsigned long long>(st.pages), static_cast<unsigned long long>(st.bytes),
-          file.c_str(), static_cast<unsigned long long>(st.lost_events));
+          static_cast<unsigned long long>(st.pages), static_cast<unsigned long long>(st.bytes), file.c_str(),
+          static_cast<unsigned long long>(st.lost_events));
 }
 
 // The preloaded runtime: USRTRACE_PRELOAD, the build tree's, or the one
@@ -67,9 +67,10 @@ std::string preload_library() {
     self[n] = '\0';
     std::string dir(self);
     dir = dir.substr(0, dir.rfind('/'));
-    for (const char* rel : {"/../lib/libusrtrace-preload.so", "/../lib/x86_64-linux-gnu/libusrtrace-preload.so",
-                            "/../lib64/libusrtrace-preload.so"}) {
-      const std::string p = dir + rel;
+    for (const char* rel :
+         {"/../lib/libusrtrace-preload.so", "/../lib/x86_64-linux-gnu/libusrtrace-preload.so",
+          "/../lib64/libusrtrace-preload.so"}) {
+      std::string p = dir + rel;
       if (::stat(p.c_str(), &st) == 0) return p;
     }
   }
@@ -130,8 +131,9 @@ int spawn(const std::vector<std::string>& cmd, const std::string& follow, Child*
       return 1;  // the child said why
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
-    return fail("record", cmd[0] + " did not start with usrtrace's runtime (a static program, or one "
-                          "that replaces LD_PRELOAD?)");
+    return fail("record", cmd[0] +
+                              " did not start with usrtrace's runtime (a static program, or one "
+                              "that replaces LD_PRELOAD?)");
   }
   return 0;
 }
@@ -156,7 +158,8 @@ class Follower {
     addr.sun_family = AF_UNIX;
     std::memcpy(addr.sun_path, path_.c_str(), path_.size() + 1);
     fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd_, 64) != 0) {
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::listen(fd_, 64) != 0) {
       *err = path_ + ": " + std::strerror(errno);
       return -1;
     }
@@ -191,7 +194,8 @@ class Follower {
       if (c < 0) continue;
       pollfd q{c, POLLIN, 0};
       int32_t pid = 0;
-      if (::poll(&q, 1, 2000) == 1 && ::read(c, &pid, sizeof pid) == static_cast<ssize_t>(sizeof pid) && pid > 0)
+      if (::poll(&q, 1, 2000) == 1 && ::read(c, &pid, sizeof pid) == static_cast<ssize_t>(sizeof pid) &&
+          pid > 0)
         take(rec, setup, pid);
       [[maybe_unused]] ssize_t w = ::write(c, "G", 1);  // recorded or not, it goes on
       ::close(c);
@@ -236,15 +240,15 @@ Runner add_record(CLI::App& app) {
   o->setup.add_options(sub);
   add_file_options(sub, &o->file);
   sub->add_flag("-k", o->keep, "Keep the tracing set up after recording (default: take it back)");
-  sub->add_flag("-F", o->setup.main_thread_only,
-                "With -- COMMAND: function tracers trace only its main thread (set_ftrace_pid), as trace-cmd's -F");
+  sub->add_flag(
+      "-F", o->setup.main_thread_only,
+      "With -- COMMAND: function tracers trace only its main thread (set_ftrace_pid), as trace-cmd's -F");
   sub->add_flag("-c", o->children,
                 "With -- COMMAND: also record the programs it starts, and theirs (into the same file)");
   sub->add_option("command", o->command, "-- COMMAND ARGS: start and record this program");
   sub->positionals_at_end();
   return [o] {
-    if ((o->pid != 0) == !o->command.empty())
-      return fail("record", "give either -P PID or -- COMMAND ARGS");
+    if ((o->pid != 0) == !o->command.empty()) return fail("record", "give either -P PID or -- COMMAND ARGS");
     if (o->setup.main_thread_only && o->command.empty())
       return fail("record", "-F traces only the command record starts: give -- COMMAND ARGS");
     if (o->children && o->command.empty())
@@ -366,8 +370,8 @@ Runner add_record(CLI::App& app) {
       if (interrupted() && !asked) {
         asked = true;
         interrupted_at = std::chrono::steady_clock::now();
-        if (child.pid <= 0) break;                  // -P: stop recording, the process goes on
-        kill(child.pid, SIGINT);                    // in case it is not in our terminal's group
+        if (child.pid <= 0) break;  // -P: stop recording, the process goes on
+        kill(child.pid, SIGINT);    // in case it is not in our terminal's group
       }
       // A command that caught or ignored the signal and goes on: 10 s.
       // One whose runtime holds it for us (process_exiting): until the

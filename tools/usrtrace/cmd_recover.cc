@@ -178,8 +178,8 @@ int run(const Options& o, bool version_given, bool compress_given) {
   }
   for (const Recovery::Format& f : rec->formats())
     if (tep_parse_event(tep.get(), f.text.data(), f.text.size(), f.system.c_str()) != 0)
-      fprintf(stderr, "usrtrace recover: warning: cannot parse the format of %s (id %u)\n",
-              f.system.c_str(), f.id);
+      fprintf(stderr, "usrtrace recover: warning: cannot parse the format of %s (id %u)\n", f.system.c_str(),
+              f.id);
   for (const auto& [tid, comm] : rec->cmdlines()) tep_register_comm(tep.get(), comm.c_str(), tid);
   const Recovery::Info& info = rec->info();
   printf("# recovered from %s: pid %d (%s), instance %s, clock %s\n", o.file.c_str(), info.pid,
@@ -206,8 +206,10 @@ Runner add_recover(CLI::App& app) {
       ->required();
   sub->add_flag("--raw", o->raw, "print records as pid, cpu, time, type and bytes");
   sub->add_flag("--snapshots", o->snapshots, "also print the snapshot buffers in the file");
-  sub->add_option("-o,--tracedat", o->tracedat, "write the live buffer as a trace.dat instead of printing it");
-  CLI::Option* version = sub->add_option("--file-version", o->file_version, "trace.dat version: 6 or 7 (default)");
+  sub->add_option("-o,--tracedat", o->tracedat,
+                  "write the live buffer as a trace.dat instead of printing it");
+  CLI::Option* version =
+      sub->add_option("--file-version", o->file_version, "trace.dat version: 6 or 7 (default)");
   CLI::Option* compress = sub->add_flag("--compress", o->compress, "zstd-compress the trace.dat (version 7)");
   return [o, version, compress] { return run(*o, version->count() > 0, compress->count() > 0); };
 }

@@ -85,14 +85,16 @@ int add_filter(const std::string& spec, tep_handle* tep, const TepSession& sessi
       std::string err;
       auto f = TraceFile::EventFilter::compile(session.format_of(ev->id), expr, &err);
       if (!f) {
-        fprintf(stderr, "usrtrace report: -F '%s': %s/%s:\n%s", spec.c_str(), ev->system, ev->name, err.c_str());
+        fprintf(stderr, "usrtrace report: -F '%s': %s/%s:\n%s", spec.c_str(), ev->system, ev->name,
+                err.c_str());
         if (!err.empty() && err.back() != '\n') fputc('\n', stderr);
         return -1;
       }
       list.push_back(std::move(f));
     }
     if (matched == 0) {
-      fprintf(stderr, "usrtrace report: -F '%s': no event matches '%s/%s'\n", spec.c_str(), sys.c_str(), name.c_str());
+      fprintf(stderr, "usrtrace report: -F '%s': no event matches '%s/%s'\n", spec.c_str(), sys.c_str(),
+              name.c_str());
       return -1;
     }
   }
@@ -117,20 +119,21 @@ void print_event_name(trace_seq* s, tep_event* ev) {
 }
 
 int print_stat(const TraceFile& f) {
-  printf("\nKernel buffer statistics:\n"
-         "  Note: \"entries\" are the entries left in the kernel ring buffer and are not\n"
-         "        recorded in the trace data. They should all be zero.\n\n");
+  printf(
+      "\nKernel buffer statistics:\n"
+      "  Note: \"entries\" are the entries left in the kernel ring buffer and are not\n"
+      "        recorded in the trace data. They should all be zero.\n\n");
   if (f.cpu_stats().empty()) {
     printf(" No stats in this file\n");
   } else {
     std::string all;
-    for (std::string s : f.cpu_stats()) all += s + "\n";  // the option's NUL became '\n'
+    for (const std::string& s : f.cpu_stats()) all += s + "\n";  // the option's NUL became '\n'
     printf("%s\n", all.c_str());
   }
   const TraceFile::Buffer& top = f.buffers()[0];
   for (size_t i = 0; i < top.cpus.size(); ++i)
-    printf("CPU%zu data recorded at offset=0x%" PRIx64 "\n    %" PRIu64 " bytes in size\n", i, top.cpus[i].offset,
-           top.cpus[i].size);
+    printf("CPU%zu data recorded at offset=0x%" PRIx64 "\n    %" PRIu64 " bytes in size\n", i,
+           top.cpus[i].offset, top.cpus[i].size);
   return 0;
 }
 
@@ -172,7 +175,8 @@ int run(Options o) {
     if (found < 0) {
       std::string have;
       for (const auto& b : f.buffers()) have += " " + (b.name.empty() ? std::string("top") : b.name);
-      fprintf(stderr, "usrtrace report: no buffer '%s' in %s (it has:%s)\n", name.c_str(), o.input.c_str(), have.c_str());
+      fprintf(stderr, "usrtrace report: no buffer '%s' in %s (it has:%s)\n", name.c_str(), o.input.c_str(),
+              have.c_str());
       return 1;
     }
     bufs.push_back(found);
@@ -189,14 +193,16 @@ int run(Options o) {
   std::string clock = f.trace_clock();
   {
     const size_t a = clock.find('['), b = clock.find(']');
-    clock = a != std::string::npos && b != std::string::npos && b > a ? clock.substr(a + 1, b - a - 1) : f.buffers()[0].clock;
+    clock = a != std::string::npos && b != std::string::npos && b > a ? clock.substr(a + 1, b - a - 1)
+                                                                      : f.buffers()[0].clock;
   }
   const bool in_ns = clock_in_ns(clock);
 
   if (o.format == "json") {
     TraceFile::Cursor cur(f, bufs, o.cpus);
-    int r = write_json(f, *session, cur, in_ns,
-                       [&](const TraceFile::Record& rec, const char* comm) { return shown(filters, rec, comm); }, stdout);
+    int r = write_json(
+        f, *session, cur, in_ns,
+        [&](const TraceFile::Record& rec, const char* comm) { return shown(filters, rec, comm); }, stdout);
     for (const std::string& w : f.warnings()) fprintf(stderr, "usrtrace report: warning: %s\n", w.c_str());
     return r;
   }
@@ -231,8 +237,10 @@ int run(Options o) {
     trace_seq_reset(&s);
     if (instances) {
       const std::string& name = f.buffers()[static_cast<size_t>(r.buffer)].name;
-      if (name.empty()) trace_seq_printf(&s, "%*s  ", static_cast<int>(name_width), "");
-      else trace_seq_printf(&s, "%*s: ", static_cast<int>(name_width), name.c_str());
+      if (name.empty())
+        trace_seq_printf(&s, "%*s  ", static_cast<int>(name_width), "");
+      else
+        trace_seq_printf(&s, "%*s: ", static_cast<int>(name_width), name.c_str());
     }
     if (r.missed > 0)
       trace_seq_printf(&s, "CPU:%d [%" PRId64 " EVENTS DROPPED]\n", r.cpu, r.missed);
@@ -261,7 +269,8 @@ int run(Options o) {
 
 Runner add_report(CLI::App& app) {
   auto o = std::make_shared<Options>();
-  CLI::App* sub = app.add_subcommand("report", "print a trace.dat as trace-cmd report does, or export it as JSON");
+  CLI::App* sub =
+      app.add_subcommand("report", "print a trace.dat as trace-cmd report does, or export it as JSON");
   sub->add_option("FILE", o->positional, "the trace.dat (default: trace.dat)");
   sub->add_option("-i,--input", o->input, "the trace.dat to read");
   sub->add_option("--cpu", o->cpus, "only these CPUs (N or N,M; repeatable)")
@@ -274,7 +283,8 @@ Runner add_report(CLI::App& app) {
       ->expected(1)
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  sub->add_option("-B,--buffer", o->buffers, "only this instance's buffer ('top' for the top instance; repeatable)")
+  sub->add_option("-B,--buffer", o->buffers,
+                  "only this instance's buffer ('top' for the top instance; repeatable)")
       ->expected(1)
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);

@@ -59,16 +59,17 @@ Runner add_show(CLI::App& app) {
   sub->add_flag("-p,--pipe", o->pipe, "Follow trace_pipe (consuming) until Ctrl-C or the process exits");
   sub->add_option("-c,--cpu", o->cpu, "Only this CPU (per_cpu/cpuN/...)")->check(CLI::NonNegativeNumber);
   const std::pair<const char*, const char*> settings[] = {
-      {"--tracing_on", "tracing_on"},         {"--current_tracer", "current_tracer"},
-      {"--buffer_size", "buffer_size_kb"},    {"--buffer_total_size", "buffer_total_size_kb"},
-      {"--buffer_percent", "buffer_percent"}, {"--cpumask", "tracing_cpumask"},
+      {"--tracing_on", "tracing_on"},           {"--current_tracer", "current_tracer"},
+      {"--buffer_size", "buffer_size_kb"},      {"--buffer_total_size", "buffer_total_size_kb"},
+      {"--buffer_percent", "buffer_percent"},   {"--cpumask", "tracing_cpumask"},
       {"--ftrace_filter", "set_ftrace_filter"}, {"--ftrace_notrace", "set_ftrace_notrace"},
-      {"--ftrace_pid", "set_ftrace_pid"},     {"--graph_function", "set_graph_function"},
+      {"--ftrace_pid", "set_ftrace_pid"},       {"--graph_function", "set_graph_function"},
       {"--graph_notrace", "set_graph_notrace"}, {"--set_event", "set_event"},
-      {"--trace_clock", "trace_clock"},       {"--error_log", "error_log"}};
+      {"--trace_clock", "trace_clock"},         {"--error_log", "error_log"}};
   for (const auto& [flag, file] : settings)
-    sub->add_flag_callback(flag, [o, f = std::string(file)] { o->files.push_back(f); },
-                           std::string("Print ") + file)
+    sub->add_flag_callback(
+           flag, [o, f = std::string(file)] { o->files.push_back(f); },
+           std::string("Print ") + file)
         ->trigger_on_parse();  // printed in the order given
   return [o] {
     auto c = connect_to("show", o->pid);
@@ -92,7 +93,8 @@ Runner add_stream(CLI::App& app) {
     Setup setup;
   };
   auto o = std::make_shared<Options>();
-  CLI::App* sub = app.add_subcommand("stream", "Print a process's events as they come, until Ctrl-C or its exit");
+  CLI::App* sub =
+      app.add_subcommand("stream", "Print a process's events as they come, until Ctrl-C or its exit");
   sub->add_option("-P", o->pid, "Process")->required()->check(CLI::PositiveNumber);
   o->setup.add_options(sub);
   return [o] {

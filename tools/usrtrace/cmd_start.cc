@@ -37,7 +37,8 @@ std::vector<std::string> targets_of(control::Client& c, const Targets& t) {
 
 void add_targets(CLI::App* sub, Targets* t) {
   sub->add_option("-P", t->pid, "Process")->required()->check(CLI::PositiveNumber);
-  sub->add_option("-B", t->instances, "Instance (repeatable)")->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  sub->add_option("-B", t->instances, "Instance (repeatable)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->add_flag("-a", t->all, "Every instance and the top");
   sub->add_flag("-t", t->top, "The top instance too, with -B");
 }
@@ -113,7 +114,8 @@ Runner add_start(CLI::App& app) {
 
 Runner add_stop(CLI::App& app) {
   auto t = std::make_shared<Targets>();
-  CLI::App* sub = app.add_subcommand("stop", "Turn tracing off in a process (the buffers keep what they hold)");
+  CLI::App* sub =
+      app.add_subcommand("stop", "Turn tracing off in a process (the buffers keep what they hold)");
   add_targets(sub, t.get());
   return [t] { return set_tracing("stop", *t, "0"); };
 }
@@ -149,7 +151,8 @@ Runner add_reset(CLI::App& app) {
       c->write_file(dir + "trace", "");
       c->write_file(dir + "tracing_on", "1");
       if (o->remove && !inst.empty())
-        if (int rc = c->rmdir("instances/" + inst); rc < 0) return fail("reset", why("instances/" + inst, rc));
+        if (int rc = c->rmdir("instances/" + inst); rc < 0)
+          return fail("reset", why("instances/" + inst, rc));
     }
     return 0;
   };

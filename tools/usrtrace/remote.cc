@@ -61,12 +61,15 @@ bool interrupted() { return g_interrupted.load(std::memory_order_relaxed); }
 void Setup::add_options(CLI::App* sub, bool with_instances) {
   auto add = [this, sub](const char* names, char opt, const char* help) {
     sub->add_option_function<std::string>(
-           names, [this, opt](const std::string& v) { actions.push_back({opt, v}); }, help)
+           names,
+           [this, opt](const std::string& v) {
+             actions.push_back({opt, v});
+           },
+           help)
         ->trigger_on_parse()
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   };
-  if (with_instances)
-    add("-B", 'B', "Instance the options after it apply to (made if missing)");
+  if (with_instances) add("-B", 'B', "Instance the options after it apply to (made if missing)");
   add("-e", 'e', "Event to enable: SYS:EVENT, SYS, EVENT or all (globs work)");
   add("-f", 'f', "Filter for the -e before it (the kernel's filter language)");
   add("-p", 'p', "Tracer for current_tracer");
@@ -118,8 +121,10 @@ int Setup::apply(const std::string& verb, control::Client& c, Undo* undo, int pi
     switch (a.opt) {
       case 'B': {
         const int rc = c.mkdir("instances/" + a.value);
-        if (rc == 0) undo->created.push_back(a.value);
-        else if (rc != -EEXIST) return fail(verb, why("instances/" + a.value, rc));
+        if (rc == 0)
+          undo->created.push_back(a.value);
+        else if (rc != -EEXIST)
+          return fail(verb, why("instances/" + a.value, rc));
         dir = instance_dir(a.value);
         last_event_filter.clear();
         break;
@@ -139,7 +144,8 @@ int Setup::apply(const std::string& verb, control::Client& c, Undo* undo, int pi
           }
         } else if (spec.find_first_of("*?[") == std::string::npos) {
           const size_t colon = spec.find(':');
-          last_event_filter = dir + "events/" + spec.substr(0, colon) + "/" + spec.substr(colon + 1) + "/filter";
+          last_event_filter =
+              dir + "events/" + spec.substr(0, colon) + "/" + spec.substr(colon + 1) + "/filter";
         }
         if (missing_events_ok) {
           const long rc = c.write_file(dir + "set_event", spec, true);
@@ -186,7 +192,9 @@ int Setup::apply(const std::string& verb, control::Client& c, Undo* undo, int pi
       case 'l':
       case 'n':
       case 'g': {
-        const char* file = a.opt == 'l' ? "set_ftrace_filter" : a.opt == 'n' ? "set_ftrace_notrace" : "set_graph_function";
+        const char* file = a.opt == 'l'   ? "set_ftrace_filter"
+                           : a.opt == 'n' ? "set_ftrace_notrace"
+                                          : "set_graph_function";
         if (!write(dir + file, a.value, true)) return 1;
         // "!X" takes X back out (a function, a glob or a command).
         if (a.value.rfind('!', 0) != 0) undo->writes.push_back({dir + file, "!" + a.value});

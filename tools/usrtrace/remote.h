@@ -33,7 +33,7 @@ bool interrupted();
 // the options after it apply there; -f applies to the -e before it.
 struct Setup {
   struct Action {
-    char opt;            // 'B', 'e', 'f', 'p', 'b', 'O', 'C', 'l', 'n', 'g', 'd' (--max-graph-depth)
+    char opt;  // 'B', 'e', 'f', 'p', 'b', 'O', 'C', 'l', 'n', 'g', 'd' (--max-graph-depth)
     std::string value;
   };
   std::vector<Action> actions;

@@ -13,11 +13,21 @@ void escape(std::string* out, const char* s, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
     switch (c) {
-      case '"': *out += "\\\""; break;
-      case '\\': *out += "\\\\"; break;
-      case '\n': *out += "\\n"; break;
-      case '\t': *out += "\\t"; break;
-      case '\r': *out += "\\r"; break;
+      case '"':
+        *out += "\\\"";
+        break;
+      case '\\':
+        *out += "\\\\";
+        break;
+      case '\n':
+        *out += "\\n";
+        break;
+      case '\t':
+        *out += "\\t";
+        break;
+      case '\r':
+        *out += "\\r";
+        break;
       default:
         if (c < 0x20 || c >= 0x7f) {  // keep the output ASCII: bytes as \u00XX
           char b[8];
@@ -33,7 +43,8 @@ void escape(std::string* out, const char* s, size_t n) {
 void escape(std::string* out, const std::string& s) { escape(out, s.data(), s.size()); }
 
 // One field's value as JSON.
-void field_value(std::string* out, tep_handle* tep, const tep_format_field* fl, const uint8_t* data, uint32_t len) {
+void field_value(std::string* out, tep_handle* tep, const tep_format_field* fl, const uint8_t* data,
+                 uint32_t len) {
   uint32_t off = static_cast<uint32_t>(fl->offset), size = static_cast<uint32_t>(fl->size);
   if (fl->flags & TEP_FIELD_IS_DYNAMIC) {
     if (off + 4 > len) return (void)(*out += "null");
@@ -107,7 +118,8 @@ int write_json(const TraceFile& f, const TepSession& session, TraceFile::Cursor&
     if (ev && std::strcmp(ev->system, "ftrace") == 0 &&
         (std::strcmp(ev->name, "funcgraph_entry") == 0 || std::strcmp(ev->name, "funcgraph_exit") == 0)) {
       unsigned long long func = 0;
-      if (tep_format_field* ff = tep_find_field(ev, "func"); ff && tep_read_number_field(ff, r.data, &func) == 0) {
+      if (tep_format_field* ff = tep_find_field(ev, "func");
+          ff && tep_read_number_field(ff, r.data, &func) == 0) {
         const char* fname = tep_find_function(tep, func);
         char hex[32];
         snprintf(hex, sizeof hex, "0x%llx", func);
@@ -161,7 +173,8 @@ int write_json(const TraceFile& f, const TepSession& session, TraceFile::Cursor&
   escape(&buf, f.uname().empty() ? std::string("trace") : "trace (" + f.uname() + ")");
   buf += "}}";
   for (const auto& [tid, comm] : threads) {
-    buf += ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":" + std::to_string(tid) + ",\"args\":{\"name\":";
+    buf += ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":" + std::to_string(tid) +
+           ",\"args\":{\"name\":";
     escape(&buf, comm);
     buf += "}}";
   }

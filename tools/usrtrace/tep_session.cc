@@ -29,12 +29,10 @@ std::unique_ptr<TepSession> TepSession::load(const TraceFile& f, std::string* wa
     }
   }
   if (!f.kallsyms().empty()) {
-    std::string k = f.kallsyms();
-    tep_parse_kallsyms(tep, k.c_str());
+    tep_parse_kallsyms(tep, f.kallsyms().c_str());
   }
   if (!f.printk_formats().empty()) {
-    std::string p = f.printk_formats();
-    tep_parse_printk_formats(tep, p.c_str());
+    tep_parse_printk_formats(tep, f.printk_formats().c_str());
   }
   // saved_cmdlines: "PID COMM" lines.
   const std::string& c = f.cmdlines();

@@ -26,10 +26,10 @@ namespace internal {
 
 // ABI: the kernel's common fields (8 bytes on current kernels).
 struct CommonHeader {
-  uint16_t type;           // the event id
-  uint8_t flags;           // see src/events/flags.h for their user-space meaning
-  uint8_t preempt_count;   // low nibble: write nesting depth (signal handlers)
-  int32_t pid;             // thread id
+  uint16_t type;          // the event id
+  uint8_t flags;          // see src/events/flags.h for their user-space meaning
+  uint8_t preempt_count;  // low nibble: write nesting depth (signal handlers)
+  int32_t pid;            // thread id
 };
 static_assert(sizeof(CommonHeader) == 8);
 
@@ -38,9 +38,9 @@ static_assert(sizeof(CommonHeader) == 8);
 using DataLoc = uint32_t;
 
 enum class FieldKind : uint8_t {
-  kInteger,    // signed or unsigned, 1/2/4/8 bytes
+  kInteger,  // signed or unsigned, 1/2/4/8 bytes
   kBool,
-  kEnum,       // printed as its underlying integer
+  kEnum,  // printed as its underlying integer
   kPointer,
   kCharArray,  // char name[N], NUL-terminated when written
   kByteArray,  // u8 name[N]
@@ -50,10 +50,10 @@ enum class FieldKind : uint8_t {
 
 struct FieldDesc {
   const char* name;
-  const char* type;      // C type as the format file prints it ("u64", "char", "__data_loc char[]")
-  uint16_t offset;       // in the record
-  uint16_t size;         // 4 for __data_loc fields
-  uint16_t array_len;    // fixed arrays: element count; else 0
+  const char* type;    // C type as the format file prints it ("u64", "char", "__data_loc char[]")
+  uint16_t offset;     // in the record
+  uint16_t size;       // 4 for __data_loc fields
+  uint16_t array_len;  // fixed arrays: element count; else 0
   bool is_signed;
   FieldKind kind;
 };
@@ -80,15 +80,15 @@ struct EventDesc {
   const char* print_fmt;  // the text after "print fmt: " in the format file
   const FieldDesc* fields;
   uint16_t nfields;
-  uint16_t fixed_size;    // sizeof the record, common header included
+  uint16_t fixed_size;  // sizeof the record, common header included
   PrintFn print;
   // Bit i set: the event is written into the instance in slot i; bit
   // kControlBit: see there. Changed with atomic or/and (by the control plane,
   // and by enable_event/disable_event triggers on the write path), read by
   // every call site: nonzero means the call site calls write_event().
   std::atomic<uint64_t> enabled{0};
-  uint16_t id = 0;              // assigned at registration
-  EventDesc* next = nullptr;    // registry list, under the registry lock
+  uint16_t id = 0;            // assigned at registration
+  EventDesc* next = nullptr;  // registry list, under the registry lock
   bool registered = false;
   // Set with kControlBit, before it; freed only after the event is
   // unregistered and a grace period has passed.
@@ -120,19 +120,23 @@ struct FieldTraits {
 };
 
 template <class T>
-  requires(std::is_integral_v<T> && !std::is_same_v<T, bool>)
-struct FieldTraits<T> {
+requires(std::is_integral_v<T> && !std::is_same_v<T, bool>) struct FieldTraits<T> {
   using Storage = T;
   using Param = T;
   static constexpr FieldKind kind = FieldKind::kInteger;
   static constexpr uint16_t array_len = 0;
   static constexpr const char* type_name() {
     constexpr bool s = std::is_signed_v<T> && !std::is_same_v<T, char>;
-    if constexpr (std::is_same_v<T, char>) return "char";
-    else if constexpr (sizeof(T) == 1) return s ? "s8" : "u8";
-    else if constexpr (sizeof(T) == 2) return s ? "s16" : "u16";
-    else if constexpr (sizeof(T) == 4) return s ? "s32" : "u32";
-    else return s ? "s64" : "u64";
+    if constexpr (std::is_same_v<T, char>)
+      return "char";
+    else if constexpr (sizeof(T) == 1)
+      return s ? "s8" : "u8";
+    else if constexpr (sizeof(T) == 2)
+      return s ? "s16" : "u16";
+    else if constexpr (sizeof(T) == 4)
+      return s ? "s32" : "u32";
+    else
+      return s ? "s64" : "u64";
   }
   static constexpr bool is_signed = std::is_signed_v<T>;
   static void assign(Storage& dst, Param v, char*, uint32_t&) { dst = v; }
@@ -150,7 +154,7 @@ struct FieldTraits<bool> {
 };
 
 template <class T>
-  requires std::is_enum_v<T>
+requires std::is_enum_v<T>
 struct FieldTraits<T> {
   using U = std::underlying_type_t<T>;
   using Storage = U;
@@ -163,17 +167,14 @@ struct FieldTraits<T> {
 };
 
 template <class T>
-  requires(std::is_pointer_v<T> && !std::is_same_v<T, const char*>)
-struct FieldTraits<T> {
+requires(std::is_pointer_v<T> && !std::is_same_v<T, const char*>) struct FieldTraits<T> {
   using Storage = uint64_t;
   using Param = T;
   static constexpr FieldKind kind = FieldKind::kPointer;
   static constexpr uint16_t array_len = 0;
   static constexpr const char* type_name() { return "void *"; }
   static constexpr bool is_signed = false;
-  static void assign(Storage& dst, Param v, char*, uint32_t&) {
-    dst = reinterpret_cast<uint64_t>(v);
-  }
+  static void assign(Storage& dst, Param v, char*, uint32_t&) { dst = reinterpret_cast<uint64_t>(v); }
 };
 
 // char name[N]: copies at most N-1 bytes and NUL-fills the rest, as the
@@ -248,7 +249,9 @@ struct FieldTraits<Bytes> {
 };
 
 template <class T>
-concept DynamicField = !std::is_void_v<T> && requires { FieldTraits<T>::dynamic; };  // void: kAnyDynamic's lead
+concept DynamicField = !std::is_void_v<T> && requires {
+  FieldTraits<T>::dynamic;
+};  // void: kAnyDynamic's lead
 
 template <class... T>
 inline constexpr bool kAnyDynamic = (DynamicField<T> || ...);
@@ -282,18 +285,23 @@ inline uint32_t pad_record(char* rec, uint32_t len) {
 #define USRTRACE_PP_SEQ_END_(...) __VA_ARGS__##_END
 
 // Record members: `Storage name;`
-#define USRTRACE_PP_SEQ_MEMBER_A(t, n) ::usrtrace::internal::FieldTraits<t>::Storage n; USRTRACE_PP_SEQ_MEMBER_B
-#define USRTRACE_PP_SEQ_MEMBER_B(t, n) ::usrtrace::internal::FieldTraits<t>::Storage n; USRTRACE_PP_SEQ_MEMBER_A
+#define USRTRACE_PP_SEQ_MEMBER_A(t, n)             \
+  ::usrtrace::internal::FieldTraits<t>::Storage n; \
+  USRTRACE_PP_SEQ_MEMBER_B
+#define USRTRACE_PP_SEQ_MEMBER_B(t, n)             \
+  ::usrtrace::internal::FieldTraits<t>::Storage n; \
+  USRTRACE_PP_SEQ_MEMBER_A
 #define USRTRACE_PP_SEQ_MEMBER_A_END
 #define USRTRACE_PP_SEQ_MEMBER_B_END
 
 // Field descriptors.
-#define USRTRACE_PP_FD_(R, t, n)                                                         \
-  ::usrtrace::internal::FieldDesc{#n, ::usrtrace::internal::FieldTraits<t>::type_name(), \
-                                  static_cast<uint16_t>(offsetof(R, n)),                 \
-                                  static_cast<uint16_t>(sizeof(R::n)),                   \
-                                  ::usrtrace::internal::FieldTraits<t>::array_len,       \
-                                  ::usrtrace::internal::FieldTraits<t>::is_signed,       \
+#define USRTRACE_PP_FD_(R, t, n)                                                     \
+  ::usrtrace::internal::FieldDesc{#n,                                                \
+                                  ::usrtrace::internal::FieldTraits<t>::type_name(), \
+                                  static_cast<uint16_t>(offsetof(R, n)),             \
+                                  static_cast<uint16_t>(sizeof(R::n)),               \
+                                  ::usrtrace::internal::FieldTraits<t>::array_len,   \
+                                  ::usrtrace::internal::FieldTraits<t>::is_signed,   \
                                   ::usrtrace::internal::FieldTraits<t>::kind},
 #define USRTRACE_PP_SEQ_FDESC_A(t, n) USRTRACE_PP_FD_(Record, t, n) USRTRACE_PP_SEQ_FDESC_B
 #define USRTRACE_PP_SEQ_FDESC_B(t, n) USRTRACE_PP_FD_(Record, t, n) USRTRACE_PP_SEQ_FDESC_A
@@ -307,8 +315,12 @@ inline uint32_t pad_record(char* rec, uint32_t len) {
 #define USRTRACE_PP_SEQ_PARAM_B_END
 
 // Assignments into the record `r_` with dynamic data appended at `end_`.
-#define USRTRACE_PP_SEQ_ASSIGN_A(t, n) ::usrtrace::internal::FieldTraits<t>::assign(r_->n, n, buf_, end_); USRTRACE_PP_SEQ_ASSIGN_B
-#define USRTRACE_PP_SEQ_ASSIGN_B(t, n) ::usrtrace::internal::FieldTraits<t>::assign(r_->n, n, buf_, end_); USRTRACE_PP_SEQ_ASSIGN_A
+#define USRTRACE_PP_SEQ_ASSIGN_A(t, n)                                \
+  ::usrtrace::internal::FieldTraits<t>::assign(r_->n, n, buf_, end_); \
+  USRTRACE_PP_SEQ_ASSIGN_B
+#define USRTRACE_PP_SEQ_ASSIGN_B(t, n)                                \
+  ::usrtrace::internal::FieldTraits<t>::assign(r_->n, n, buf_, end_); \
+  USRTRACE_PP_SEQ_ASSIGN_A
 #define USRTRACE_PP_SEQ_ASSIGN_A_END
 #define USRTRACE_PP_SEQ_ASSIGN_B_END
 

@@ -4,7 +4,7 @@
  * 2001 traced calls. Exit status 0 when the sums are right. */
 __attribute__((noinline)) static int leaf(int x) { return x * 3; }
 __attribute__((noinline)) static int mid(int x) {
-  volatile char pad[8];  /* an odd frame size, so that alignment varies */
+  volatile char pad[8]; /* an odd frame size, so that alignment varies */
   pad[0] = (char)x;
   return leaf(x) + pad[0];
 }

@@ -65,11 +65,11 @@ class JournalFile {
   JournalFile(const JournalFile&) = delete;
   JournalFile& operator=(const JournalFile&) = delete;
 
-  const std::string& output() const;   // the trace.dat the recording named
+  const std::string& output() const;  // the trace.dat the recording named
   int file_version() const;
   bool compress() const;
-  const std::string& damage() const;   // why it ends early; "" if whole
-  uint64_t pages() const;              // pages it holds, all buffers
+  const std::string& damage() const;  // why it ends early; "" if whole
+  uint64_t pages() const;             // pages it holds, all buffers
   void set_file_version(int v);
   void set_compress(bool c);
 
