@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -119,8 +120,15 @@ bool calls_entry_hook(const symbols::Symbol& s, const Ranges& ranges) {
 
 }  // namespace
 
+namespace {
+std::atomic<uint64_t> g_function_table_reads{0};
+}  // namespace
+
+uint64_t function_table_reads() { return g_function_table_reads.load(std::memory_order_relaxed); }
+
 const std::vector<Func>& funcs_locked() USRTRACE_REQUIRES(g_mu) {
   if (g_funcs != nullptr) return *g_funcs;
+  g_function_table_reads.fetch_add(1, std::memory_order_relaxed);
   auto* out = new std::vector<Func>;
   const std::vector<uint64_t> patchable = patch::patchable_functions();
   const std::string prog = program_name();
@@ -608,6 +616,12 @@ void objects_changed() {
   base::MutexLock l(&g_mu);
   delete g_funcs;
   g_funcs = nullptr;
+  // With no tracer, probe or profile, the list is read again only when one
+  // first asks for it: a program that links usrtrace and dlopens plugins
+  // (libtraceevent loads 20) must not read every symbol table at each one.
+  bool any = g_profiling || !g_probes.empty() || !g_retired.empty();
+  for (const SlotConfig& c : g_config) any |= c.tracer != Tracer::kNop;
+  if (!any) return;
   if (g_profiling) new_profile_locked();  // function indexes changed
   // Commands on functions of an object that went away go with it (an
   // address may come back as another function).
@@ -623,9 +637,7 @@ void objects_changed() {
     g_retired.push_back(std::move(it->probe));
     it = g_probes.erase(it);
   }
-  bool any = g_profiling || !g_probes.empty() || !g_retired.empty();
-  for (const SlotConfig& c : g_config) any |= c.tracer != Tracer::kNop;
-  if (any) rebuild_locked();
+  rebuild_locked();
 }
 
 namespace {

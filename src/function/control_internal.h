@@ -70,6 +70,8 @@ extern SlotConfig g_config[instance::kMaxInstances] USRTRACE_GUARDED_BY(g_mu);
 // Every traceable function of the loaded objects, by address (built on
 // first use, again after objects_changed()).
 const std::vector<Func>& funcs_locked() USRTRACE_REQUIRES(g_mu);
+// How many times funcs_locked() read the process's symbol tables (for tests).
+uint64_t function_table_reads();
 // Whether a list's glob (with its ":mod:") names `f`.
 bool matches(const Op& op, const Func& f);
 // Publishes the site table and patch set for the current configuration.

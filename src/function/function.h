@@ -81,7 +81,9 @@ void shadow_rehook(uint64_t sp);
 
 // ---- Objects: called by the dlopen/dlclose hooks (and at start-up) when
 // the set of loaded objects may have changed; rebuilds the site table and
-// patches the new objects' sites per the current filters.
+// patches the new objects' sites per the current filters. With no tracer,
+// probe or profile it only forgets the table of traceable functions, which
+// is read again when one is first needed.
 // Context: control plane (may allocate, take locks, sleep).
 void objects_changed();
 

@@ -1,6 +1,7 @@
 // The function and function_graph tracers through their control files,
 // driving the -finstrument-functions fixture (instrumented.cc), whose
 // functions count their own calls.
+#include <dlfcn.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "function/control_internal.h"
 #include "function/core.h"
 #include "function/instrumented.h"
 #include "instance/instance.h"
@@ -393,6 +395,41 @@ TEST_P(FunctionTest, NoTracerNoRecordAndNoShadowStack) {
   fxt_outer(3);
   EXPECT_TRUE(records(inst_).empty());
   EXPECT_EQ(function::g_tracing.load(), 0u);
+}
+
+// A library loaded while nothing traces costs no read of the symbol tables
+// (libtraceevent alone dlopens 20 plugins into `usrtrace report`); its
+// functions are listed and traced once asked for. With a tracer set, a load
+// patches the library's sites at once, per the filter.
+TEST_P(FunctionTest, ALibraryLoadedWhileNothingTracesIsReadWhenAskedFor) {
+  rd("available_filter_functions");
+  const uint64_t reads = function::function_table_reads();
+  void* h = dlopen(USRTRACE_PATCHABLE_MODULE, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr) << dlerror();
+  EXPECT_EQ(function::function_table_reads(), reads);
+  EXPECT_NE(rd("available_filter_functions").find("fixture_add ["), std::string::npos);
+  EXPECT_EQ(function::function_table_reads(), reads + 1);
+  ASSERT_EQ(wr(p("set_ftrace_filter"), "fixture_add"), 11);
+  ASSERT_GT(wr(p("current_tracer"), "function"), 0);
+  auto add = reinterpret_cast<int (*)(int, int)>(dlsym(h, "fixture_add"));
+  EXPECT_EQ(add(20, 22), 42);
+  EXPECT_EQ(function_records(reinterpret_cast<uint64_t>(add)), 1);
+  ASSERT_GT(wr(p("current_tracer"), "nop"), 0);
+  ASSERT_EQ(dlclose(h), 0);
+  EXPECT_EQ(rd("available_filter_functions").find("fixture_add ["), std::string::npos);
+
+  // Loaded again under the function tracer: traced with no file written.
+  ASSERT_GT(wr(p("current_tracer"), "function"), 0);
+  const uint64_t before = function::function_table_reads();
+  h = dlopen(USRTRACE_PATCHABLE_MODULE, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr) << dlerror();
+  EXPECT_EQ(function::function_table_reads(), before + 1);
+  add = reinterpret_cast<int (*)(int, int)>(dlsym(h, "fixture_add"));
+  const int was = function_records(reinterpret_cast<uint64_t>(add));
+  EXPECT_EQ(add(1, 2), 3);
+  EXPECT_EQ(function_records(reinterpret_cast<uint64_t>(add)), was + 1);
+  ASSERT_GT(wr(p("current_tracer"), "nop"), 0);
+  ASSERT_EQ(dlclose(h), 0);
 }
 
 // ---- Function commands of set_ftrace_filter.
