@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # Sets everything up on a fresh Debian 12 machine and runs every test:
-#   1. g++, RelWithDebInfo, warnings as errors: all tests
-#   2. clang++ (with -Wthread-safety), warnings as errors: all tests
-#   3. g++ with AddressSanitizer + UndefinedBehaviorSanitizer: all tests
-#   4. clang++ with ThreadSanitizer: all tests
-# Usage: scripts/test.sh [gcc|clang|asan|tsan ...]   (default: all four)
+#   1. gcc: g++, RelWithDebInfo, warnings as errors, the benchmarks built:
+#      all tests, the real-programs corpus and the installed-package
+#      consumers among them (they need a build without a sanitizer)
+#   2. asan: g++ with AddressSanitizer + UndefinedBehaviorSanitizer, Debug
+#      (assertions on): all tests
+#   3. tsan: clang++ with ThreadSanitizer and -Wthread-safety: all tests,
+#      the libFuzzer targets' bounded runs (ASan, their own) and clang-tidy
+# Three builds, not four: a plain clang build ran the gcc build's tests on
+# clang's code, which the TSan build runs too, and CI's time (2 cores, under
+# an hour) has no room for it. It is one argument away.
+# Usage: scripts/test.sh [gcc|asan|tsan|clang ...]   (default: the first three)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -13,7 +19,11 @@ jobs=$(nproc)
 only=("$@")
 run() {  # name, cmake args...
   local name=$1; shift
-  if ((${#only[@]})) && [[ " ${only[*]} " != *" $name "* ]]; then return 0; fi
+  if ((${#only[@]})); then
+    [[ " ${only[*]} " == *" $name "* ]] || return 0
+  elif [[ $name == clang ]]; then
+    return 0
+  fi
   echo "=== $name ==="
   cmake -S . -B "build-$name" -G Ninja -DUSRTRACE_BUILD_BENCH=OFF "$@" >/dev/null
   cmake --build "build-$name" -j "$jobs"
@@ -21,7 +31,8 @@ run() {  # name, cmake args...
 }
 
 run gcc -DCMAKE_CXX_COMPILER=g++ -DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUSRTRACE_BUILD_BENCH=ON
-run clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo
 run asan -DCMAKE_CXX_COMPILER=g++ -DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=Debug -DUSRTRACE_SANITIZE=address
 run tsan -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUSRTRACE_SANITIZE=thread
+# Not in the default run (named only):
+run clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo
 echo "=== all requested configurations passed ==="
