@@ -18,6 +18,7 @@
 #   USRTRACE_BENCH_INSTR_N       callgrind N (runs N, 2N)   (default: 100000)
 #   USRTRACE_BENCH_WERROR        USRTRACE_WERROR for the build (default: ON)
 #   USRTRACE_BENCH_KEEP_SESSIOND 1: leave a session daemon this script started running
+#   USRTRACE_BENCH_WHOLE_ROUNDS  rounds of the whole-job comparison (default: 5)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -27,6 +28,7 @@ MIN_TIME=${USRTRACE_BENCH_MIN_TIME:-0.2}
 FILTER=${USRTRACE_BENCH_FILTER:-.}
 INSTR_N=${USRTRACE_BENCH_INSTR_N:-100000}
 WERROR=${USRTRACE_BENCH_WERROR:-ON}
+WHOLE_ROUNDS=${USRTRACE_BENCH_WHOLE_ROUNDS:-5}
 
 SESSION="usrtrace_bench_$$"
 INSTANCE=/sys/kernel/tracing/instances/usrtrace_bench
@@ -76,7 +78,8 @@ TMP=$(mktemp -d /tmp/usrtrace-bench.XXXXXX)
 # ---------------------------------------------------------------------------
 # 1. Packages.
 
-PKGS=(cmake ninja-build g++ libbenchmark-dev valgrind liblttng-ust-dev lttng-tools pkg-config uftrace)
+PKGS=(cmake ninja-build g++ libbenchmark-dev valgrind liblttng-ust-dev lttng-tools pkg-config uftrace
+  libcli11-dev libtraceevent-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -613,4 +616,19 @@ print(f"- a section that is not the new max: {r:.2f}x two timestamps (target <= 
 print(f"- instructions per section (callgrind): {per['section']:.1f} watched, {per['unwatched']:.1f} unwatched, "
       f"two rdtsc {per['rdtsc2']:.1f}")
 PY
+# ---------------------------------------------------------------------------
+# 13. The whole job (whole_job.py): `usrtrace record` and `uftrace record` of
+# a real program (Lua, tests/realworld's), end to end: wall, cpu, peak
+# memory, file size and events lost, paired within rounds.
+
+if cmake --build "$BUILD" --target usrtrace_cli usrtrace_preload >"$TMP/cli-build.log" 2>&1; then
+  log "whole job: Lua under usrtrace record and uftrace record ($WHOLE_ROUNDS rounds)"
+  echo
+  echo "## The whole job: recording a real program (whole_job.py)"
+  echo
+  python3 "$ROOT/bench/whole_job.py" --cli "$BUILD/tools/usrtrace" --rounds "$WHOLE_ROUNDS"
+else
+  log "whole job: skipped, the usrtrace command did not build: $(tail -1 "$TMP/cli-build.log")"
+fi
+
 log "JSON: $RESULTS, $EVENT_RESULTS, $SNAP_RESULTS, $TRIG_RESULTS, $REC_RESULTS, $CTL_RESULTS, $FN_RESULTS, $LAT_RESULTS; callgrind profiles: $CG_DIR"

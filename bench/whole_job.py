@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""The whole job, as a user runs it: `usrtrace record` against `uftrace record`.
+
+Builds Lua 5.4.4 (the upstream release vendored for tests/realworld, checked
+against its SHA256SUMS, unmodified) with gcc -O2 -finstrument-functions,
+and records the interpreter running tests/realworld/lua/workload.lua five
+times over (about a million calls) with each recorder, the same binary for
+both. The variants run in a shuffled order in each round, and every ratio is
+taken within a round (the machine's speed drifts between rounds, far less
+within one), then the median over rounds is printed.
+
+Per variant: wall time, cpu time (user + system of the recorder and the
+program, as the kernel accounts the waited-for processes), the largest
+process's peak memory (whole_job_launch.c says why a launcher), the
+output's size, and the events lost as the
+recorder says (usrtrace: its last line; uftrace: calls in `uftrace report`
+against usrtrace's lossless count, when one variant had none lost).
+
+Usage: whole_job.py --cli BUILD/tools/usrtrace [--rounds N] [--work DIR]
+Prints a Markdown table on stdout; progress on stderr.
+"""
+import argparse
+import hashlib
+import os
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SOURCES = os.path.join(ROOT, "tests/realworld/sources")
+WORKLOAD = os.path.join(ROOT, "tests/realworld/lua/workload.lua")
+LUA = "lua-5.4.4"
+
+
+def log(msg):
+    print("whole_job: " + msg, file=sys.stderr, flush=True)
+
+
+def build_lua(work):
+    """The interpreter as tests/realworld builds its gcc-O2-instrument variant."""
+    tarball = os.path.join(SOURCES, LUA + ".tar.gz")
+    want = None
+    with open(os.path.join(SOURCES, "SHA256SUMS")) as f:
+        for line in f:
+            digest, name = line.split()
+            if name.lstrip("*") == LUA + ".tar.gz":
+                want = digest
+    got = hashlib.sha256(open(tarball, "rb").read()).hexdigest()
+    if got != want:
+        sys.exit(f"whole_job: {tarball}: sha256 {got}, SHA256SUMS says {want}")
+    lua = os.path.join(work, "lua")
+    if os.path.exists(lua):
+        return lua
+    subprocess.run(["tar", "-xzf", tarball, "-C", work], check=True)
+    src = os.path.join(work, LUA, "src")
+    cfiles = sorted(os.path.join(src, c) for c in os.listdir(src) if c.endswith(".c") and c != "luac.c")
+    log("building Lua 5.4.4 with gcc -O2 -g -finstrument-functions")
+    subprocess.run(["gcc", "-std=gnu99", "-O2", "-g", "-finstrument-functions", "-w", "-DLUA_COMPAT_5_3",
+                    "-DLUA_USE_LINUX", "-Dluai_makeseed(L)=0u", *cfiles, "-o", lua, "-lm", "-ldl", "-Wl,-E"],
+                   check=True)
+    return lua
+
+
+def run(launch, cmd, env, out_path, err_path):
+    """Runs cmd under the launcher; returns wall s, user s, sys s, peak KiB, exit status."""
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        subprocess.run([launch, *cmd], stdout=out, stderr=err, env=env, cwd=os.path.dirname(out_path))
+    last = open(err_path).read().rstrip().splitlines()[-1]
+    if not last.startswith("whole_job_launch: "):
+        sys.exit(f"whole_job: the launcher said {last!r}")
+    wall, user, sys_, peak, rc = last.split()[1:]
+    return float(wall), float(user), float(sys_), int(peak), int(rc)
+
+
+def size_of(path):
+    if os.path.isdir(path):
+        return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+    return os.path.getsize(path) if os.path.exists(path) else 0
+
+
+def remove(path):
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    elif os.path.exists(path):
+        os.remove(path)
+
+
+def uftrace_calls(data):
+    rep = subprocess.run(["uftrace", "report", "-d", data], capture_output=True, text=True, check=True).stdout
+    calls = 0
+    for line in rep.splitlines()[2:]:
+        f = line.split()
+        if len(f) >= 6 and f[4].isdigit():
+            calls += int(f[4])
+    return calls
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cli", required=True, help="the usrtrace command")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--work", help="a directory to build and record in (default: a temporary one)")
+    a = ap.parse_args()
+    if not shutil.which("uftrace"):
+        sys.exit("whole_job: uftrace is not installed (apt-get install uftrace)")
+    work = a.work or tempfile.mkdtemp(prefix="usrtrace-whole-job-")
+    os.makedirs(work, exist_ok=True)
+    lua = build_lua(work)
+    launch = os.path.join(work, "whole_job_launch")
+    subprocess.run(["gcc", "-O2", "-Wall", "-Werror", os.path.join(ROOT, "bench/whole_job_launch.c"), "-o", launch],
+                   check=True)
+    job = os.path.join(work, "job.lua")
+    with open(job, "w") as f:
+        f.write("local w = os.getenv('WJ_WORKLOAD')\nfor i = 1, 5 do dofile(w) end\n")
+    env = dict(os.environ, RW_NO_ERRORS="1", WJ_WORKLOAD=WORKLOAD)
+    cli = os.path.abspath(a.cli)
+
+    # name: (command, output path). uftrace's options are tests/realworld's
+    # (--no-libcall: no PLT hooks; the depth limits above the deepest
+    # recursion, so that every call is recorded).
+    def out(name):
+        return os.path.join(work, name)
+
+    variants = {
+        "usrtrace -p function_graph": [cli, "record", "-p", "function_graph", "-o", out("g.dat"), "--", lua, job],
+        "usrtrace -p function_graph -b 262144": [cli, "record", "-p", "function_graph", "-b", "262144", "-o",
+                                                 out("gb.dat"), "--", lua, job],
+        "usrtrace -p function": [cli, "record", "-p", "function", "-o", out("f.dat"), "--", lua, job],
+        "uftrace record": ["uftrace", "record", "--no-libcall", "--no-event", "-D", "50000", "--max-stack=50000",
+                           "-d", out("uftrace.data"), lua, job],
+        "the program alone": [lua, job],
+    }
+    outputs = {"usrtrace -p function_graph": out("g.dat"), "usrtrace -p function_graph -b 262144": out("gb.dat"),
+               "usrtrace -p function": out("f.dat"), "uftrace record": out("uftrace.data")}
+    base = "uftrace record"
+    rows = {n: [] for n in variants}
+    lost = {n: [] for n in variants}
+    size = {n: [] for n in variants}
+    calls_uftrace = []
+    rng = random.Random(1)
+    for r in range(a.rounds + 1):  # round 0 warms the caches and is not counted
+        order = list(variants)
+        rng.shuffle(order)
+        for n in order:
+            o = outputs.get(n)
+            if o:
+                remove(o)
+            wall, user, sys_, peak, rc = run(launch, variants[n], env, out("stdout"), out("stderr"))
+            if rc != 0:
+                sys.exit(f"whole_job: {n} exited {rc}: " + open(out("stderr")).read()[-2000:])
+            if r == 0:
+                continue
+            rows[n].append((wall, user + sys_, user, sys_, peak))
+            if o:
+                size[n].append(size_of(o))
+            err = open(out("stderr")).read()
+            m = re.search(r"; (\d+) events lost", err)
+            if m:
+                lost[n].append(int(m.group(1)))
+            if n == base:
+                calls_uftrace.append(uftrace_calls(o))
+        log(f"round {r} of {a.rounds} done")
+
+    med = lambda xs: statistics.median(xs) if xs else float("nan")
+
+    def ratio(n, k):
+        return med([rows[n][i][k] / rows[base][i][k] for i in range(len(rows[n])) if rows[base][i][k] > 0])
+
+    print(f"Lua 5.4.4 (gcc -O2 -finstrument-functions) running tests/realworld's workload five times: "
+          f"{med(calls_uftrace):.0f} calls as uftrace counts them; median of {a.rounds} rounds, "
+          f"ratios to uftrace taken within each round.\n")
+    print("| | wall | cpu (user / sys) | peak memory | output | events lost |")
+    print("|---|---|---|---|---|---|")
+    for n in variants:
+        w, c, u, s, p = (med([x[k] for x in rows[n]]) for k in range(5))
+        rel = "" if n == base else f" ({ratio(n, 0):.2f}x)"
+        relc = "" if n == base else f" ({ratio(n, 1):.2f}x)"
+        o = f"{med(size[n]) / 1e6:.1f} MB" if size[n] else "-"
+        if n in outputs and n != base:
+            o += f" ({med(size[n]) / med(size[base]):.2f}x)"
+        l = f"{med(lost[n]):.0f}" if lost[n] else ("none reported" if n == base else "-")
+        print(f"| {n} | {w:.3f} s{rel} | {c:.3f} s{relc} ({u:.3f} / {s:.3f}) | {p / 1024:.0f} MiB | {o} | {l} |")
+    if not a.work:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
