@@ -130,12 +130,16 @@ def main():
         "usrtrace -p function_graph": [cli, "record", "-p", "function_graph", "-o", out("g.dat"), "--", lua, job],
         "usrtrace -p function_graph -b 262144": [cli, "record", "-p", "function_graph", "-b", "262144", "-o",
                                                  out("gb.dat"), "--", lua, job],
+        "usrtrace -p function_graph -b 262144 --compression zstd": [
+            cli, "record", "-p", "function_graph", "-b", "262144", "--compression", "zstd", "-o", out("gz.dat"), "--",
+            lua, job],
         "usrtrace -p function": [cli, "record", "-p", "function", "-o", out("f.dat"), "--", lua, job],
         "uftrace record": ["uftrace", "record", "--no-libcall", "--no-event", "-D", "50000", "--max-stack=50000",
                            "-d", out("uftrace.data"), lua, job],
         "the program alone": [lua, job],
     }
     outputs = {"usrtrace -p function_graph": out("g.dat"), "usrtrace -p function_graph -b 262144": out("gb.dat"),
+               "usrtrace -p function_graph -b 262144 --compression zstd": out("gz.dat"),
                "usrtrace -p function": out("f.dat"), "uftrace record": out("uftrace.data")}
     base = "uftrace record"
     rows = {n: [] for n in variants}

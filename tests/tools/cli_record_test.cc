@@ -6,6 +6,7 @@
 
 #include "record/journal.h"
 #include "tools/cli_harness.h"
+#include "usrtrace/tracedat.h"
 
 using namespace cli_harness;
 
@@ -99,6 +100,61 @@ TEST(CliRecord, ACommandFromItsStartToItsEnd) {
     EXPECT_EQ(tc.out, rep.out);
   }
   ::unlink(file.c_str());
+  ::rmdir(dir.c_str());
+}
+
+// trace-cmd's --compression: zstd or any compress a version 7 file's data,
+// none (the default here) and a version 6 file do not; a compressed version
+// 6 and contradicting flags are refused before anything starts.
+TEST(CliRecord, CompressionAsTraceCmdsFlagSaysIt) {
+  const std::string dir = temp_dir(), file = dir + "/c.dat";
+  struct Case {
+    std::vector<std::string> args;
+    int version;
+    const char* compression;
+  };
+  for (const Case& k : {Case{{}, 7, "none"}, Case{{"--compression", "zstd"}, 7, "zstd"},
+                        Case{{"--compression", "none"}, 7, "none"}, Case{{"--file-version", "6"}, 6, "none"},
+                        Case{{"--compression", "any"}, 7, "zstd"}, Case{{"--compress"}, 7, "zstd"}}) {
+    std::vector<std::string> argv = {USRTRACE_CLI, "record", "-e", "clitest", "-o", file};
+    argv.insert(argv.end(), k.args.begin(), k.args.end());
+    argv.insert(argv.end(), {"--", CLI_TARGET});
+    std::string given;
+    for (const std::string& a : k.args) given += " " + a;
+    SCOPED_TRACE("record" + given);
+    Proc rec = Proc::start(argv, true);
+    const std::string script = "tick 300\nexit 0\n";
+    ASSERT_EQ(::write(rec.in, script.data(), script.size()), static_cast<ssize_t>(script.size()));
+    const Result r = rec.finish();
+    ASSERT_EQ(r.rc, 0) << r.err;
+    std::string err;
+    auto f = usrtrace::TraceFile::open(file, &err);
+    ASSERT_TRUE(f) << err;
+    EXPECT_EQ(f->version(), k.version);
+    EXPECT_EQ(f->compression(), k.compression);
+    const Result rep = run_cli({"report", "-i", file});
+    ASSERT_EQ(rep.rc, 0) << rep.err;
+    EXPECT_EQ(seqs(rep.out, "tick").size(), 300u);
+    if (have_trace_cmd()) {
+      const Result tc = Proc::start({"/usr/bin/trace-cmd", "report", file}, false).finish();
+      EXPECT_EQ(tc.rc, 0) << tc.err;
+      EXPECT_EQ(tc.out, rep.out);
+    }
+    ::unlink(file.c_str());
+  }
+  for (const auto& [args, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--file-version", "6", "--compress"}, "compression needs file version 7"},
+           {{"--file-version", "6", "--compression", "zstd"}, "compression needs file version 7"},
+           {{"--compress", "--compression", "none"}, "disagree"},
+           {{"--compression", "lz4"}, "lz4"}}) {
+    std::vector<std::string> argv = {USRTRACE_CLI, "record", "-o", file};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.insert(argv.end(), {"--", "/bin/true"});
+    const Result r = Proc::start(argv, false).finish();
+    EXPECT_NE(r.rc, 0) << args.back();
+    EXPECT_NE(r.err.find(says), std::string::npos) << r.err;
+    EXPECT_NE(::access(file.c_str(), F_OK), 0) << "no file for a refused command line";
+  }
   ::rmdir(dir.c_str());
 }
 

@@ -37,14 +37,33 @@ namespace {
 struct FileOptions {
   std::string output = "trace.dat";
   int file_version = 7;
-  bool compress = false;
+  std::string compression;  // as given: "", "none", "zstd" or "any"
+  bool compress_flag = false;
+  bool compress = false;  // what resolve() decided
+
+  // trace-cmd's flag: zstd (or "any", the one there is) compresses a version
+  // 7 file's data; a version 6 file cannot be. --compress says zstd. Not the
+  // default, unlike trace-cmd's: compressing at the end of a recording costs
+  // more wall time than it saves (bench/README.md, the whole job). 0, or 1
+  // with the error said.
+  int resolve(const char* verb) {
+    if (compress_flag && compression == "none")
+      return fail(verb, "--compress and --compression none disagree");
+    compress = compress_flag || (!compression.empty() && compression != "none");
+    if (compress && file_version != 7) return fail(verb, "compression needs file version 7");
+    return 0;
+  }
 };
 
 void add_file_options(CLI::App* sub, FileOptions* f) {
   sub->add_option("-o,--output", f->output, "Output file (default trace.dat)");
   sub->add_option("--file-version", f->file_version, "trace.dat version: 6 or 7 (default 7)")
       ->check(CLI::IsMember({6, 7}));
-  sub->add_flag("--compress", f->compress, "zstd-compress the CPU data (version 7)");
+  sub->add_option(
+         "--compression", f->compression,
+         "Compression of the data (version 7), as trace-cmd's: none (the default), zstd, or any (zstd)")
+      ->check(CLI::IsMember({"none", "zstd", "any"}));
+  sub->add_flag("--compress", f->compress_flag, "The same as --compression zstd");
 }
 
 void report(const std::string& verb, const RecordStats& st, const std::string& file) {
@@ -249,6 +268,7 @@ Runner add_record(CLI::App& app) {
   sub->positionals_at_end();
   return [o] {
     if ((o->pid != 0) == !o->command.empty()) return fail("record", "give either -P PID or -- COMMAND ARGS");
+    if (o->file.resolve("record") != 0) return 1;
     if (o->setup.main_thread_only && o->command.empty())
       return fail("record", "-F traces only the command record starts: give -- COMMAND ARGS");
     if (o->children && o->command.empty())
@@ -418,6 +438,7 @@ Runner add_extract(CLI::App& app) {
   sub->add_flag("-a", o->all, "The top instance and every other");
   add_file_options(sub, &o->file);
   return [o] {
+    if (o->file.resolve("extract") != 0) return 1;
     RecordOptions ro;
     ro.output = o->file.output;
     ro.file_version = o->file.file_version;
