@@ -12,9 +12,9 @@ within one), then the median over rounds is printed.
 Per variant: wall time, cpu time (user + system of the recorder and the
 program, as the kernel accounts the waited-for processes), the largest
 process's peak memory (whole_job_launch.c says why a launcher), the
-output's size, and the events lost as the
-recorder says (usrtrace: its last line; uftrace: calls in `uftrace report`
-against usrtrace's lossless count, when one variant had none lost).
+output's size, and the events lost as usrtrace record says on its last line
+(uftrace says nothing of the kind; its calls, from `uftrace report`, are in
+the header).
 
 Usage: whole_job.py --cli BUILD/tools/usrtrace [--rounds N] [--work DIR]
 Prints a Markdown table on stdout; progress on stderr.
@@ -120,27 +120,25 @@ def main():
     env = dict(os.environ, RW_NO_ERRORS="1", WJ_WORKLOAD=WORKLOAD)
     cli = os.path.abspath(a.cli)
 
-    # name: (command, output path). uftrace's options are tests/realworld's
+    # name: (command, output or None). uftrace's options are tests/realworld's
     # (--no-libcall: no PLT hooks; the depth limits above the deepest
     # recursion, so that every call is recorded).
     def out(name):
         return os.path.join(work, name)
 
+    def usrtrace(output, *opts):
+        return [cli, "record", *opts, "-o", out(output), "--", lua, job], out(output)
+
     variants = {
-        "usrtrace -p function_graph": [cli, "record", "-p", "function_graph", "-o", out("g.dat"), "--", lua, job],
-        "usrtrace -p function_graph -b 262144": [cli, "record", "-p", "function_graph", "-b", "262144", "-o",
-                                                 out("gb.dat"), "--", lua, job],
-        "usrtrace -p function_graph -b 262144 --compression zstd": [
-            cli, "record", "-p", "function_graph", "-b", "262144", "--compression", "zstd", "-o", out("gz.dat"), "--",
-            lua, job],
-        "usrtrace -p function": [cli, "record", "-p", "function", "-o", out("f.dat"), "--", lua, job],
-        "uftrace record": ["uftrace", "record", "--no-libcall", "--no-event", "-D", "50000", "--max-stack=50000",
-                           "-d", out("uftrace.data"), lua, job],
-        "the program alone": [lua, job],
+        "usrtrace -p function_graph": usrtrace("g.dat", "-p", "function_graph"),
+        "usrtrace -p function_graph -b 262144": usrtrace("gb.dat", "-p", "function_graph", "-b", "262144"),
+        "usrtrace -p function_graph -b 262144 --compression zstd": usrtrace(
+            "gz.dat", "-p", "function_graph", "-b", "262144", "--compression", "zstd"),
+        "usrtrace -p function": usrtrace("f.dat", "-p", "function"),
+        "uftrace record": (["uftrace", "record", "--no-libcall", "--no-event", "-D", "50000", "--max-stack=50000",
+                            "-d", out("uftrace.data"), lua, job], out("uftrace.data")),
+        "the program alone": ([lua, job], None),
     }
-    outputs = {"usrtrace -p function_graph": out("g.dat"), "usrtrace -p function_graph -b 262144": out("gb.dat"),
-               "usrtrace -p function_graph -b 262144 --compression zstd": out("gz.dat"),
-               "usrtrace -p function": out("f.dat"), "uftrace record": out("uftrace.data")}
     base = "uftrace record"
     rows = {n: [] for n in variants}
     lost = {n: [] for n in variants}
@@ -151,10 +149,10 @@ def main():
         order = list(variants)
         rng.shuffle(order)
         for n in order:
-            o = outputs.get(n)
+            cmd, o = variants[n]
             if o:
                 remove(o)
-            wall, user, sys_, peak, rc = run(launch, variants[n], env, out("stdout"), out("stderr"))
+            wall, user, sys_, peak, rc = run(launch, cmd, env, out("stdout"), out("stderr"))
             if rc != 0:
                 sys.exit(f"whole_job: {n} exited {rc}: " + open(out("stderr")).read()[-2000:])
             if r == 0:
@@ -185,7 +183,7 @@ def main():
         rel = "" if n == base else f" ({ratio(n, 0):.2f}x)"
         relc = "" if n == base else f" ({ratio(n, 1):.2f}x)"
         o = f"{med(size[n]) / 1e6:.1f} MB" if size[n] else "-"
-        if n in outputs and n != base:
+        if variants[n][1] and n != base:
             o += f" ({med(size[n]) / med(size[base]):.2f}x)"
         l = f"{med(lost[n]):.0f}" if lost[n] else ("none reported" if n == base else "-")
         print(f"| {n} | {w:.3f} s{rel} | {c:.3f} s{relc} ({u:.3f} / {s:.3f}) | {p / 1024:.0f} MiB | {o} | {l} |")
