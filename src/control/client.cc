@@ -305,6 +305,20 @@ int Connection::pages(const std::string& instance, uint32_t max_bytes, uint32_t 
   return d.done() ? rc : -EPROTO;
 }
 
+int Connection::share(const std::string& instance, int* fd) {
+  Request r;
+  r.op = Op::kShare;
+  r.path = instance;
+  std::string payload;
+  const int rc = call(r, &payload);
+  if (rc < 0) return rc;
+  Decoder d(reinterpret_cast<const uint8_t*>(payload.data()), payload.size());
+  const uint32_t v = d.u32();
+  if (!d.done() || v > INT32_MAX) return -EPROTO;
+  *fd = static_cast<int>(v);
+  return 0;
+}
+
 int Connection::meta(const std::vector<std::string>& instances, RemoteMeta* out) {
   Request r;
   r.op = Op::kMeta;

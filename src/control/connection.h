@@ -49,6 +49,9 @@ class Connection {
   };
   int pages(const std::string& instance, uint32_t max_bytes, uint32_t wait_ms, bool flush, Pages* out);
   int meta(const std::vector<std::string>& instances, RemoteMeta* out);
+  // kShare: *fd gets the descriptor number of the instance's shared buffer
+  // in the process. 0 or -errno (-ENOTSUP: not in shared memory).
+  int share(const std::string& instance, int* fd);
 
   // A server that does not answer within this (beyond a request's own
   // wait) is taken as hung.

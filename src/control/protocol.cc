@@ -77,6 +77,7 @@ void encode_request(const Request& r, std::string* out) {
     case Op::kList:
     case Op::kMkdir:
     case Op::kRmdir:
+    case Op::kShare:
       e.str(r.path);
       break;
     case Op::kOpen:
@@ -129,6 +130,7 @@ int decode_request(const uint8_t* body, size_t len, Request* out) {
     case Op::kList:
     case Op::kMkdir:
     case Op::kRmdir:
+    case Op::kShare:
       r.path = d.str(kMaxPath);
       break;
     case Op::kOpen:

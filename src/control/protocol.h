@@ -22,6 +22,12 @@
 //             u32 wait_ms, u8 flush                   then (u32 cpu, page_size bytes)...
 //   kMeta     u32 n, n x str instance                 the metadata (control/meta.h)
 //   kRecord   u8 on                                   -
+//   kShare    str instance                            u32 fd: the instance's
+//                                                     buffer in shared memory,
+//                                                     open in the process as
+//                                                     this descriptor (for
+//                                                     /proc/PID/fd/N); ENOTSUP
+//                                                     when it is not there
 //
 // str is a u32 length and that many bytes (no NUL). Integers are
 // little-endian. A read that finds nothing (trace_pipe, trace_pipe_raw, or
@@ -63,6 +69,7 @@ enum class Op : uint8_t {
   kPages = 10,
   kMeta = 11,
   kRecord = 12,
+  kShare = 13,
 };
 
 inline constexpr uint32_t kProtocolVersion = 1;
@@ -80,7 +87,7 @@ inline constexpr uint32_t kMetaChanged = 1u << 1;
 
 struct Request {
   Op op = Op::kHello;
-  std::string path;                // kStat, kList, kOpen, kMkdir, kRmdir; kPages: the instance
+  std::string path;                // kStat, kList, kOpen, kMkdir, kRmdir; kPages, kShare: the instance
   std::string data;                // kWrite
   std::vector<std::string> names;  // kMeta
   uint32_t flags = 0;              // kOpen

@@ -180,7 +180,16 @@ std::string Instance::buffer_file() const {
 
 void Instance::apply_buffer_dir() {
   const char* dir = base::env("USRTRACE_BUFFER_DIR");
-  if (!dir || !*dir) return;
+  if (!dir || !*dir) {
+    // `usrtrace record -- COMMAND` asks for buffers it can map
+    // (record/shared_buffers.cc); a buffer directory the user chose wins.
+    const char* shared = base::env("USRTRACE_SHARED_BUFFERS");
+    if (!shared || std::strcmp(shared, "1") != 0) return;
+    std::string why;
+    if (set_buffer_file(persist::kSharedMemory, 0, &why) < 0)
+      log_error("buffer_file", why, "USRTRACE_SHARED_BUFFERS=1", 0);
+    return;
+  }
   std::string path = std::string(dir) + "/usrtrace-" + std::to_string(getpid()) + "-" +
                      (name_.empty() ? std::string("top") : name_) + ".buf";
   std::string why;

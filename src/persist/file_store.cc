@@ -94,9 +94,21 @@ std::shared_ptr<FileStore> FileStore::create(const std::string& path, uint32_t p
   std::shared_ptr<FileStore> fs(new (std::nothrow) FileStore);
   if (!fs) return fail(ENOMEM);
   fs->path_ = path;
-  std::string open_why;
-  fs->fd_ = base::open_for_write(path, {O_RDWR}, &open_why);
-  if (fs->fd_ < 0) return fail(-fs->fd_, open_why);
+  if (path == kSharedMemory) {
+    // Anonymous shared memory: nothing on disk to survive the process, but
+    // a recorder that maps it (record/shared_buffers.cc) keeps it readable
+    // after a SIGKILL. The recorder maps what it is told: sealed against
+    // shrinking, the file cannot become shorter than a mapping of it (a
+    // SIGBUS in the recorder).
+    fs->fd_ = ::memfd_create("usrtrace-buffer", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fs->fd_ < 0) return fail(errno);
+    if (::fcntl(fs->fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_SEAL) != 0) return fail(errno);
+    fs->shared_memory_ = true;
+  } else {
+    std::string open_why;
+    fs->fd_ = base::open_for_write(path, {O_RDWR}, &open_why);
+    if (fs->fd_ < 0) return fail(-fs->fd_, open_why);
+  }
   // One owner (see the header). The lock goes with the descriptor: with
   // the process's death, or the store's.
   if (::flock(fs->fd_, LOCK_EX | LOCK_NB) != 0) {

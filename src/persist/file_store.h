@@ -17,6 +17,11 @@
 
 namespace usrtrace::persist {
 
+// FileStore::create's path for a store in anonymous shared memory; also
+// what an instance's buffer_file reads then. Not a file name: no path a
+// user means starts with "memfd:" and has nothing after it.
+inline constexpr char kSharedMemory[] = "memfd:";
+
 class FileStore final : public rb::BufferStore {
  public:
   // Creates `path` for buffers of `page_size`-byte pages on `nr_cpus` CPUs,
@@ -34,6 +39,9 @@ class FileStore final : public rb::BufferStore {
   //     owns it).
   // Returns nullptr with *err an errno and *why (if given) the reason in
   // words. Context: control plane; allocates, system calls.
+  // `path` kSharedMemory makes the store an anonymous memfd instead
+  // (sealed against shrinking), for a recorder in another process to map
+  // (record/shared_buffers.cc); fd() is then the way to it.
   static std::shared_ptr<FileStore> create(const std::string& path, uint32_t page_size, int nr_cpus,
                                            std::string_view instance, int* err, std::string* why = nullptr);
   ~FileStore() override;
@@ -60,6 +68,11 @@ class FileStore final : public rb::BufferStore {
   CmdlineSlot* cmdlines() { return cmdlines_; }
   uint32_t cmdline_count() const { return hdr_->cmdline_count; }
   const std::string& path() const { return path_; }
+  // The file's descriptor in this process, for a recorder to open through
+  // /proc/PID/fd; only a kSharedMemory store says it (-1 otherwise: a path
+  // on disk has no seal, and a recorder mapping it could be cut short by a
+  // truncate).
+  int shared_fd() const { return shared_memory_ ? fd_ : -1; }
   uint32_t page_size() const { return hdr_->page_size; }
   // Last error of an allocation (errno), for the caller's error message.
   int last_error() const { return last_error_.load(std::memory_order_relaxed); }
@@ -76,6 +89,7 @@ class FileStore final : public rb::BufferStore {
 
   std::string path_;
   int fd_ = -1;
+  bool shared_memory_ = false;
   FileHeader* hdr_ = nullptr;  // mapping of header + table + cmdlines
   size_t head_bytes_ = 0;
   RegionDesc* table_ = nullptr;

@@ -158,6 +158,12 @@ bool take_page(rb::RingBuffer& rb, int cpu, uint8_t* page, uint32_t page_size, b
   *missed = 0;
   const uint32_t len = rb.read_page(cpu, page, page_size, full_only);
   if (len == 0) return false;
+  settle_page(page, page_size, len, missed);
+  return true;
+}
+
+void settle_page(uint8_t* page, uint32_t page_size, uint32_t len, uint64_t* missed) {
+  *missed = 0;
   uint64_t commit;
   std::memcpy(&commit, page + 8, 8);
   // What read_page did not write is stale bytes of the caller's buffer:
@@ -166,7 +172,6 @@ bool take_page(rb::RingBuffer& rb, int cpu, uint8_t* page, uint32_t page_size, b
   if (end < page_size) std::memset(page + end, 0, page_size - end);
   if ((commit & rb::kMissedStored) && end <= page_size)
     std::memcpy(missed, page + rb::kPageHeaderSize + len, 8);
-  return true;
 }
 
 namespace {

@@ -36,6 +36,9 @@ Metadata::Tsc2Nsec tsc2nsec_from(const clock::TscCalibration& c);
 // no closed page). Context: control plane, one reader per buffer.
 bool take_page(rb::RingBuffer& rb, int cpu, uint8_t* page, uint32_t page_size, bool full_only,
                uint64_t* missed);
+// What take_page does to a page read_page handed out (`len` data bytes):
+// zeroes its unwritten tail and reads its missed-events count.
+void settle_page(uint8_t* page, uint32_t page_size, uint32_t len, uint64_t* missed);
 
 // Checks what every recording checks; *dir gets the output's directory
 // (for the temporary files). 0, or -EINVAL with *err set.

@@ -22,6 +22,7 @@
 #include "control/connection.h"
 #include "record/recorder.h"
 #include "record/remote_recorder.h"
+#include "record/shared_buffers.h"
 #include "ring_buffer/page_format.h"
 
 namespace usrtrace::tracedat {
@@ -29,6 +30,13 @@ namespace {
 
 constexpr uint32_t kChunk = 1024 * 1024;  // pages per answer, at most
 constexpr uint32_t kWaitMs = 100;         // a quiet process is asked again this often
+// Buffers in shared memory are read without asking: looked at again this
+// long after they had nothing (a default 1.4 MiB per CPU fills in about 5
+// ms at the fastest function_graph rate measured, bench/README.md), and
+// the process asked whether it is exiting this often.
+constexpr auto kSharedIdle = std::chrono::microseconds(500);
+constexpr auto kSharedPing = std::chrono::milliseconds(10);
+constexpr uint32_t kSharedBatch = 64;  // pages per journal record, at most
 
 // The process's name, from /proc.
 std::string comm_of(int pid) {
@@ -60,6 +68,13 @@ struct RemoteRecording::Instance {
   uint32_t page_size = 0;
   int nr_cpus = 0;
   uint32_t stream = 0;  // in the journal
+  // Its buffer in shared memory (kShare), read here; nullptr: through the
+  // socket (kPages).
+  std::unique_ptr<SharedBuffer> shared;
+  int next_cpu = 0;  // where the next shared read starts, so none starves
+  // The pages read from it, before they go to the journal: kept, so that
+  // a read does not map and fault in a fresh quarter megabyte each time.
+  control::Connection::Pages batch;
   // Bytes the final flush may still take (see finish_remote).
   uint64_t flush_budget = UINT64_MAX;
 };
@@ -89,6 +104,30 @@ int RemoteRecording::open(const RecordOptions& o, JournalWriter* journal, const 
   for (const std::string& name : opts_.instances) {
     auto inst = std::make_unique<Instance>();
     inst->name = name;
+    // In shared memory (usrtrace record -- COMMAND made it so): the pages
+    // are read from there, not asked for. A process that cannot say where,
+    // or a file this side cannot map, is read through the socket.
+    int fd = -1;
+    const int src = conn_->share(name, &fd);
+    if (src == -ENOENT) {
+      *err = "process " + std::to_string(o.pid) + " has no instance '" + name + "'";
+      return src;
+    }
+    if (src == 0) {
+      auto sb = std::make_unique<SharedBuffer>();
+      std::string why;
+      if (sb->open(o.pid, fd, name, &why) == 0) inst->shared = std::move(sb);
+    }
+    if (inst->shared) {
+      inst->page_size = inst->shared->page_size();
+      inst->nr_cpus = inst->shared->nr_cpus();
+      if (int jr = journal_->add_stream(process_, name, inst->page_size, static_cast<uint32_t>(inst->nr_cpus),
+                                        &inst->stream, err);
+          jr < 0)
+        return jr;
+      instances_.push_back(std::move(inst));
+      continue;
+    }
     control::Connection::Pages p;
     // The first answer says whether the instance exists and its shape.
     const int rc = conn_->pages(name, kChunk, 0, false, &p);
@@ -155,10 +194,50 @@ int RemoteRecording::store(Instance& inst, const control::Connection::Pages& p, 
   return 0;
 }
 
+// Pages of a buffer in shared memory, as many as there are (with `flush`,
+// the open tail pages too, within the flush budget), in runs of one CPU's.
+int RemoteRecording::take_shared(Instance& inst, bool flush, bool* any, std::string* err) {
+  control::Connection::Pages& p = inst.batch;
+  p.page_size = inst.page_size;
+  p.nr_cpus = inst.nr_cpus;
+  p.data.resize(size_t{kSharedBatch} * inst.page_size);
+  bool more = true;
+  while (more) {
+    more = false;
+    for (int k = 0; k < inst.nr_cpus; ++k) {
+      const int cpu = (inst.next_cpu + k) % inst.nr_cpus;
+      p.cpus.clear();
+      uint64_t missed;
+      while (p.cpus.size() < kSharedBatch && (!flush || inst.flush_budget > 0)) {
+        auto* at = reinterpret_cast<uint8_t*>(p.data.data() + p.cpus.size() * inst.page_size);
+        if (!inst.shared->read_page(cpu, at, !flush, &missed)) break;
+        p.cpus.push_back(cpu);
+        if (flush) inst.flush_budget -= std::min<uint64_t>(inst.flush_budget, inst.page_size);
+      }
+      if (p.cpus.empty()) continue;
+      *any = true;
+      more = more || p.cpus.size() == kSharedBatch;  // a full batch: there may be more
+      if (int rc = store(inst, p, err); rc < 0) return rc;
+    }
+    ++inst.next_cpu;
+  }
+  return 0;
+}
+
+bool RemoteRecording::all_shared() const {
+  for (const auto& inst : instances_)
+    if (!inst->shared) return false;
+  return true;
+}
+
 int RemoteRecording::take(bool flush, uint32_t wait_ms, bool* any, std::string* err) {
   *any = false;
   control::Connection::Pages p;
   for (auto& inst : instances_) {
+    if (inst->shared) {
+      if (int rc = take_shared(*inst, flush, any, err); rc < 0) return rc;
+      continue;
+    }
     while (!flush || inst->flush_budget > 0) {
       const int rc = conn_->pages(inst->name, kChunk, wait_ms, flush, &p);
       if (rc < 0) {
@@ -216,14 +295,41 @@ void RemoteRecording::refresh_meta() {
   }
 }
 
+// Asks the process something cheap, for the flags of the answer (kExiting,
+// kMetaChanged): a recorder of shared buffers sends nothing else while the
+// process runs.
+int RemoteRecording::ping(std::string* err) {
+  control::Request r;
+  r.op = control::Op::kStat;
+  std::string payload;
+  const int rc = conn_->call(r, &payload);
+  if (rc < 0) *err = "process " + std::to_string(opts_.pid) + ": " + std::strerror(-rc);
+  return rc < 0 ? rc : 0;
+}
+
 void RemoteRecording::start_thread() {
   thread_ = std::thread([this] {
     std::string err;
     bool any = false;
     auto last_meta = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+    auto last_ping = std::chrono::steady_clock::now();
+    const bool shared = all_shared();
     while (!stop_.load(std::memory_order_acquire)) {
-      if (int rc = take(false, kWaitMs, &any, &err); rc < 0) {
-        if (rc == -EPIPE) {
+      int rc = take(false, shared ? 0 : kWaitMs, &any, &err);
+      if (rc == 0 && shared) {
+        if (!any) std::this_thread::sleep_for(kSharedIdle);
+        if (std::chrono::steady_clock::now() - last_ping >= kSharedPing) {
+          rc = ping(&err);
+          last_ping = std::chrono::steady_clock::now();
+        }
+      }
+      if (rc < 0) {
+        if (rc == -EPIPE && shared) {
+          // Killed: its buffers are still mapped here, whole. Everything
+          // in them is taken, the open pages too.
+          for (auto& inst : instances_) inst->flush_budget = UINT64_MAX;
+          if (int fr = take(true, 0, &any, &err); fr < 0) set_error(fr, err);
+        } else if (rc == -EPIPE) {
           cut_short_.store(true, std::memory_order_release);  // a process killed: keep what came
         } else {
           // Our own failure (a full disk): the process is let go at once,
@@ -247,7 +353,7 @@ void RemoteRecording::start_thread() {
       }
       if (conn_->flags() & control::kExiting) {
         exiting_.store(true, std::memory_order_release);
-        if (int rc = finish_remote(&err); rc < 0 && rc != -EPIPE) set_error(rc, err);
+        if (int fr = finish_remote(&err); fr < 0 && fr != -EPIPE) set_error(fr, err);
         gone_.store(true, std::memory_order_release);
         return;
       }

@@ -48,6 +48,9 @@ class RemoteRecording {
   struct Instance;
   int store(Instance& inst, const control::Connection::Pages& p, std::string* err);
   int take(bool flush, uint32_t wait_ms, bool* any, std::string* err);
+  int take_shared(Instance& inst, bool flush, bool* any, std::string* err);
+  bool all_shared() const;
+  int ping(std::string* err);
   int finish_remote(std::string* err);
   void release_remote();
   // Takes the metadata again (kallsyms, formats) and keeps what departed.

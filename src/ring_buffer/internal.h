@@ -19,21 +19,24 @@ struct Tail {
 };
 // Context: any thread; lock-free (retries while a commit lands between reads).
 // Empty when the tail is below the floor of a clear_detached().
-Tail read_tail(const CpuBuffer* cb);
+Tail read_tail(const CpuBuffer* cb, const PagesView& v);
+inline Tail read_tail(const CpuBuffer* cb) { return read_tail(cb, own_view(cb)); }
 // The same, ignoring the floor.
-Tail read_tail_raw(const CpuBuffer* cb);
+Tail read_tail_raw(const CpuBuffer* cb, const PagesView& v);
+inline Tail read_tail_raw(const CpuBuffer* cb) { return read_tail_raw(cb, own_view(cb)); }
 // A reader that finds the buffer cleared (clear_detached) since it last
 // looked drops its position and counts. Context: reader_mu held.
 void sync_clear(CpuBuffer* cb);
 
 // The oldest seq that can still be in the ring when `t` is the tail.
-inline uint64_t oldest_seq(const CpuBuffer* cb, const Tail& t) {
-  const uint64_t ring = t.seq > cb->nr_pages ? t.seq - cb->nr_pages + 1 : 1;
+inline uint64_t oldest_seq(const CpuBuffer* cb, const PagesView& v, const Tail& t) {
+  const uint64_t ring = t.seq > v.nr_pages ? t.seq - v.nr_pages + 1 : 1;
   return std::max(ring, cb->floor_seq.load(std::memory_order_acquire));
 }
+inline uint64_t oldest_seq(const CpuBuffer* cb, const Tail& t) { return oldest_seq(cb, own_view(cb), t); }
 
 enum class CopyResult { kOk, kGone, kNotYet };
 // Copies page `seq` into `out` with seqlock checks. Context: reader.
-CopyResult copy_page(const CpuBuffer* cb, uint64_t seq, PageCopy* out);
+CopyResult copy_page(const CpuBuffer* cb, const PagesView& v, uint64_t seq, PageCopy* out);
 
 }  // namespace usrtrace::rb

@@ -9,8 +9,8 @@
 
 namespace usrtrace::rb {
 
-Tail read_tail(const CpuBuffer* cb) {
-  Tail t = read_tail_raw(cb);
+Tail read_tail(const CpuBuffer* cb, const PagesView& v) {
+  Tail t = read_tail_raw(cb, v);
   // order: acquire pairs with clear_detached's release store of the floor.
   if (t.seq != 0 && t.seq < cb->floor_seq.load(std::memory_order_acquire)) return Tail{};
   return t;
@@ -29,15 +29,20 @@ void sync_clear(CpuBuffer* cb) USRTRACE_NO_THREAD_SAFETY_ANALYSIS {
   cb->overrun = 0;
 }
 
-Tail read_tail_raw(const CpuBuffer* cb) {
+Tail read_tail_raw(const CpuBuffer* cb, const PagesView& v) {
+  if (v.nr_pages == 0) return Tail{};
   for (;;) {
     // order: acquire; the meta and page reads below must not move before it.
     const uint64_t a = cb->ws.w0.load(std::memory_order_acquire);
     const uint64_t ts = cb->ws.last_ts.load(std::memory_order_acquire);
-    auto* wp = reinterpret_cast<const uint8_t*>(a >> 16);
-    const uint64_t slot = static_cast<uint64_t>(wp - cb->pages) >> cb->page_shift;
-    if (wp < cb->pages || slot >= cb->nr_pages) return Tail{};  // cannot happen; be safe
-    const PageMeta& m = cb->meta[slot];
+    // w0 addresses the writers' pages; the view says where they are here.
+    const uintptr_t wp = a >> 16;
+    const uint64_t slot = static_cast<uint64_t>(wp - v.writer_pages) >> v.page_shift;
+    // Not in this page array: cannot happen in the writers' process; a
+    // recorder elsewhere may read w0 of a newer geometry (a resize) than
+    // its view's, and finds nothing until it takes the view again.
+    if (wp < v.writer_pages || slot >= v.nr_pages) return Tail{};
+    const PageMeta& m = v.meta[slot];
     const uint64_t seq = m.seq.load(std::memory_order_acquire);
     const uint64_t fi = m.first_index.load(std::memory_order_relaxed);
     // Every commit changes w0, so an unchanged w0 means no commit landed
@@ -50,7 +55,8 @@ Tail read_tail_raw(const CpuBuffer* cb) {
     Tail t;
     t.seq = seq;
     t.slot = slot;
-    t.len = static_cast<uint32_t>(wp - cb->page_at(slot)) - kPageHeaderSize;
+    t.len = static_cast<uint32_t>(wp - (v.writer_pages + (slot << v.page_shift))) - kPageHeaderSize;
+    if (t.len > v.page_size - kPageHeaderSize) return Tail{};  // as above
     t.entries = static_cast<uint32_t>(a & 0xffff);
     t.last_ts = ts;
     t.first_index = fi;
@@ -58,14 +64,14 @@ Tail read_tail_raw(const CpuBuffer* cb) {
   }
 }
 
-CopyResult copy_page(const CpuBuffer* cb, uint64_t seq, PageCopy* out) {
-  const Tail t = read_tail(cb);
+CopyResult copy_page(const CpuBuffer* cb, const PagesView& v, uint64_t seq, PageCopy* out) {
+  const Tail t = read_tail(cb, v);
   if (t.seq == 0 || seq > t.seq) return CopyResult::kNotYet;
-  if (seq < oldest_seq(cb, t)) return CopyResult::kGone;
-  const uint64_t slot = cb->slot_of(seq);
-  const PageMeta& m = cb->meta[slot];
+  if (seq < oldest_seq(cb, v, t)) return CopyResult::kGone;
+  const uint64_t slot = v.slot_of(seq);
+  const PageMeta& m = v.meta[slot];
   if (m.seq.load(std::memory_order_acquire) != seq) return CopyResult::kGone;
-  const uint8_t* page = cb->page_at(slot);
+  const uint8_t* page = v.page_at(slot);
   const bool tail = seq == t.seq;
   uint32_t len, entries;
   if (tail) {
@@ -79,8 +85,8 @@ CopyResult copy_page(const CpuBuffer* cb, uint64_t seq, PageCopy* out) {
   }
   const uint64_t first_index = m.first_index.load(std::memory_order_relaxed);
   const uint64_t missed = m.missed.load(std::memory_order_relaxed);
-  if (len > cb->page_size - kPageHeaderSize) return CopyResult::kGone;
-  out->page.resize(cb->page_size);
+  if (len > v.page_size - kPageHeaderSize) return CopyResult::kGone;
+  out->page.resize(v.page_size);
   std::memcpy(out->page.data(), page, kPageHeaderSize + len);
   // order: the copy's loads complete before the seq is read again (seqlock).
   std::atomic_thread_fence(std::memory_order_acquire);
@@ -101,6 +107,7 @@ namespace {
 // CpuBuffer, or an iterator's private one.
 struct Cursor {
   CpuBuffer* cb;
+  PagesView v;
   ReadPos* pos;
   PageCopy* copy;
   uint64_t* lost;  // where lost entries are counted (overrun for the consumer)
@@ -142,11 +149,11 @@ void enter_page(Cursor& c, uint64_t seq) {
 // Moves to the oldest page at or after `from` that is still there.
 bool jump(Cursor& c, uint64_t from) {
   for (int tries = 0; tries < 64; ++tries) {
-    Tail t = read_tail(c.cb);
+    Tail t = read_tail(c.cb, c.v);
     if (t.seq == 0) return false;
-    uint64_t target = std::max(from, oldest_seq(c.cb, t));
+    uint64_t target = std::max(from, oldest_seq(c.cb, c.v, t));
     if (target > c.end_seq) return false;
-    switch (copy_page(c.cb, target, c.copy)) {
+    switch (copy_page(c.cb, c.v, target, c.copy)) {
       case CopyResult::kOk:
         enter_page(c, target);
         return true;
@@ -175,7 +182,7 @@ bool ensure(Cursor& c) {
       if (p.seq == c.end_seq) return false;
       if (!cp.is_tail) {
         uint64_t next = p.seq + 1;
-        CopyResult r = copy_page(c.cb, next, &cp);
+        CopyResult r = copy_page(c.cb, c.v, next, &cp);
         if (r == CopyResult::kOk) {
           enter_page(c, next);
         } else {
@@ -184,12 +191,12 @@ bool ensure(Cursor& c) {
         }
         continue;
       }
-      Tail t = read_tail(c.cb);
+      Tail t = read_tail(c.cb, c.v);
       if (t.seq == p.seq && t.len <= cp.len) return false;  // nothing new yet
     }
     // (Re)copy the page the cursor is in: the tail may have grown, or the
     // copy belongs to another page.
-    CopyResult r = copy_page(c.cb, p.seq, &cp);
+    CopyResult r = copy_page(c.cb, c.v, p.seq, &cp);
     if (r == CopyResult::kOk) continue;
     cp.seq = 0;
     if (r == CopyResult::kNotYet) return false;
@@ -240,7 +247,7 @@ bool read_event(Cursor& c, Event* ev, bool advance) {
 
 Cursor consumer(CpuBuffer* cb) USRTRACE_NO_THREAD_SAFETY_ANALYSIS {
   sync_clear(cb);
-  return Cursor{cb, &cb->pos, &cb->copy, &cb->overrun, &cb->read, true};
+  return Cursor{cb, own_view(cb), &cb->pos, &cb->copy, &cb->overrun, &cb->read, true};
 }
 
 }  // namespace
@@ -308,19 +315,17 @@ bool RingBuffer::peek(Event* ev, int cpu) USRTRACE_NO_THREAD_SAFETY_ANALYSIS {
   return found;
 }
 
-// Hands out the rest of the cursor's page as a kernel page. A prefix the
-// reader already consumed becomes one discarded entry (type 29, delta 1)
-// under a page time stamp one tick earlier, so the page parses and every
-// remaining time stays exact; O(1), whatever was consumed.
-uint32_t RingBuffer::read_page(int cpu, uint8_t* out, size_t out_size, bool full_only) {
-  if (cpu < 0 || cpu >= nr_cpus_) return 0;
-  CpuBuffer* cb = cpu_buffer(cpu);
-  base::MutexLock rl(&cb->reader_mu);
-  if (out_size < cb->page_size) return 0;
-  Cursor c = consumer(cb);
+namespace {
+
+// Hands out the rest of the cursor's page as a kernel page (read_page,
+// read_page_external). A prefix the reader already consumed becomes one
+// discarded entry (type 29, delta 1) under a page time stamp one tick
+// earlier, so the page parses and every remaining time stays exact; O(1),
+// whatever was consumed.
+uint32_t hand_page(Cursor& c, uint8_t* out, bool full_only) {
   if (!ensure(c)) return 0;
-  ReadPos& p = cb->pos;
-  PageCopy& cp = cb->copy;
+  ReadPos& p = *c.pos;
+  PageCopy& cp = *c.copy;
   if (cp.is_tail && full_only) {
     // The copy was the tail when it was taken; the writer may have filled
     // the page and gone on since, and ensure() keeps a copy that still has
@@ -342,14 +347,14 @@ uint32_t RingBuffer::read_page(int cpu, uint8_t* out, size_t out_size, bool full
   const uint64_t missed = p.pending_missed;
   if (missed != 0 || p.lost_unknown) {
     commit |= kMissedEvents;
-    if (missed != 0 && kPageHeaderSize + cp.len + 8 <= cb->page_size) {
+    if (missed != 0 && kPageHeaderSize + cp.len + 8 <= c.v.page_size) {
       std::memcpy(out + kPageHeaderSize + cp.len, &missed, 8);
       commit |= kMissedStored;
     }
   }
   std::memcpy(out + offsetof(PageHeader, commit), &commit, sizeof commit);
   const uint64_t handed = cp.first_index + cp.entries - p.index;
-  cb->read += handed;
+  *c.read += handed;
   p.index += handed;
   p.off = cp.len;
   p.ts = cp.is_tail ? cp.end_ts : p.ts;
@@ -357,6 +362,34 @@ uint32_t RingBuffer::read_page(int cpu, uint8_t* out, size_t out_size, bool full
   p.lost_unknown = false;
   publish(c);
   return cp.len;
+}
+
+}  // namespace
+
+uint32_t RingBuffer::read_page(int cpu, uint8_t* out, size_t out_size, bool full_only) {
+  if (cpu < 0 || cpu >= nr_cpus_) return 0;
+  CpuBuffer* cb = cpu_buffer(cpu);
+  base::MutexLock rl(&cb->reader_mu);
+  if (out_size < cb->page_size) return 0;
+  Cursor c = consumer(cb);
+  return hand_page(c, out, full_only);
+}
+
+uint32_t read_page_external(CpuBuffer* cb, const PagesView& v, ExternalConsumer* r, uint8_t* out,
+                            size_t out_size, bool full_only) {
+  if (out_size < v.page_size || v.nr_pages == 0) return 0;
+  // order: acquire pairs with clear_detached's release increment, so the
+  // floor stored before it is seen (sync_clear's rule, for this position).
+  const uint64_t gen = cb->clear_gen.load(std::memory_order_acquire);
+  if (!r->started || r->gen != gen) {
+    r->started = true;
+    r->gen = gen;
+    r->pos = ReadPos{};
+    r->pos.index = cb->floor_index.load(std::memory_order_relaxed);
+    r->copy.seq = 0;
+  }
+  Cursor c{cb, v, &r->pos, &r->copy, &r->overrun, &r->read, true};
+  return hand_page(c, out, full_only);
 }
 
 // ---------------------------------------------------------------------------
@@ -381,7 +414,7 @@ bool RingBuffer::Iterator::fill(Cpu& c) {
   // resize frees them under this lock.
   base::MutexLock rl(&c.cb->reader_mu);
   uint64_t unused = 0;
-  Cursor cur{c.cb, &c.pos, &c.copy, &lost_, &unused, false, c.end_seq, c.end_len};
+  Cursor cur{c.cb, own_view(c.cb), &c.pos, &c.copy, &lost_, &unused, false, c.end_seq, c.end_len};
   return read_event(cur, &c.ev, true);
 }
 
@@ -437,7 +470,7 @@ void RingBuffer::DumpIterator::start(RingBuffer& rb, int cpu) {
 bool RingBuffer::DumpIterator::fill(Cpu& c) {
   if (!c.cb || c.end_seq == 0) return false;
   uint64_t unused = 0;
-  Cursor cur{c.cb, &c.pos, &c.copy, &lost_, &unused, false, c.end_seq, c.end_len};
+  Cursor cur{c.cb, own_view(c.cb), &c.pos, &c.copy, &lost_, &unused, false, c.end_seq, c.end_len};
   for (;;) {
     if (!read_event(cur, &c.ev, true)) return false;
     if (c.pos.index > c.first) return true;  // pos.index is now one past the event's

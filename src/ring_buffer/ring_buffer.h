@@ -244,6 +244,51 @@ static_assert(offsetof(WriterState, dropped_seen) == kWsDroppedSeen);
 static_assert(offsetof(WriterState, sealed) == kWsSealed);
 static_assert(sizeof(std::atomic<uint64_t>) == 8 && sizeof(std::atomic<CpuBuffer*>) == 8);
 
+// Where a reader finds a CpuBuffer's pages. In the writers' process these
+// are the CpuBuffer's own fields (own_view); a recorder in another process
+// maps the buffer's shared file (record/shared_buffers.cc) and sees the
+// pages at other addresses, while w0 still holds the writers' addresses.
+// A reader takes the geometry once per call, so a resize racing with it
+// (the writers' process seals only its own readers out) can make it read
+// stale pages of its own mapping, which the seqlock rejects, never memory
+// outside the view.
+struct PagesView {
+  const uint8_t* pages = nullptr;  // slot 0, as this reader addresses it
+  const PageMeta* meta = nullptr;
+  uintptr_t writer_pages = 0;  // slot 0, as the writers' w0 addresses it
+  uint32_t nr_pages = 0;
+  uint32_t page_size = 0;
+  uint32_t page_shift = 0;
+
+  const uint8_t* page_at(uint64_t slot) const { return pages + (slot << page_shift); }
+  uint64_t slot_of(uint64_t seq) const { return (seq - 1) % nr_pages; }
+};
+inline PagesView own_view(const CpuBuffer* cb) {
+  return {cb->pages, cb->meta, reinterpret_cast<uintptr_t>(cb->pages), cb->nr_pages, cb->page_size,
+          cb->page_shift};
+}
+
+// A consuming reader whose position is its own rather than the CpuBuffer's
+// (pos/copy there are the in-process trace_pipe's and hold heap pointers of
+// that process): a recorder in another process. Like the in-process
+// consumer it publishes reader_next_seq and reader_index in the CpuBuffer,
+// so discard mode waits for it. Two consumers of one CPU split its events
+// between them, as two trace_pipe readers do.
+struct ExternalConsumer {
+  ReadPos pos;
+  PageCopy copy;
+  uint64_t read = 0;     // entries handed out
+  uint64_t overrun = 0;  // entries lost before they were read
+  uint64_t gen = 0;      // the CpuBuffer's clear_gen this position belongs to
+  bool started = false;
+};
+// read_page (below) for an external consumer: the rest of its current page
+// in the kernel's format, into `out`; the data length, 0 when none (or
+// only the open tail page, with `full_only`). Context: the consumer's one
+// thread; lock-free against writers and other readers.
+uint32_t read_page_external(CpuBuffer* cb, const PagesView& v, ExternalConsumer* r, uint8_t* out,
+                            size_t out_size, bool full_only);
+
 // per_cpu/cpuN/stats.
 struct CpuStats {
   uint64_t entries = 0;          // events in the buffer, not yet read or lost

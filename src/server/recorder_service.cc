@@ -9,6 +9,7 @@
 #include "base/sys.h"
 #include "control/meta.h"
 #include "instance/instance.h"
+#include "persist/file_store.h"
 #include "record/recorder.h"
 
 namespace usrtrace::control {
@@ -20,18 +21,30 @@ void RecorderSession::release_readers() {
   readers.clear();
 }
 
+namespace {
+
+// The instance r.path with the session's reader reference on it, nullptr
+// with *rc when there is none.
+Instance* reader_of(RecorderSession& s, const std::string& path, int* rc) {
+  if (auto it = s.readers.find(path); it != s.readers.end()) return it->second;
+  int err = 0;
+  Instance* inst = Instance::get(path, Instance::GetMode::kExisting, &err);
+  if (!inst) {
+    *rc = -(err ? err : ENOENT);
+    return nullptr;
+  }
+  s.readers.emplace(path, inst);  // the reference keeps rmdir away (EBUSY)
+  return inst;
+}
+
+}  // namespace
+
 bool take_pages(RecorderSession& s, const Request& r, bool may_park, const ExitHandshake& exit, Reply* out) {
-  Instance* inst = nullptr;
-  if (auto it = s.readers.find(r.path); it != s.readers.end()) {
-    inst = it->second;
-  } else {
-    int err = 0;
-    inst = Instance::get(r.path, Instance::GetMode::kExisting, &err);
-    if (!inst) {
-      *out = {-(err ? err : ENOENT), {}};
-      return true;
-    }
-    s.readers.emplace(r.path, inst);  // the reference keeps rmdir away (EBUSY)
+  int rc = 0;
+  Instance* inst = reader_of(s, r.path, &rc);
+  if (!inst) {
+    *out = {rc, {}};
+    return true;
   }
   rb::RingBuffer& rb = inst->buffer();
   const uint32_t ps = rb.page_size(0);
@@ -64,6 +77,18 @@ bool take_pages(RecorderSession& s, const Request& r, bool may_park, const ExitH
   if (count == 0 && may_park && !r.on && r.wait_ms > 0 && !exit.exiting()) return false;
   *out = {count, std::move(payload)};
   return true;
+}
+
+Reply share_buffer(RecorderSession& s, const Request& r) {
+  int rc = 0;
+  Instance* inst = reader_of(s, r.path, &rc);
+  if (!inst) return {rc, {}};
+  auto* fs = dynamic_cast<persist::FileStore*>(inst->buffer().store().get());
+  const int fd = fs ? fs->shared_fd() : -1;
+  if (fd < 0) return {-ENOTSUP, {}};
+  Reply reply;
+  Encoder(&reply.payload).u32(static_cast<uint32_t>(fd));
+  return reply;
 }
 
 Reply collect_meta(RecorderSession& s, const Request& r) {

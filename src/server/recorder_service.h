@@ -13,6 +13,9 @@
 //            metadata_generation()), so the recorder asks again
 //   kRecord  the connection declares itself a recorder: the process's end
 //            then waits for it to take the last pages (exit_handshake.h)
+//   kShare   where an instance's buffer in shared memory is (its memfd's
+//            descriptor number), for a recorder that reads the pages
+//            itself (record/shared_buffers.h); a reader reference as kPages
 //
 // The server (server.cc) decodes the request, sends the answer and parks a
 // kPages that found nothing and may wait; this file makes the answer.
@@ -63,6 +66,9 @@ struct Reply {
 // when there were none, `may_park`, the request may wait (r.wait_ms, not a
 // flush) and the process is not exiting: the caller parks it.
 bool take_pages(RecorderSession& s, const Request& r, bool may_park, const ExitHandshake& exit, Reply* out);
+// kShare: the descriptor of r.path's buffer store, when it is a memfd
+// (persist::kSharedMemory); -ENOTSUP otherwise.
+Reply share_buffer(RecorderSession& s, const Request& r);
 // kMeta: the metadata of the instances r.names; remembers the generation
 // it was taken at (meta_flags()).
 Reply collect_meta(RecorderSession& s, const Request& r);

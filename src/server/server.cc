@@ -366,6 +366,11 @@ bool Server::handle(Conn& c, Request& r, bool may_park) {
       set_recording(c.rec, r.on, &exit);
       respond(c, 0);
       return true;
+    case Op::kShare: {
+      const Reply reply = share_buffer(c.rec, r);
+      respond(c, reply.status, reply.payload);
+      return true;
+    }
   }
   respond(c, -EPROTO);
   return true;

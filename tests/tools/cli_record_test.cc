@@ -103,6 +103,29 @@ TEST(CliRecord, ACommandFromItsStartToItsEnd) {
   ::rmdir(dir.c_str());
 }
 
+// A command SIGKILLed while recorded loses nothing it wrote: its buffers
+// are in shared memory that the recorder maps (src/record/shared_buffers.h),
+// and the mapping outlives the process. Through the socket, what the
+// recorder had not asked for yet went with the process.
+TEST(CliRecord, ACommandKilledLosesNothingItWrote) {
+  const std::string dir = temp_dir(), file = dir + "/killed.dat";
+  Proc rec = Proc::start({USRTRACE_CLI, "record", "-e", "clitest", "-o", file, "--", CLI_TARGET}, true);
+  const std::string script = "tick 20000\nkillself\n";
+  ASSERT_EQ(::write(rec.in, script.data(), script.size()), static_cast<ssize_t>(script.size()));
+  const Result r = rec.finish();
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("was killed by signal 9"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("went away before its last pages were taken"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("; 0 events lost"), std::string::npos) << r.err;
+  const Result rep = run_cli({"report", "-i", file});
+  ASSERT_EQ(rep.rc, 0) << rep.err;
+  const std::vector<unsigned> got = seqs(rep.out, "tick");
+  ASSERT_EQ(got.size(), 20000u) << r.err;
+  for (unsigned i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], i);
+  ::unlink(file.c_str());
+  ::rmdir(dir.c_str());
+}
+
 // trace-cmd's --compression: zstd or any compress a version 7 file's data,
 // none (the default here) and a version 6 file do not; a compressed version
 // 6 and contradicting flags are refused before anything starts.

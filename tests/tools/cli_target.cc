@@ -127,6 +127,8 @@ int main() {
       if (spinner.joinable()) spinner.join();
       ok();
       std::exit(std::atoi(arg.c_str()));
+    } else if (cmd == "killself") {
+      raise(SIGKILL);  // no handler, no exit path: the process just ends
     } else if (cmd == "abort") {
       ok();
       std::abort();

@@ -131,6 +131,10 @@ int spawn(const std::vector<std::string>& cmd, const std::string& follow, Child*
     // default is for processes whose recorder may be stuck elsewhere).
     setenv("USRTRACE_EXIT_WAIT_MS", "60000", 0);
     if (!follow.empty()) setenv("USRTRACE_FOLLOW", follow.c_str(), 1);
+    // Its buffers in shared memory, which we map and read ourselves
+    // (src/record/shared_buffers.h); USRTRACE_SHARED_BUFFERS=0 keeps them
+    // private and the pages come through its control socket.
+    setenv("USRTRACE_SHARED_BUFFERS", "1", 0);
     std::vector<char*> argv;
     for (const auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);

@@ -1,0 +1,199 @@
+// Reading a traced process's buffers where they are (shared_buffers.h).
+//
+// The file is laid out as persist/file_format.h says and changes while it
+// is read: the process adds regions (a resize, snapshot spares, format
+// blobs), releases them (their state turns dead, their blocks are punched
+// out; offsets are never reused), and moves CpuBuffers between roles (a
+// snapshot swap). So every call looks again: the CpuBuffer serving the live
+// buffer's CPU (role word tag 0), then the pages region its `meta` names,
+// with the geometry read once and checked against the region that holds it.
+#include "record/shared_buffers.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "record/recorder.h"
+
+namespace usrtrace::tracedat {
+
+using persist::FileHeader;
+using persist::RegionDesc;
+
+namespace {
+
+constexpr uint32_t kMaxRegions = 1u << 16;  // far above what a store makes (file_store.cc)
+
+template <class T>
+T load(const T* p) {
+  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+// A region descriptor as it is now: the fields are read before the state
+// is checked again, so a region going dead meanwhile is not taken.
+bool live_region(const RegionDesc* table, uint32_t idx, RegionDesc* out) {
+  const RegionDesc& d = table[idx];
+  if (load(&d.state) != persist::kStateLive) return false;
+  out->kind = load(&d.kind);
+  out->offset = load(&d.offset);
+  out->size = load(&d.size);
+  out->base = load(&d.base);
+  out->role = load(&d.role);
+  out->nr_pages = load(&d.nr_pages);
+  out->page_size = load(&d.page_size);
+  out->pages_off = load(&d.pages_off);
+  return load(&d.state) == persist::kStateLive;
+}
+
+}  // namespace
+
+SharedBuffer::~SharedBuffer() {
+  for (auto& [idx, m] : maps_) munmap(m.first, m.second);
+  if (head_) munmap(head_, head_size_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+int SharedBuffer::open(int pid, int fd, const std::string& instance, std::string* err) {
+  auto fail = [&](int e, const std::string& why) {
+    *err = "process " + std::to_string(pid) + "'s buffer in shared memory: " + why;
+    return -e;
+  };
+  const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+  fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd_ < 0) return fail(errno, path + ": " + std::strerror(errno));
+  // Sealed against shrinking: no mapping of it can end in a SIGBUS.
+  const int seals = ::fcntl(fd_, F_GET_SEALS);
+  if (seals < 0 || !(seals & F_SEAL_SHRINK)) return fail(EPERM, "not sealed against shrinking");
+  struct stat st;
+  if (::fstat(fd_, &st) != 0) return fail(errno, std::strerror(errno));
+  if (static_cast<uint64_t>(st.st_size) < persist::kHeaderBytes) return fail(EPROTO, "too short");
+  void* h = mmap(nullptr, persist::kHeaderBytes, PROT_READ, MAP_SHARED, fd_, 0);
+  if (h == MAP_FAILED) return fail(errno, std::strerror(errno));
+  const auto* hdr = static_cast<const FileHeader*>(h);
+  const persist::CpuLayout own = persist::cpu_layout();
+  const uint64_t table_end =
+      hdr->region_table + uint64_t{hdr->region_capacity} * sizeof(RegionDesc);
+  const bool ok = std::memcmp(hdr->magic, persist::kMagic, sizeof hdr->magic) == 0 &&
+                  hdr->version == persist::kVersion && hdr->header_size == sizeof(FileHeader) &&
+                  std::memcmp(&hdr->cpu_layout, &own, sizeof own) == 0 && hdr->nr_cpus > 0 &&
+                  hdr->nr_cpus <= 4096 && hdr->region_capacity <= kMaxRegions &&
+                  hdr->region_table >= persist::kHeaderBytes && table_end <= static_cast<uint64_t>(st.st_size) &&
+                  hdr->page_size >= rb::kMinPageSize && hdr->page_size <= rb::kMaxPageSize &&
+                  !(hdr->page_size & (hdr->page_size - 1)) && hdr->pid == pid &&
+                  std::string(hdr->instance, strnlen(hdr->instance, sizeof hdr->instance)) == instance;
+  const uint32_t nr_cpus = hdr->nr_cpus, capacity = hdr->region_capacity, page_size = hdr->page_size;
+  munmap(h, persist::kHeaderBytes);
+  if (!ok) return fail(EPROTO, "not the buffer of instance '" + instance + "' in this build's layout");
+  head_size_ = (table_end + persist::kFileAlign - 1) / persist::kFileAlign * persist::kFileAlign;
+  void* m = mmap(nullptr, head_size_, PROT_READ, MAP_SHARED, fd_, 0);
+  if (m == MAP_FAILED) {
+    head_size_ = 0;
+    return fail(errno, std::strerror(errno));
+  }
+  head_ = static_cast<uint8_t*>(m);
+  hdr_ = reinterpret_cast<const FileHeader*>(head_);
+  // The header's own fields were checked above from this same file; the
+  // table's place and size are taken from those checked values.
+  table_ = reinterpret_cast<const RegionDesc*>(head_ + hdr_->region_table);
+  capacity_ = capacity;
+  page_size_ = page_size;
+  cpus_.resize(nr_cpus);
+  return 0;
+}
+
+uint8_t* SharedBuffer::map_region(uint32_t idx) {
+  if (auto it = maps_.find(idx); it != maps_.end()) return it->second.first;
+  RegionDesc d;
+  if (idx >= capacity_ || !live_region(table_, idx, &d)) return nullptr;
+  struct stat st;
+  if (d.size == 0 || d.offset % persist::kFileAlign || d.size % persist::kFileAlign ||
+      ::fstat(fd_, &st) != 0 || d.offset > static_cast<uint64_t>(st.st_size) ||
+      d.size > static_cast<uint64_t>(st.st_size) - d.offset)
+    return nullptr;
+  void* m = mmap(nullptr, d.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, static_cast<off_t>(d.offset));
+  if (m == MAP_FAILED) return nullptr;
+  maps_.emplace(idx, std::make_pair(static_cast<uint8_t*>(m), d.size));
+  return static_cast<uint8_t*>(m);
+}
+
+// Regions the process released: their blocks are gone, and a read would
+// only fault in fresh zeroes.
+void SharedBuffer::unmap_dead() {
+  for (auto it = maps_.begin(); it != maps_.end();) {
+    if (load(&table_[it->first].state) != persist::kStateLive) {
+      munmap(it->second.first, it->second.second);
+      it = maps_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+bool SharedBuffer::find_cpu(int cpu, Cpu& c) {
+  const uint64_t want = rb::role_word(0, cpu);
+  if (c.region >= 0) {
+    const RegionDesc& d = table_[c.region];
+    if (load(&d.state) == persist::kStateLive && load(&d.role) == want) return true;
+  }
+  // Gone, or swapped away (a snapshot): the CpuBuffer serving the CPU now
+  // is another, with its own pages and counts, read from its oldest page.
+  unmap_dead();
+  c.region = -1;
+  c.reader = rb::ExternalConsumer{};
+  for (uint32_t i = 0; i < capacity_; ++i) {
+    RegionDesc d;
+    if (live_region(table_, i, &d) && d.kind == persist::kRegionCpu && d.role == want &&
+        d.size >= sizeof(rb::CpuBuffer)) {
+      c.region = static_cast<int>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+uint32_t SharedBuffer::read_page(int cpu, uint8_t* out, bool full_only, uint64_t* missed) {
+  *missed = 0;
+  if (cpu < 0 || cpu >= nr_cpus()) return 0;
+  Cpu& c = cpus_[static_cast<size_t>(cpu)];
+  if (!find_cpu(cpu, c)) return 0;
+  uint8_t* at = map_region(static_cast<uint32_t>(c.region));
+  if (!at) return 0;
+  auto* cb = reinterpret_cast<rb::CpuBuffer*>(at);
+  // The geometry, once; a resize in the process may change it under us.
+  const auto meta = reinterpret_cast<uintptr_t>(load(&cb->meta));
+  const auto pages = reinterpret_cast<uintptr_t>(load(&cb->pages));
+  const uint32_t nr = load(&cb->nr_pages), ps = load(&cb->page_size), shift = load(&cb->page_shift);
+  if (ps != page_size_ || shift >= 32 || (1u << shift) != ps || nr == 0) return 0;
+  // The region that held them last time first, then all of them.
+  for (uint32_t k = 0; k <= capacity_; ++k) {
+    const uint32_t i = k == 0 ? static_cast<uint32_t>(c.pages_region) : k - 1;
+    if (i >= capacity_) continue;
+    RegionDesc d;
+    if (!live_region(table_, i, &d) || d.kind != persist::kRegionPages || d.base != meta) continue;
+    c.pages_region = static_cast<int>(i);
+    // The region must hold exactly what the CpuBuffer says is in it.
+    if (d.nr_pages != nr || d.page_size != ps || d.pages_off < uint64_t{nr} * sizeof(rb::PageMeta) ||
+        d.pages_off > d.size || uint64_t{nr} * ps > d.size - d.pages_off || pages != meta + d.pages_off)
+      return 0;
+    uint8_t* local = map_region(i);
+    if (!local) return 0;
+    rb::PagesView v;
+    v.pages = local + d.pages_off;
+    v.meta = reinterpret_cast<const rb::PageMeta*>(local);
+    v.writer_pages = pages;
+    v.nr_pages = nr;
+    v.page_size = ps;
+    v.page_shift = shift;
+    const uint32_t len = rb::read_page_external(cb, v, &c.reader, out, ps, full_only);
+    if (len) settle_page(out, ps, len, missed);
+    return len;
+  }
+  return 0;
+}
+
+}  // namespace usrtrace::tracedat

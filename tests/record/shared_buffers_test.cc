@@ -1,0 +1,214 @@
+// A recorder reading a buffer in shared memory (record/shared_buffers.h),
+// here from the same process through /proc/self/fd, as `usrtrace record`
+// reads another's: every event once and in order, across a resize and a
+// snapshot swap; discard mode waits for this reader; and files it must not
+// map are refused.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "base/sys.h"
+#include "persist/file_store.h"
+#include "record/shared_buffers.h"
+#include "ring_buffer/page_format.h"
+#include "ring_buffer/ring_buffer.h"
+#include "testing/test_util.h"
+
+namespace usrtrace::tracedat {
+namespace {
+
+struct Payload {
+  uint64_t n;
+  uint64_t check;
+};
+
+std::shared_ptr<persist::FileStore> shared_store(const char* instance = "t") {
+  int err = 0;
+  std::string why;
+  auto fs = persist::FileStore::create(persist::kSharedMemory, 4096, base::nr_possible_cpus(), instance, &err,
+                                       &why);
+  EXPECT_TRUE(fs) << why;
+  return fs;
+}
+
+std::unique_ptr<rb::RingBuffer> buffer_in(const std::shared_ptr<persist::FileStore>& fs, uint64_t size,
+                                          rb::Mode mode = rb::Mode::kOverwrite, uint32_t tag = 0) {
+  rb::Options o;
+  o.size_per_cpu = size;
+  o.mode = mode;
+  o.tag = tag;
+  o.store = fs;
+  int err = 0;
+  auto rb = rb::RingBuffer::create(o, &err);
+  EXPECT_TRUE(rb) << err;
+  return rb;
+}
+
+// Writes payloads [from, from + count) on cpu 0; the number written.
+uint64_t write_n(rb::RingBuffer& rb, uint64_t from, uint64_t count) {
+  testing::Pinned pin(0);
+  uint64_t done = 0;
+  for (uint64_t i = from; i < from + count; ++i) {
+    Payload p{i, ~i};
+    if (rb.write<sizeof p>(&p)) ++done;
+  }
+  return done;
+}
+
+// Everything the shared buffer has for cpu 0 now, decoded; *lost gets the
+// pages' missed-events counts.
+std::vector<uint64_t> drain(SharedBuffer& sb, bool full_only = false, uint64_t* lost = nullptr) {
+  std::vector<uint64_t> out;
+  std::vector<uint8_t> page(sb.page_size());
+  uint64_t missed = 0;
+  while (uint32_t len = sb.read_page(0, page.data(), full_only, &missed)) {
+    if (lost) *lost += missed;
+    rb::PageHeader h;
+    std::memcpy(&h, page.data(), sizeof h);
+    rb::PageWalker w(page.data() + rb::kPageHeaderSize, len, h.timestamp);
+    rb::Entry e;
+    while (w.next_data(&e)) {
+      EXPECT_EQ(e.payload_len, sizeof(Payload));
+      Payload p;
+      std::memcpy(&p, e.payload, sizeof p);
+      EXPECT_EQ(p.check, ~p.n) << "torn payload";
+      out.push_back(p.n);
+    }
+    EXPECT_FALSE(w.corrupt());
+  }
+  return out;
+}
+
+std::vector<uint64_t> iota(uint64_t from, uint64_t to) {
+  std::vector<uint64_t> v;
+  for (uint64_t i = from; i < to; ++i) v.push_back(i);
+  return v;
+}
+
+TEST(SharedBuffer, ReadsEveryEventOnceInOrder) {
+  auto fs = shared_store();
+  ASSERT_TRUE(fs);
+  auto rb = buffer_in(fs, 64 * 1024);
+  ASSERT_TRUE(rb);
+  SharedBuffer sb;
+  std::string err;
+  ASSERT_EQ(sb.open(getpid(), fs->shared_fd(), "t", &err), 0) << err;
+  EXPECT_EQ(sb.page_size(), 4096u);
+  EXPECT_EQ(sb.nr_cpus(), rb->nr_cpus());
+  ASSERT_EQ(write_n(*rb, 0, 1000), 1000u);
+  // Whole pages only while the writer may go on; the open page at the end.
+  std::vector<uint64_t> got = drain(sb, true);
+  ASSERT_FALSE(got.empty());
+  EXPECT_LT(got.size(), 1000u);
+  const std::vector<uint64_t> rest = drain(sb);
+  got.insert(got.end(), rest.begin(), rest.end());
+  EXPECT_EQ(got, iota(0, 1000));
+  // What comes after an open page was taken continues it.
+  ASSERT_EQ(write_n(*rb, 1000, 10), 10u);
+  EXPECT_EQ(drain(sb), iota(1000, 1010));
+  EXPECT_TRUE(drain(sb).empty());
+}
+
+TEST(SharedBuffer, OverwrittenPagesAreCountedAsLost) {
+  auto fs = shared_store();
+  ASSERT_TRUE(fs);
+  auto rb = buffer_in(fs, 16 * 1024);
+  ASSERT_TRUE(rb);
+  SharedBuffer sb;
+  std::string err;
+  ASSERT_EQ(sb.open(getpid(), fs->shared_fd(), "t", &err), 0) << err;
+  ASSERT_EQ(write_n(*rb, 0, 20000), 20000u);
+  uint64_t lost = 0;
+  const std::vector<uint64_t> got = drain(sb, false, &lost);
+  ASSERT_FALSE(got.empty());
+  EXPECT_EQ(got.back(), 19999u);
+  for (size_t i = 1; i < got.size(); ++i) ASSERT_EQ(got[i], got[i - 1] + 1);
+  EXPECT_EQ(lost, got.front()) << "every event before the first one read is counted";
+}
+
+// Discard mode keeps a page until this reader, in another process as far as
+// the ring knows, has read it: the writer drops the newest instead.
+TEST(SharedBuffer, DiscardModeWaitsForTheRecorder) {
+  auto fs = shared_store();
+  ASSERT_TRUE(fs);
+  auto rb = buffer_in(fs, 16 * 1024, rb::Mode::kDiscard);
+  ASSERT_TRUE(rb);
+  SharedBuffer sb;
+  std::string err;
+  ASSERT_EQ(sb.open(getpid(), fs->shared_fd(), "t", &err), 0) << err;
+  const uint64_t first = write_n(*rb, 0, 5000);
+  ASSERT_LT(first, 5000u) << "a 16 KiB buffer cannot hold 5000 events";
+  EXPECT_EQ(drain(sb), iota(0, first));
+  // Read: room again, and the next ones follow after the drop.
+  const uint64_t second = write_n(*rb, 100000, 100);
+  EXPECT_EQ(second, 100u);
+  uint64_t lost = 0;
+  EXPECT_EQ(drain(sb, false, &lost), iota(100000, 100100));
+  EXPECT_EQ(lost, 5000 - first) << "the dropped ones are reported before the next page";
+}
+
+TEST(SharedBuffer, FollowsAResizeAndASnapshotSwap) {
+  auto fs = shared_store();
+  ASSERT_TRUE(fs);
+  auto rb = buffer_in(fs, 64 * 1024);
+  auto spare = buffer_in(fs, 64 * 1024, rb::Mode::kOverwrite, 1);  // a snapshot's tag
+  ASSERT_TRUE(rb && spare);
+  SharedBuffer sb;
+  std::string err;
+  ASSERT_EQ(sb.open(getpid(), fs->shared_fd(), "t", &err), 0) << err;
+  ASSERT_EQ(write_n(*rb, 0, 500), 500u);
+  std::vector<uint64_t> got = drain(sb, true);
+  // Bigger: the pages move to a new region, the unread ones with them.
+  ASSERT_EQ(rb->resize(-1, 256 * 1024), 0);
+  ASSERT_EQ(write_n(*rb, 500, 500), 500u);
+  std::vector<uint64_t> more = drain(sb);
+  got.insert(got.end(), more.begin(), more.end());
+  EXPECT_EQ(got, iota(0, 1000));
+  // A swap: what the live buffer holds now is the spare's (empty), and
+  // what is written next is read from it.
+  ASSERT_EQ(write_n(*rb, 1000, 10), 10u);
+  ASSERT_EQ(rb->swap_cpu(*spare, -1), 0);
+  ASSERT_EQ(write_n(*spare, 5000, 5), 5u) << "the former live buffer, now the spare";
+  ASSERT_EQ(write_n(*rb, 2000, 20), 20u);
+  EXPECT_EQ(drain(sb), iota(2000, 2020));
+}
+
+TEST(SharedBuffer, RefusesWhatItMustNotMap) {
+  std::string err;
+  {
+    SharedBuffer sb;
+    auto fs = shared_store("mine");
+    ASSERT_TRUE(fs);
+    auto rb = buffer_in(fs, 16 * 1024);
+    EXPECT_EQ(sb.open(getpid(), fs->shared_fd(), "other", &err), -EPROTO);
+    EXPECT_NE(err.find("not the buffer of instance 'other'"), std::string::npos) << err;
+  }
+  {
+    // A file on disk: no seal, so a truncate could end a mapping of it in
+    // a SIGBUS here.
+    const std::string path = "/tmp/usrtrace-shared-test-" + std::to_string(getpid());
+    int e = 0;
+    auto fs = persist::FileStore::create(path, 4096, base::nr_possible_cpus(), "t", &e);
+    ASSERT_TRUE(fs);
+    EXPECT_EQ(fs->shared_fd(), -1) << "only memory is offered";
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    SharedBuffer sb;
+    EXPECT_EQ(sb.open(getpid(), fd, "t", &err), -EPERM);
+    EXPECT_NE(err.find("not sealed"), std::string::npos) << err;
+    ::close(fd);
+    ::unlink(path.c_str());
+  }
+  {
+    SharedBuffer sb;
+    EXPECT_EQ(sb.open(getpid(), 987654, "t", &err), -ENOENT) << err;
+  }
+}
+
+}  // namespace
+}  // namespace usrtrace::tracedat
