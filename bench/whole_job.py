@@ -126,18 +126,22 @@ def main():
     def out(name):
         return os.path.join(work, name)
 
-    def usrtrace(output, *opts):
-        return [cli, "record", *opts, "-o", out(output), "--", lua, job], out(output)
+    def usrtrace(output, *opts, env_extra=None):
+        return [cli, "record", *opts, "-o", out(output), "--", lua, job], out(output), env_extra or {}
 
+    # (command, output or None, environment added)
     variants = {
         "usrtrace -p function_graph": usrtrace("g.dat", "-p", "function_graph"),
-        "usrtrace -p function_graph -b 262144": usrtrace("gb.dat", "-p", "function_graph", "-b", "262144"),
-        "usrtrace -p function_graph -b 262144 --compression zstd": usrtrace(
-            "gz.dat", "-p", "function_graph", "-b", "262144", "--compression", "zstd"),
+        "usrtrace -p function_graph --compression zstd": usrtrace(
+            "gz.dat", "-p", "function_graph", "--compression", "zstd"),
+        # Before the shared buffers: pages through the process's socket,
+        # with a buffer large enough to lose nothing.
+        "usrtrace -p function_graph -b 262144, through the socket": usrtrace(
+            "gs.dat", "-p", "function_graph", "-b", "262144", env_extra={"USRTRACE_SHARED_BUFFERS": "0"}),
         "usrtrace -p function": usrtrace("f.dat", "-p", "function"),
         "uftrace record": (["uftrace", "record", "--no-libcall", "--no-event", "-D", "50000", "--max-stack=50000",
-                            "-d", out("uftrace.data"), lua, job], out("uftrace.data")),
-        "the program alone": ([lua, job], None),
+                            "-d", out("uftrace.data"), lua, job], out("uftrace.data"), {}),
+        "the program alone": ([lua, job], None, {}),
     }
     base = "uftrace record"
     rows = {n: [] for n in variants}
@@ -149,10 +153,10 @@ def main():
         order = list(variants)
         rng.shuffle(order)
         for n in order:
-            cmd, o = variants[n]
+            cmd, o, extra = variants[n]
             if o:
                 remove(o)
-            wall, user, sys_, peak, rc = run(launch, cmd, env, out("stdout"), out("stderr"))
+            wall, user, sys_, peak, rc = run(launch, cmd, dict(env, **extra), out("stdout"), out("stderr"))
             if rc != 0:
                 sys.exit(f"whole_job: {n} exited {rc}: " + open(out("stderr")).read()[-2000:])
             if r == 0:

@@ -232,8 +232,15 @@ int FileStore::add_region(uint32_t kind, uint64_t size, uint64_t align, void** b
   size = round_up(size, kFileAlign);
   const uint64_t off = hdr_->file_end;
   // Blocks are allocated now: a full disk fails here, not with a SIGBUS on
-  // the write path.
-  if (int e = posix_fallocate(fd_, static_cast<off_t>(off), static_cast<off_t>(size))) return fail(e);
+  // the write path. Shared memory is allocated as it is written, as
+  // anonymous memory is: fallocate would take the whole ring of every
+  // possible CPU at once, and running out of memory there is the OOM
+  // killer's either way.
+  if (shared_memory_) {
+    if (::ftruncate(fd_, static_cast<off_t>(off + size)) != 0) return fail(errno);
+  } else if (int e = posix_fallocate(fd_, static_cast<off_t>(off), static_cast<off_t>(size))) {
+    return fail(e);
+  }
   void* at = nullptr;
   if (kind != kRegionBlob) {
     // Reserve room to align, then map the file over the aligned part.

@@ -37,6 +37,10 @@ constexpr uint32_t kWaitMs = 100;         // a quiet process is asked again this
 constexpr auto kSharedIdle = std::chrono::microseconds(500);
 constexpr auto kSharedPing = std::chrono::milliseconds(10);
 constexpr uint32_t kSharedBatch = 64;  // pages per journal record, at most
+// Pages per take_shared() while the process runs: a writer faster than the
+// recorder must not keep it from asking whether the process is exiting, or
+// from seeing a stop.
+constexpr uint32_t kSharedPass = 4096;
 
 // The process's name, from /proc.
 std::string comm_of(int pid) {
@@ -177,6 +181,8 @@ int RemoteRecording::store(Instance& inst, const control::Connection::Pages& p, 
       uint64_t missed;
       std::memcpy(&missed, page + rb::kPageHeaderSize + len, 8);
       lost_.fetch_add(missed, std::memory_order_relaxed);
+      std::lock_guard<std::mutex> l(mu_);
+      lost_where_[{inst.name, p.cpus[i]}] += missed;
     }
   }
   for (size_t i = 0; i < p.cpus.size();) {
@@ -202,7 +208,8 @@ int RemoteRecording::take_shared(Instance& inst, bool flush, bool* any, std::str
   p.nr_cpus = inst.nr_cpus;
   p.data.resize(size_t{kSharedBatch} * inst.page_size);
   bool more = true;
-  while (more) {
+  uint64_t taken = 0;
+  while (more && (flush || taken < kSharedPass)) {
     more = false;
     for (int k = 0; k < inst.nr_cpus; ++k) {
       const int cpu = (inst.next_cpu + k) % inst.nr_cpus;
@@ -216,6 +223,7 @@ int RemoteRecording::take_shared(Instance& inst, bool flush, bool* any, std::str
       }
       if (p.cpus.empty()) continue;
       *any = true;
+      taken += p.cpus.size();
       more = more || p.cpus.size() == kSharedBatch;  // a full batch: there may be more
       if (int rc = store(inst, p, err); rc < 0) return rc;
     }
@@ -445,13 +453,38 @@ RecordStats ProcessTreeRecording::stats() const {
   return st;
 }
 
+// "N on CPU k of the top instance, ..." and the buffer size that was not
+// enough, or "" when nothing was lost.
+std::string RemoteRecording::lost_where() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::string w;
+  for (const auto& [at, n] : lost_where_) {
+    if (n == 0) continue;
+    w += w.empty() ? "" : ", ";
+    w += std::to_string(n) + " on CPU " + std::to_string(at.second) + " of " +
+         (at.first.empty() ? std::string("the top instance") : "instance " + at.first);
+    for (const control::InstanceMeta& im : meta_.instances)
+      if (im.name == at.first && im.nr_cpus > 0)
+        w += " (" + std::to_string(im.capacity / static_cast<uint64_t>(im.nr_cpus) / 1024) +
+             " KiB of pages per CPU)";
+  }
+  return w;
+}
+
 std::string ProcessTreeRecording::warnings() const {
   std::string w;
+  if (const std::string lost = root_.lost_where(); !lost.empty())
+    w += "events lost: " + lost +
+         ": the buffers filled before the recorder took their pages (a loaded machine, or buffers "
+         "too small for the rate); -b KB makes each CPU's buffer larger\n";
   if (root_.cut_short())
-    w = "process " + std::to_string(opts_.pid) +
-        " went away before its last pages were taken: the end of its trace is missing (killed, or its exit "
-        "wait, USRTRACE_EXIT_WAIT_MS, ran out)\n";
+    w += "process " + std::to_string(opts_.pid) +
+         " went away before its last pages were taken: the end of its trace is missing (killed, or its exit "
+         "wait, USRTRACE_EXIT_WAIT_MS, ran out)\n";
   std::lock_guard<std::mutex> l(mu_);
+  for (const Followed& f : followed_)
+    if (const std::string lost = f.rec->lost_where(); !lost.empty())
+      w += "process " + std::to_string(f.pid) + ": events lost: " + lost + "\n";
   return w + warnings_;
 }
 

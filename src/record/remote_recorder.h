@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -43,6 +44,8 @@ class RemoteRecording {
   // It went before we took what it had at its exit (killed, or its exit
   // wait ran out): the end of its trace is missing.
   bool cut_short() const { return cut_short_.load(std::memory_order_acquire); }
+  // Where events were lost, in words; "" when none were.
+  std::string lost_where() const;
 
  private:
   struct Instance;
@@ -68,9 +71,10 @@ class RemoteRecording {
   std::thread thread_;
   std::atomic<bool> stop_{false}, gone_{false}, cut_short_{false}, exiting_{false};
   std::atomic<uint64_t> pages_{0}, bytes_{0}, lost_{0};
-  std::mutex mu_;
+  mutable std::mutex mu_;
   int error_ = 0;
   std::string error_text_;
+  std::map<std::pair<std::string, int>, uint64_t> lost_where_;  // by instance and CPU, under mu_
 };
 
 // A process and the processes it starts (`usrtrace record -c`), into one

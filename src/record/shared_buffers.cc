@@ -76,16 +76,15 @@ int SharedBuffer::open(int pid, int fd, const std::string& instance, std::string
   if (h == MAP_FAILED) return fail(errno, std::strerror(errno));
   const auto* hdr = static_cast<const FileHeader*>(h);
   const persist::CpuLayout own = persist::cpu_layout();
-  const uint64_t table_end =
-      hdr->region_table + uint64_t{hdr->region_capacity} * sizeof(RegionDesc);
-  const bool ok = std::memcmp(hdr->magic, persist::kMagic, sizeof hdr->magic) == 0 &&
-                  hdr->version == persist::kVersion && hdr->header_size == sizeof(FileHeader) &&
-                  std::memcmp(&hdr->cpu_layout, &own, sizeof own) == 0 && hdr->nr_cpus > 0 &&
-                  hdr->nr_cpus <= 4096 && hdr->region_capacity <= kMaxRegions &&
-                  hdr->region_table >= persist::kHeaderBytes && table_end <= static_cast<uint64_t>(st.st_size) &&
-                  hdr->page_size >= rb::kMinPageSize && hdr->page_size <= rb::kMaxPageSize &&
-                  !(hdr->page_size & (hdr->page_size - 1)) && hdr->pid == pid &&
-                  std::string(hdr->instance, strnlen(hdr->instance, sizeof hdr->instance)) == instance;
+  const uint64_t table_end = hdr->region_table + uint64_t{hdr->region_capacity} * sizeof(RegionDesc);
+  const bool ok =
+      std::memcmp(hdr->magic, persist::kMagic, sizeof hdr->magic) == 0 && hdr->version == persist::kVersion &&
+      hdr->header_size == sizeof(FileHeader) && std::memcmp(&hdr->cpu_layout, &own, sizeof own) == 0 &&
+      hdr->nr_cpus > 0 && hdr->nr_cpus <= 4096 && hdr->region_capacity <= kMaxRegions &&
+      hdr->region_table >= persist::kHeaderBytes && table_end <= static_cast<uint64_t>(st.st_size) &&
+      hdr->page_size >= rb::kMinPageSize && hdr->page_size <= rb::kMaxPageSize &&
+      !(hdr->page_size & (hdr->page_size - 1)) && hdr->pid == pid &&
+      std::string(hdr->instance, strnlen(hdr->instance, sizeof hdr->instance)) == instance;
   const uint32_t nr_cpus = hdr->nr_cpus, capacity = hdr->region_capacity, page_size = hdr->page_size;
   munmap(h, persist::kHeaderBytes);
   if (!ok) return fail(EPROTO, "not the buffer of instance '" + instance + "' in this build's layout");

@@ -264,8 +264,8 @@ struct PagesView {
   uint64_t slot_of(uint64_t seq) const { return (seq - 1) % nr_pages; }
 };
 inline PagesView own_view(const CpuBuffer* cb) {
-  return {cb->pages, cb->meta, reinterpret_cast<uintptr_t>(cb->pages), cb->nr_pages, cb->page_size,
-          cb->page_shift};
+  return {cb->pages,    cb->meta,      reinterpret_cast<uintptr_t>(cb->pages),
+          cb->nr_pages, cb->page_size, cb->page_shift};
 }
 
 // A consuming reader whose position is its own rather than the CpuBuffer's

@@ -36,6 +36,32 @@ TEST(CliRecord, ARunningProcessUntilCtrlC) {
   ::rmdir(dir.c_str());
 }
 
+// Events the buffers lost before they were taken are said where (CPU and
+// instance, with the buffer size) and which flag keeps more: here a
+// buffer of two pages that a burst went round many times before record
+// came.
+TEST(CliRecord, LostEventsAreSaidWhereWithTheFlagThatHelps) {
+  Target t;
+  const std::string dir = temp_dir(), file = dir + "/lost.dat";
+  const Result st = run_cli({"start", "-P", t.spid(), "-b", "8", "-e", "clitest:tick"});
+  ASSERT_EQ(st.rc, 0) << st.err;
+  t.cmd("tick 20000");
+  Proc rec = Proc::start({USRTRACE_CLI, "record", "-P", t.spid(), "-o", file}, false);
+  ASSERT_TRUE(recording(rec)) << rec.err_text;
+  kill(rec.pid, SIGINT);
+  const Result r = rec.finish();
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err.find("; 0 events lost"), std::string::npos) << r.err;
+  const size_t at = r.err.find("usrtrace record: events lost: ");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const std::string line = r.err.substr(at, r.err.find('\n', at) - at);
+  EXPECT_NE(line.find(" on CPU "), std::string::npos) << line;
+  EXPECT_NE(line.find(" of the top instance ("), std::string::npos) << line;
+  EXPECT_NE(line.find("-b KB makes each CPU's buffer larger"), std::string::npos) << line;
+  ::unlink(file.c_str());
+  ::rmdir(dir.c_str());
+}
+
 TEST(CliRecord, AProcessThatExitsLeavesACompleteFile) {
   Target t;
   const std::string dir = temp_dir(), file = dir + "/exit.dat";
