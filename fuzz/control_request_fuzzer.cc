@@ -230,6 +230,11 @@ void check_answer(const Expect& e, const Answer& a) {
       }
       break;
     }
+    case Op::kShare:
+      // The buffers here are in private memory (buffer_file is opened
+      // read-only, so no input can put one in shared memory): never shared.
+      check(false, "kShare: a buffer in private memory was shared");
+      break;
     case Op::kMeta: {
       control::RemoteMeta m;
       check(control::decode_meta(p, a.payload.size(), &m) == 0, "kMeta: the answer does not decode");
@@ -361,6 +366,7 @@ size_t parsed_len(const uint8_t* p, size_t n) {
     case Op::kList:
     case Op::kMkdir:
     case Op::kRmdir:
+    case Op::kShare:
       str();
       break;
     case Op::kOpen:
