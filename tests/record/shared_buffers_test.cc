@@ -90,14 +90,28 @@ std::vector<uint64_t> iota(uint64_t from, uint64_t to) {
   return v;
 }
 
-TEST(SharedBuffer, ReadsEveryEventOnceInOrder) {
-  auto fs = shared_store();
-  ASSERT_TRUE(fs);
-  auto rb = buffer_in(fs, 64 * 1024);
-  ASSERT_TRUE(rb);
+// A buffer of `size` bytes per CPU in shared memory, and a recorder's view
+// of it.
+struct Shared {
+  std::shared_ptr<persist::FileStore> fs = shared_store();
+  std::unique_ptr<rb::RingBuffer> rb;
   SharedBuffer sb;
-  std::string err;
-  ASSERT_EQ(sb.open(getpid(), fs->shared_fd(), "t", &err), 0) << err;
+  bool ok = false;
+
+  explicit Shared(uint64_t size, rb::Mode mode = rb::Mode::kOverwrite) {
+    if (!fs) return;
+    rb = buffer_in(fs, size, mode);
+    std::string err;
+    ok = rb && sb.open(getpid(), fs->shared_fd(), "t", &err) == 0;
+    EXPECT_TRUE(ok) << err;
+  }
+};
+
+TEST(SharedBuffer, ReadsEveryEventOnceInOrder) {
+  Shared s(64 * 1024);
+  ASSERT_TRUE(s.ok);
+  auto& rb = s.rb;
+  auto& sb = s.sb;
   EXPECT_EQ(sb.page_size(), 4096u);
   EXPECT_EQ(sb.nr_cpus(), rb->nr_cpus());
   ASSERT_EQ(write_n(*rb, 0, 1000), 1000u);
@@ -115,13 +129,10 @@ TEST(SharedBuffer, ReadsEveryEventOnceInOrder) {
 }
 
 TEST(SharedBuffer, OverwrittenPagesAreCountedAsLost) {
-  auto fs = shared_store();
-  ASSERT_TRUE(fs);
-  auto rb = buffer_in(fs, 16 * 1024);
-  ASSERT_TRUE(rb);
-  SharedBuffer sb;
-  std::string err;
-  ASSERT_EQ(sb.open(getpid(), fs->shared_fd(), "t", &err), 0) << err;
+  Shared s(16 * 1024);
+  ASSERT_TRUE(s.ok);
+  auto& rb = s.rb;
+  auto& sb = s.sb;
   ASSERT_EQ(write_n(*rb, 0, 20000), 20000u);
   uint64_t lost = 0;
   const std::vector<uint64_t> got = drain(sb, false, &lost);
@@ -134,13 +145,10 @@ TEST(SharedBuffer, OverwrittenPagesAreCountedAsLost) {
 // Discard mode keeps a page until this reader, in another process as far as
 // the ring knows, has read it: the writer drops the newest instead.
 TEST(SharedBuffer, DiscardModeWaitsForTheRecorder) {
-  auto fs = shared_store();
-  ASSERT_TRUE(fs);
-  auto rb = buffer_in(fs, 16 * 1024, rb::Mode::kDiscard);
-  ASSERT_TRUE(rb);
-  SharedBuffer sb;
-  std::string err;
-  ASSERT_EQ(sb.open(getpid(), fs->shared_fd(), "t", &err), 0) << err;
+  Shared s(16 * 1024, rb::Mode::kDiscard);
+  ASSERT_TRUE(s.ok);
+  auto& rb = s.rb;
+  auto& sb = s.sb;
   const uint64_t first = write_n(*rb, 0, 5000);
   ASSERT_LT(first, 5000u) << "a 16 KiB buffer cannot hold 5000 events";
   EXPECT_EQ(drain(sb), iota(0, first));
@@ -153,14 +161,12 @@ TEST(SharedBuffer, DiscardModeWaitsForTheRecorder) {
 }
 
 TEST(SharedBuffer, FollowsAResizeAndASnapshotSwap) {
-  auto fs = shared_store();
-  ASSERT_TRUE(fs);
-  auto rb = buffer_in(fs, 64 * 1024);
-  auto spare = buffer_in(fs, 64 * 1024, rb::Mode::kOverwrite, 1);  // a snapshot's tag
-  ASSERT_TRUE(rb && spare);
-  SharedBuffer sb;
-  std::string err;
-  ASSERT_EQ(sb.open(getpid(), fs->shared_fd(), "t", &err), 0) << err;
+  Shared s(64 * 1024);
+  ASSERT_TRUE(s.ok);
+  auto& rb = s.rb;
+  auto& sb = s.sb;
+  auto spare = buffer_in(s.fs, 64 * 1024, rb::Mode::kOverwrite, 1);  // a snapshot's tag
+  ASSERT_TRUE(spare);
   ASSERT_EQ(write_n(*rb, 0, 500), 500u);
   std::vector<uint64_t> got = drain(sb, true);
   // Bigger: the pages move to a new region, the unread ones with them.
