@@ -8,8 +8,8 @@
 
 #include <atomic>
 #include <cstring>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
