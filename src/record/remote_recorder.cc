@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -280,7 +281,29 @@ int RemoteRecording::finish_remote(std::string* err) {
     if (int rc = take(true, 0, &any, err); rc < 0) return rc;
   refresh_meta();
   release_remote();
+  count_unreported_drops();
   return 0;
+}
+
+// Discard mode reports its drops in the page after them: those after the
+// last page a CPU opened are in its stats only ("dropped events", counted
+// since the buffer's reset, as the kernel's). What the stats say beyond the
+// pages' counts is added, so that the last line says every event lost.
+void RemoteRecording::count_unreported_drops() {
+  std::lock_guard<std::mutex> l(mu_);
+  for (const control::InstanceMeta& im : meta_.instances) {
+    for (size_t cpu = 0; cpu < im.stats.size(); ++cpu) {
+      const std::string& st = im.stats[cpu];
+      const size_t at = st.find("dropped events: ");
+      if (at == std::string::npos) continue;
+      const uint64_t dropped = std::strtoull(st.c_str() + at + 16, nullptr, 10);
+      uint64_t& counted = lost_where_[{im.name, static_cast<int>(cpu)}];
+      if (dropped > counted) {
+        lost_.fetch_add(dropped - counted, std::memory_order_relaxed);
+        counted = dropped;
+      }
+    }
+  }
 }
 
 // Tells the process that nobody records it any more: its exit does not wait.

@@ -58,6 +58,7 @@ class RemoteRecording {
   void release_remote();
   // Takes the metadata again (kallsyms, formats) and keeps what departed.
   void refresh_meta();
+  void count_unreported_drops();
   void set_error(int rc, const std::string& err);
 
   RecordOptions opts_;

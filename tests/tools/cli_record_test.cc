@@ -4,6 +4,8 @@
 // ignores Ctrl-C, a full disk, a killed recorder (its journal).
 #include <dirent.h>
 
+#include <regex>
+
 #include "record/journal.h"
 #include "tools/cli_harness.h"
 #include "usrtrace/tracedat.h"
@@ -58,6 +60,31 @@ TEST(CliRecord, LostEventsAreSaidWhereWithTheFlagThatHelps) {
   EXPECT_NE(line.find(" on CPU "), std::string::npos) << line;
   EXPECT_NE(line.find(" of the top instance ("), std::string::npos) << line;
   EXPECT_NE(line.find("-b KB makes each CPU's buffer larger"), std::string::npos) << line;
+  ::unlink(file.c_str());
+  ::rmdir(dir.c_str());
+}
+
+// Discard mode: every event is either in the file or counted on the last
+// line, the drops after the last page a CPU opened too (they are in the
+// CPU's stats only).
+TEST(CliRecord, DiscardModeCountsEveryDrop) {
+  const std::string dir = temp_dir(), file = dir + "/drop.dat";
+  Proc rec = Proc::start(
+      {USRTRACE_CLI, "record", "-b", "8", "-O", "nooverwrite", "-e", "clitest:tick", "-o", file, "--", CLI_TARGET},
+      true);
+  const std::string script = "tick 20000\nexit 0\n";
+  ASSERT_EQ(::write(rec.in, script.data(), script.size()), static_cast<ssize_t>(script.size()));
+  const Result r = rec.finish();
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.err, m, std::regex("; ([0-9]+) events lost"))) << r.err;
+  const unsigned long lost = std::stoul(m[1].str());
+  const Result rep = run_cli({"report", "-i", file});
+  ASSERT_EQ(rep.rc, 0) << rep.err;
+  const std::vector<unsigned> got = seqs(rep.out, "tick");
+  EXPECT_GT(lost, 0u) << "a 8 KiB buffer cannot hold 20000 events";
+  EXPECT_EQ(got.size() + lost, 20000u) << r.err;
+  for (size_t i = 1; i < got.size(); ++i) ASSERT_LT(got[i - 1], got[i]);
   ::unlink(file.c_str());
   ::rmdir(dir.c_str());
 }
