@@ -69,9 +69,9 @@ TEST(CliRecord, LostEventsAreSaidWhereWithTheFlagThatHelps) {
 // CPU's stats only).
 TEST(CliRecord, DiscardModeCountsEveryDrop) {
   const std::string dir = temp_dir(), file = dir + "/drop.dat";
-  Proc rec = Proc::start(
-      {USRTRACE_CLI, "record", "-b", "8", "-O", "nooverwrite", "-e", "clitest:tick", "-o", file, "--", CLI_TARGET},
-      true);
+  Proc rec = Proc::start({USRTRACE_CLI, "record", "-b", "8", "-O", "nooverwrite", "-e", "clitest:tick", "-o",
+                          file, "--", CLI_TARGET},
+                         true);
   const std::string script = "tick 20000\nexit 0\n";
   ASSERT_EQ(::write(rec.in, script.data(), script.size()), static_cast<ssize_t>(script.size()));
   const Result r = rec.finish();
