@@ -53,7 +53,7 @@ bool live_region(const RegionDesc* table, uint32_t idx, RegionDesc* out) {
 }  // namespace
 
 SharedBuffer::~SharedBuffer() {
-  for (auto& [idx, m] : maps_) munmap(m.first, m.second);
+  for (auto& [idx, m] : maps_) munmap(m.at, m.size);
   if (head_) munmap(head_, head_size_);
   if (fd_ >= 0) ::close(fd_);
 }
@@ -106,9 +106,17 @@ int SharedBuffer::open(int pid, int fd, const std::string& instance, std::string
 }
 
 uint8_t* SharedBuffer::map_region(uint32_t idx) {
-  if (auto it = maps_.find(idx); it != maps_.end()) return it->second.first;
   RegionDesc d;
   if (idx >= capacity_ || !live_region(table_, idx, &d)) return nullptr;
+  // A table entry is reused once its region is released (a resize frees
+  // the old pages, and the next one's pages may take that entry), for a
+  // region at another offset: a mapping is the entry's only while the
+  // offset and size are the same.
+  if (auto it = maps_.find(idx); it != maps_.end()) {
+    if (it->second.offset == d.offset && it->second.size == d.size) return it->second.at;
+    munmap(it->second.at, it->second.size);
+    maps_.erase(it);
+  }
   struct stat st;
   if (d.size == 0 || d.offset % persist::kFileAlign || d.size % persist::kFileAlign ||
       ::fstat(fd_, &st) != 0 || d.offset > static_cast<uint64_t>(st.st_size) ||
@@ -116,7 +124,7 @@ uint8_t* SharedBuffer::map_region(uint32_t idx) {
     return nullptr;
   void* m = mmap(nullptr, d.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, static_cast<off_t>(d.offset));
   if (m == MAP_FAILED) return nullptr;
-  maps_.emplace(idx, std::make_pair(static_cast<uint8_t*>(m), d.size));
+  maps_.emplace(idx, Mapping{static_cast<uint8_t*>(m), d.offset, d.size});
   return static_cast<uint8_t*>(m);
 }
 
@@ -125,7 +133,7 @@ uint8_t* SharedBuffer::map_region(uint32_t idx) {
 void SharedBuffer::unmap_dead() {
   for (auto it = maps_.begin(); it != maps_.end();) {
     if (load(&table_[it->first].state) != persist::kStateLive) {
-      munmap(it->second.first, it->second.second);
+      munmap(it->second.at, it->second.size);
       it = maps_.erase(it);
     } else {
       ++it;
@@ -136,8 +144,12 @@ void SharedBuffer::unmap_dead() {
 bool SharedBuffer::find_cpu(int cpu, Cpu& c) {
   const uint64_t want = rb::role_word(0, cpu);
   if (c.region >= 0) {
-    const RegionDesc& d = table_[c.region];
-    if (load(&d.state) == persist::kStateLive && load(&d.role) == want) return true;
+    RegionDesc d;
+    // The same CpuBuffer: live, in the same role, and not another one that
+    // took its table entry since (another offset).
+    if (live_region(table_, static_cast<uint32_t>(c.region), &d) && d.role == want &&
+        d.offset == c.region_offset)
+      return true;
   }
   // Gone, or swapped away (a snapshot): the CpuBuffer serving the CPU now
   // is another, with its own pages and counts, read from its oldest page.
@@ -149,6 +161,7 @@ bool SharedBuffer::find_cpu(int cpu, Cpu& c) {
     if (live_region(table_, i, &d) && d.kind == persist::kRegionCpu && d.role == want &&
         d.size >= sizeof(rb::CpuBuffer)) {
       c.region = static_cast<int>(i);
+      c.region_offset = d.offset;
       return true;
     }
   }

@@ -49,8 +49,9 @@ class SharedBuffer {
 
  private:
   struct Cpu {
-    int region = -1;        // the CpuBuffer's region in the table, -1: not found yet
-    int pages_region = -1;  // where its pages were last time
+    int region = -1;             // the CpuBuffer's region in the table, -1: not found yet
+    uint64_t region_offset = 0;  // and where it is in the file
+    int pages_region = -1;       // where its pages were last time
     rb::ExternalConsumer reader;
   };
   // The region `idx` mapped in this process, or nullptr if it is not a
@@ -66,7 +67,11 @@ class SharedBuffer {
   const persist::RegionDesc* table_ = nullptr;
   uint32_t capacity_ = 0;
   uint32_t page_size_ = 0;
-  std::map<uint32_t, std::pair<uint8_t*, uint64_t>> maps_;  // region -> mapping, size
+  struct Mapping {
+    uint8_t* at;
+    uint64_t offset, size;  // of the region it maps, in the file
+  };
+  std::map<uint32_t, Mapping> maps_;  // by region table entry
   std::vector<Cpu> cpus_;
 };
 

@@ -177,9 +177,19 @@ TEST(SharedBuffer, FollowsAResizeAndASnapshotSwap) {
   std::vector<uint64_t> more = drain(sb);
   got.insert(got.end(), more.begin(), more.end());
   EXPECT_EQ(got, iota(0, 1000));
+  // Again and again: new pages take table entries that earlier resizes
+  // freed (of this CPU or another), at other offsets in the file, which
+  // the recorder must map afresh.
+  uint64_t next = 1000;
+  for (const uint64_t size : {128u << 10, 96u << 10, 192u << 10, 64u << 10}) {
+    ASSERT_EQ(rb->resize(-1, size), 0);
+    ASSERT_EQ(write_n(*rb, next, 300), 300u);
+    EXPECT_EQ(drain(sb), iota(next, next + 300)) << "after a resize to " << size;
+    next += 300;
+  }
   // A swap: what the live buffer holds now is the spare's (empty), and
   // what is written next is read from it.
-  ASSERT_EQ(write_n(*rb, 1000, 10), 10u);
+  ASSERT_EQ(write_n(*rb, next, 10), 10u);
   ASSERT_EQ(rb->swap_cpu(*spare, -1), 0);
   ASSERT_EQ(write_n(*spare, 5000, 5), 5u) << "the former live buffer, now the spare";
   ASSERT_EQ(write_n(*rb, 2000, 20), 20u);
