@@ -105,8 +105,8 @@ int SharedBuffer::open(int pid, int fd, const std::string& instance, std::string
   return 0;
 }
 
-uint8_t* SharedBuffer::map_region(uint32_t idx) {
-  RegionDesc d;
+uint8_t* SharedBuffer::map_region(uint32_t idx, RegionDesc* out) {
+  RegionDesc& d = *out;
   if (idx >= capacity_ || !live_region(table_, idx, &d)) return nullptr;
   // A table entry is reused once its region is released (a resize frees
   // the old pages, and the next one's pages may take that entry), for a
@@ -173,8 +173,11 @@ uint32_t SharedBuffer::read_page(int cpu, uint8_t* out, bool full_only, uint64_t
   if (cpu < 0 || cpu >= nr_cpus()) return 0;
   Cpu& c = cpus_[static_cast<size_t>(cpu)];
   if (!find_cpu(cpu, c)) return 0;
-  uint8_t* at = map_region(static_cast<uint32_t>(c.region));
-  if (!at) return 0;
+  // Everything is checked against the descriptor the mapping was made
+  // from: the table may change between two reads of it.
+  RegionDesc cd;
+  uint8_t* at = map_region(static_cast<uint32_t>(c.region), &cd);
+  if (!at || cd.kind != persist::kRegionCpu || cd.size < sizeof(rb::CpuBuffer)) return 0;
   auto* cb = reinterpret_cast<rb::CpuBuffer*>(at);
   // The geometry, once; a resize in the process may change it under us.
   const auto meta = reinterpret_cast<uintptr_t>(load(&cb->meta));
@@ -188,12 +191,12 @@ uint32_t SharedBuffer::read_page(int cpu, uint8_t* out, bool full_only, uint64_t
     RegionDesc d;
     if (!live_region(table_, i, &d) || d.kind != persist::kRegionPages || d.base != meta) continue;
     c.pages_region = static_cast<int>(i);
+    uint8_t* local = map_region(i, &d);
     // The region must hold exactly what the CpuBuffer says is in it.
-    if (d.nr_pages != nr || d.page_size != ps || d.pages_off < uint64_t{nr} * sizeof(rb::PageMeta) ||
-        d.pages_off > d.size || uint64_t{nr} * ps > d.size - d.pages_off || pages != meta + d.pages_off)
+    if (!local || d.kind != persist::kRegionPages || d.base != meta || d.nr_pages != nr ||
+        d.page_size != ps || d.pages_off < uint64_t{nr} * sizeof(rb::PageMeta) || d.pages_off > d.size ||
+        uint64_t{nr} * ps > d.size - d.pages_off || pages != meta + d.pages_off)
       return 0;
-    uint8_t* local = map_region(i);
-    if (!local) return 0;
     rb::PagesView v;
     v.pages = local + d.pages_off;
     v.meta = reinterpret_cast<const rb::PageMeta*>(local);

@@ -54,9 +54,10 @@ class SharedBuffer {
     int pages_region = -1;       // where its pages were last time
     rb::ExternalConsumer reader;
   };
-  // The region `idx` mapped in this process, or nullptr if it is not a
-  // live region inside the file.
-  uint8_t* map_region(uint32_t idx);
+  // The region `idx` mapped in this process, with *d the descriptor the
+  // mapping was made from, or nullptr if it is not a live region inside
+  // the file.
+  uint8_t* map_region(uint32_t idx, persist::RegionDesc* d);
   void unmap_dead();
   bool find_cpu(int cpu, Cpu& c);
 
