@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>  // renameat2
 #include <cstdlib>
 #include <cstring>
 
@@ -76,24 +77,59 @@ int open_for_write(const std::string& path, const OpenForWrite& o, std::string* 
   return fd;
 }
 
-int replace_file(const std::string& path, const std::function<int(int fd, std::string* err)>& fill,
-                 std::string* err) {
-  std::string out = path;
+namespace {
+
+// The file PATH names for replace_file: itself, or what a symlink of the
+// user's (or root's) points to. Refuses anything but a regular file or
+// nothing. 0 or -errno with *err.
+int replace_target(const std::string& path, std::string* out, std::string* err) {
+  *out = path;
   struct stat ls;
-  if (::lstat(out.c_str(), &ls) == 0 && S_ISLNK(ls.st_mode)) {
+  if (::lstat(out->c_str(), &ls) == 0 && S_ISLNK(ls.st_mode)) {
     if (ls.st_uid != geteuid() && ls.st_uid != 0)
       return refuse(ELOOP, err, path, "a symbolic link owned by another user");
-    char* real = ::realpath(out.c_str(), nullptr);
+    char* real = ::realpath(out->c_str(), nullptr);
     if (!real && errno != ENOENT) return refuse(errno, err, path, nullptr);
     if (real) {
-      out = real;
+      *out = real;
       ::free(real);
     }
   }
-  if (::stat(out.c_str(), &ls) == 0 && !S_ISREG(ls.st_mode)) {
+  if (::stat(out->c_str(), &ls) == 0 && !S_ISREG(ls.st_mode)) {
     const std::string text = std::string(file_type_name(ls.st_mode)) + ", not a regular file";
     return refuse(S_ISDIR(ls.st_mode) ? EISDIR : EINVAL, err, path, text.c_str());
   }
+  return 0;
+}
+
+// Puts TMP in OUT's place. Over an existing file, the two are exchanged
+// and the old one, now at TMP, removed: a plain rename over a file makes
+// ext4 (auto_da_alloc) allocate and start writing back all of TMP's pages
+// at once, which took 0.1 s of a 0.5 s recording of 150 MB here
+// (bench/whole_job.py). Readers see the old file or the new, as with
+// rename; like trace-cmd's own output, the new file is not fsync'ed.
+int put_in_place(const std::string& tmp, const std::string& out) {
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) == 0) {
+    struct stat st;
+    // What is at TMP now is the old OUT, unless it was not a regular file
+    // (replace_target refused those; a race put one there since).
+    if (::lstat(tmp.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+      ::unlink(tmp.c_str());
+      return 0;
+    }
+    ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE);  // put it back
+    return -EINVAL;
+  }
+  // ENOENT: no OUT yet; EINVAL: a filesystem without RENAME_EXCHANGE.
+  return ::rename(tmp.c_str(), out.c_str()) == 0 ? 0 : -errno;
+}
+
+}  // namespace
+
+int replace_file(const std::string& path, const std::function<int(int fd, std::string* err)>& fill,
+                 std::string* err) {
+  std::string out;
+  if (int rc = replace_target(path, &out, err); rc < 0) return rc;
   const size_t slash = out.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : out.substr(0, slash));
   const std::string name = slash == std::string::npos ? out : out.substr(slash + 1);
@@ -107,7 +143,7 @@ int replace_file(const std::string& path, const std::function<int(int fd, std::s
   std::string fill_err;
   int r = fill(fd, &fill_err);
   if (::close(fd) != 0 && r == 0) r = -errno;
-  if (r == 0 && ::rename(tmp.c_str(), out.c_str()) != 0) r = -errno;
+  if (r == 0) r = put_in_place(tmp, out);
   if (r < 0) {
     ::unlink(tmp.c_str());
     std::string text = fill_err.empty() ? out + ": " + std::strerror(-r) : fill_err;
@@ -115,6 +151,16 @@ int replace_file(const std::string& path, const std::function<int(int fd, std::s
     if (err) *err = text;
   }
   return r;
+}
+
+int install_file(const std::string& tmp, const std::string& path, std::string* err) {
+  std::string out;
+  if (int rc = replace_target(path, &out, err); rc < 0) return rc;
+  if (int rc = put_in_place(tmp, out); rc < 0) {
+    if (err) *err = out + ": " + std::strerror(-rc);
+    return rc;
+  }
+  return 0;
 }
 
 int open_regular_for_read(const std::string& path, off_t* size, std::string* why) {

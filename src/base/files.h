@@ -58,6 +58,12 @@ int open_regular_for_read(const std::string& path, off_t* size, std::string* why
 int replace_file(const std::string& path, const std::function<int(int fd, std::string* err)>& fill,
                  std::string* err);
 
+// replace_file's last step for a file already written: renames TMP (a
+// complete file of ours) over PATH, with replace_file's rules for PATH.
+// TMP must be on PATH's filesystem (-EXDEV otherwise; TMP is then left
+// as it was). On success TMP's name is gone. Returns 0 or -errno with *err.
+int install_file(const std::string& tmp, const std::string& path, std::string* err);
+
 // What a non-regular file is, in words ("a FIFO", "a directory", ...).
 const char* file_type_name(mode_t st_mode);
 

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <map>
 
 #include "record/recorder.h"
 
@@ -23,7 +24,7 @@ constexpr uint32_t kVersion = 1;
 constexpr uint32_t kHeaderBytes = 32;
 constexpr uint32_t kRecordHead = 16;
 
-enum Kind : uint32_t { kOutput = 1, kProcess = 2, kStream = 3, kMeta = 4, kPages = 5 };
+enum Kind : uint32_t { kOutput = 1, kProcess = 2, kStream = 3, kMeta = 4, kPages = 5, kPagesIn = 6 };
 
 // What a reader accepts (a journal is untrusted input).
 constexpr uint64_t kMaxSmallRecord = 1 << 16;  // every record but kMeta and kPages
@@ -32,6 +33,11 @@ constexpr uint32_t kMaxCpus = 4096;
 constexpr uint32_t kMaxIds = 1 << 16;  // processes, streams
 
 void put32(std::string* s, uint32_t v) { s->append(reinterpret_cast<const char*>(&v), 4); }
+void put64(std::string* s, uint64_t v) { s->append(reinterpret_cast<const char*>(&v), 8); }
+
+std::string page_file_name(const std::string& journal, uint32_t stream, uint32_t cpu) {
+  return journal + "." + std::to_string(stream) + "." + std::to_string(cpu);
+}
 void put_str(std::string* s, const std::string& v) {
   put32(s, static_cast<uint32_t>(v.size()));
   s->append(v);
@@ -92,9 +98,15 @@ struct Cursor {
 }  // namespace
 
 JournalWriter::~JournalWriter() {
+  for (auto& [key, f] : files_)
+    if (f.fd >= 0) ::close(f.fd);
   if (fd_ < 0) return;
   ::close(fd_);
-  if (!keep_ && page_bytes() == 0) ::unlink(path_.c_str());
+  if (!keep_ && page_bytes() == 0) {
+    // A page file whose first write failed holds nothing either.
+    for (auto& [key, f] : files_) ::unlink(page_file_name(path_, key.first, key.second).c_str());
+    ::unlink(path_.c_str());
+  }
 }
 
 int JournalWriter::create(const RecordOptions& opts, std::string* err) {
@@ -117,6 +129,9 @@ int JournalWriter::create(const RecordOptions& opts, std::string* err) {
   // recording's journal from a live one's. A new file: nobody else has it.
   ::flock(fd_, LOCK_EX | LOCK_NB);
   output_ = opts.output;
+  // trace.dat v7 without compression can name CPU data anywhere in the
+  // file: each CPU's pages go where one of them stays (journal.h).
+  page_files_ = opts.file_version == 7 && !opts.compress;
   // The output as an absolute name, so that recover writes it wherever it runs.
   std::string output = opts.output;
   if (output.empty() || output[0] != '/') {
@@ -187,10 +202,98 @@ int JournalWriter::put_meta(uint32_t process, const control::RemoteMeta& meta, s
 int JournalWriter::put_pages(uint32_t stream, uint32_t cpu, const void* pages, size_t bytes,
                              std::string* err) {
   if (bytes == 0) return 0;
+  if (page_files_) return put_in_page_file(stream, cpu, pages, bytes, err);
   std::string p;
   put32(&p, stream);
   put32(&p, cpu);
   return append(kPages, p, pages, bytes, err);
+}
+
+// The pages first, then the record that says they are there: a death in
+// between costs that one batch, and the journal never names pages that
+// were not written.
+int JournalWriter::put_in_page_file(uint32_t stream, uint32_t cpu, const void* pages, size_t bytes,
+                                    std::string* err) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (error_) {
+    *err = error_text_;
+    return -error_;
+  }
+  const uint32_t unit = stream < stream_page_size_.size() ? stream_page_size_[stream] : 0;
+  if (unit == 0 || bytes % unit != 0) {
+    *err = "pages of an unknown stream, or not whole pages";
+    return -EINVAL;
+  }
+  PageFile& f = files_[{stream, cpu}];
+  if (f.fd < 0) {
+    const std::string name = page_file_name(path_, stream, cpu);
+    // A new name beside the journal's (which mkostemp made ours alone):
+    // never an existing file, never through a symlink.
+    f.fd = ::open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (f.fd < 0) {
+      fail_locked(errno, "creating the page file " + name);
+      files_.erase({stream, cpu});
+      *err = error_text_;
+      return -error_;
+    }
+    f.end = page_file_start(unit);
+  }
+  const uint64_t at = f.end;
+  uint64_t done = 0;
+  const char* c = static_cast<const char*>(pages);
+  int e = 0;
+  while (done < bytes) {
+    const ssize_t w = ::pwrite(f.fd, c + done, bytes - done, static_cast<off_t>(at + done));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      e = w < 0 ? errno : EIO;
+      break;
+    }
+    done += static_cast<uint64_t>(w);
+  }
+  const uint64_t whole = done / unit * unit;  // a page cut short does not count
+  if (whole > 0) {
+    std::string p;
+    put32(&p, stream);
+    put32(&p, cpu);
+    put64(&p, at);
+    put64(&p, whole);
+    if (int rc = append_locked(kPagesIn, p, nullptr, 0, err); rc < 0) return rc;
+    f.end += whole;
+    page_bytes_ += whole;
+  }
+  if (e) {
+    fail_locked(e, "writing the recorded pages to " + page_file_name(path_, stream, cpu));
+    *err = error_text_;
+    return -error_;
+  }
+  return 0;
+}
+
+// The first failure, in the words every later append repeats.
+void JournalWriter::fail_locked(int e, const std::string& what) {
+  error_ = e;
+  error_text_ = what + ": " + std::strerror(e) + " after " + mib(page_bytes_) + " of pages";
+  if (page_bytes_ > 0)
+    error_text_ += "; they are kept there: `usrtrace recover " + path_ + "` writes " + output_ +
+                   " from them once there is room";
+  if (e == ENOSPC || e == EDQUOT) error_text_ += " (the previous " + output_ + ", if any, is unchanged)";
+}
+
+std::string JournalWriter::page_file(uint32_t stream, uint32_t cpu) const {
+  return page_file_name(path_, stream, cpu);
+}
+
+int JournalWriter::page_file_fd(uint32_t stream, uint32_t cpu) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = files_.find({stream, cpu});
+  return it == files_.end() ? -1 : it->second.fd;
+}
+
+void JournalWriter::installed(uint32_t stream, uint32_t cpu) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = files_.find({stream, cpu});
+  if (it != files_.end()) it->second.installed = true;
 }
 
 uint64_t JournalWriter::page_bytes() const {
@@ -200,6 +303,11 @@ uint64_t JournalWriter::page_bytes() const {
 
 void JournalWriter::remove() {
   if (fd_ < 0) return;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& [key, f] : files_)
+      if (!f.installed) ::unlink(page_file_name(path_, key.first, key.second).c_str());
+  }
   ::unlink(path_.c_str());
   ::close(fd_);
   fd_ = -1;
@@ -241,14 +349,7 @@ int JournalWriter::append_locked(uint32_t kind, const std::string& head, const v
         const uint64_t unit = stream < stream_page_size_.size() ? stream_page_size_[stream] : 0;
         if (unit) page_bytes_ += (at - data_at) / unit * unit;
       }
-      error_ = w < 0 ? errno : EIO;
-      error_text_ = "writing the recorded pages to " + path_ + ": " + std::strerror(error_) + " after " +
-                    mib(page_bytes_) + " of pages";
-      if (page_bytes_ > 0)
-        error_text_ += "; they are kept there: `usrtrace recover " + path_ + "` writes " + output_ +
-                       " from them once there is room";
-      if (error_ == ENOSPC || error_ == EDQUOT)
-        error_text_ += " (the previous " + output_ + ", if any, is unchanged)";
+      fail_locked(w < 0 ? errno : EIO, "writing the recorded pages to " + path_);
       *err = error_text_;
       return -error_;
     }
@@ -293,13 +394,44 @@ std::vector<std::string> abandoned_journals(const std::string& output) {
 
 bool is_journal(const void* p, size_t n) { return n >= 8 && std::memcmp(p, kJournalMagic, 8) == 0; }
 
-int read_journal(int fd, Journal* out, std::string* err) {
+Journal::~Journal() {
+  for (int fd : page_fds) ::close(fd);
+}
+
+int read_journal(int fd, Journal* out, std::string* err, const std::string& path) {
   struct stat st;
   if (fstat(fd, &st) != 0) {
     const int e = errno;
     *err = std::strerror(e);
     return -e;
   }
+  std::string jpath = path;
+  if (jpath.empty()) {
+    char link[4096];
+    const std::string proc = "/proc/self/fd/" + std::to_string(fd);
+    const ssize_t n = ::readlink(proc.c_str(), link, sizeof link - 1);
+    if (n > 0) jpath.assign(link, static_cast<size_t>(n));
+  }
+  // Page files by (stream, CPU): descriptor and size, opened on first use.
+  std::map<std::pair<uint32_t, uint32_t>, std::pair<int, uint64_t>> files;
+  auto page_file = [&](uint32_t stream, uint32_t cpu, std::pair<int, uint64_t>* f) {
+    auto it = files.find({stream, cpu});
+    if (it != files.end()) {
+      *f = it->second;
+      return true;
+    }
+    const std::string name = page_file_name(jpath, stream, cpu);
+    const int pfd = jpath.empty() ? -1 : ::open(name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat ps;
+    // The recorder's own file: regular, and the journal's owner's.
+    if (pfd < 0 || fstat(pfd, &ps) != 0 || !S_ISREG(ps.st_mode) || ps.st_uid != st.st_uid) {
+      if (pfd >= 0) ::close(pfd);
+      return false;
+    }
+    out->page_fds.push_back(pfd);
+    *f = files[{stream, cpu}] = {pfd, static_cast<uint64_t>(ps.st_size)};
+    return true;
+  };
   out->bytes = static_cast<uint64_t>(st.st_size);
   char head[kHeaderBytes];
   uint32_t version = 0, hbytes = 0;
@@ -354,6 +486,52 @@ int read_journal(int fd, Journal* out, std::string* err) {
       }
       if (have < want) {
         damaged("a page record cut short (its whole pages are kept)");
+        break;
+      }
+      at = body + len + (8 - len % 8) % 8;
+      continue;
+    }
+    if (kind == kPagesIn) {
+      char r[24];
+      if (len != sizeof r || avail < sizeof r || !read_at(fd, body, r, sizeof r)) {
+        damaged("a page record cut short");
+        break;
+      }
+      uint32_t stream, cpu;
+      uint64_t off, n;
+      std::memcpy(&stream, r, 4);
+      std::memcpy(&cpu, r + 4, 4);
+      std::memcpy(&off, r + 8, 8);
+      std::memcpy(&n, r + 16, 8);
+      if (stream >= out->streams.size() || cpu >= out->streams[stream].cpus.size()) {
+        damaged("pages of an unknown stream or CPU");
+        break;
+      }
+      Journal::Stream& s = out->streams[stream];
+      CpuData& c = s.cpus[cpu];
+      std::pair<int, uint64_t> f;
+      if (!page_file(stream, cpu, &f)) {
+        damaged("pages in a page file that is not there (" + page_file_name(jpath, stream, cpu) + ")");
+        break;
+      }
+      // In order, after what the file held before, and in the file.
+      const uint64_t expect =
+          c.extents.empty() ? page_file_start(s.page_size) : c.extents.back().offset + c.extents.back().size;
+      if (n == 0 || n % s.page_size != 0 || off != expect || (!c.extents.empty() && c.fd != f.first)) {
+        damaged("a page record that does not follow its page file's last");
+        break;
+      }
+      const uint64_t have = f.second > off ? std::min(n, (f.second - off) / s.page_size * s.page_size) : 0;
+      if (have > 0) {
+        c.fd = f.first;
+        if (c.extents.empty())
+          c.extents.push_back({off, have});
+        else
+          c.extents.back().size += have;  // one run: the pages follow each other
+        out->pages += have / s.page_size;
+      }
+      if (have < n) {
+        damaged("a page file shorter than its records (its whole pages are kept)");
         break;
       }
       at = body + len + (8 - len % 8) % 8;
@@ -445,8 +623,12 @@ int read_journal(int fd, Journal* out, std::string* err) {
   return 0;
 }
 
-int write_from_journal(const Journal& j, const std::string& output, const std::vector<uint32_t>& skip,
-                       std::string* err) {
+namespace {
+
+// The output's metadata and buffers from the journal: the first process's
+// metadata, the others' events and thread names joined to it.
+int assemble(const Journal& j, const std::vector<uint32_t>& skip, Metadata* meta_out,
+             std::vector<BufferData>* buffers, std::string* err) {
   auto skipped = [&](uint32_t p) { return std::find(skip.begin(), skip.end(), p) != skip.end(); };
   if (j.processes.empty() || !j.processes[0].have_meta) {
     *err = "the journal holds no metadata of the recorded process (it was killed before the recording began)";
@@ -457,7 +639,6 @@ int write_from_journal(const Journal& j, const std::string& output, const std::v
     // Their events and thread names join the file's; their time stamps are
     // on the same clock, converted with the first process's calibration.
     if (j.processes[p].have_meta && !skipped(p)) keep_departed(j.processes[p].meta.meta, &meta);
-  std::vector<BufferData> buffers;
   for (const Journal::Stream& s : j.streams) {
     const Journal::Process& proc = j.processes[s.process];
     if (skipped(s.process) || !proc.have_meta) continue;
@@ -474,8 +655,67 @@ int write_from_journal(const Journal& j, const std::string& output, const std::v
       }
     b.cpus = s.cpus;
     b.stats.resize(b.cpus.size());
-    buffers.push_back(std::move(b));
+    buffers->push_back(std::move(b));
   }
+  *meta_out = std::move(meta);
+  return 0;
+}
+
+// finish_journal without the copy: the largest page file becomes the
+// output, its pages where they are (journal.h). 1 when the journal's
+// layout does not allow it (then nothing was touched), 0 when the output is
+// written, else -errno with *err (the journal and its page files still
+// hold every page where the journal says).
+int finish_in_place(JournalWriter& w, const Journal& j, const std::vector<uint32_t>& skip, std::string* err) {
+  if (j.file_version != 7 || j.compress) return 1;
+  auto skipped = [&](uint32_t p) { return std::find(skip.begin(), skip.end(), p) != skip.end(); };
+  int best_stream = -1, best_cpu = -1;
+  uint64_t best = 0;
+  for (size_t si = 0; si < j.streams.size(); ++si) {
+    const Journal::Stream& s = j.streams[si];
+    if (skipped(s.process) || !j.processes[s.process].have_meta) continue;
+    for (size_t ci = 0; ci < s.cpus.size(); ++ci) {
+      const CpuData& c = s.cpus[ci];
+      if (c.size() <= best) continue;
+      if (c.fd == w.fd() || c.extents.size() != 1 || c.extents[0].offset != page_file_start(s.page_size))
+        return 1;  // pages in the journal itself: an older layout
+      best = c.size();
+      best_stream = static_cast<int>(si);
+      best_cpu = static_cast<int>(ci);
+    }
+  }
+  if (best_stream < 0) return 1;
+  const auto stream = static_cast<uint32_t>(best_stream), cpu = static_cast<uint32_t>(best_cpu);
+  const CpuData& d = j.streams[stream].cpus[cpu];
+  InPlaceFile f;
+  f.fd = w.page_file_fd(stream, cpu);
+  f.path = w.page_file(stream, cpu);
+  if (f.fd < 0) return 1;
+  f.append_at = (d.extents[0].offset + d.size() + 4095) / 4096 * 4096;
+  Metadata meta;
+  std::vector<BufferData> buffers;
+  if (int rc = assemble(j, skip, &meta, &buffers, err); rc < 0) return rc;
+  for (BufferData& b : buffers)
+    for (CpuData& c : b.cpus) c.in_place = c.fd == d.fd && c.size() > 0;
+  RecordOptions o;
+  o.output = j.output;
+  o.file_version = j.file_version;
+  o.compress = j.compress;
+  const int rc = write_output(o, std::move(meta), std::move(buffers), err, &f);
+  if (rc == 0)
+    w.installed(stream, cpu);
+  else  // the page file as it was: what the copy, or recover, reads
+    (void)::ftruncate(f.fd, static_cast<off_t>(d.extents[0].offset + d.size()));
+  return rc;
+}
+
+}  // namespace
+
+int write_from_journal(const Journal& j, const std::string& output, const std::vector<uint32_t>& skip,
+                       std::string* err) {
+  Metadata meta;
+  std::vector<BufferData> buffers;
+  if (int rc = assemble(j, skip, &meta, &buffers, err); rc < 0) return rc;
   RecordOptions o;
   o.output = output.empty() ? j.output : output;
   o.file_version = j.file_version;
@@ -485,8 +725,14 @@ int write_from_journal(const Journal& j, const std::string& output, const std::v
 
 int finish_journal(JournalWriter& w, const std::vector<uint32_t>& skip, std::string* err) {
   Journal j;
-  int rc = read_journal(w.fd(), &j, err);
-  if (rc == 0) rc = write_from_journal(j, "", skip, err);
+  int rc = read_journal(w.fd(), &j, err, w.path());
+  if (rc == 0) {
+    std::string in_place_err;
+    rc = finish_in_place(w, j, skip, &in_place_err);
+    // Not possible, or it failed (a rename across filesystems, when the
+    // output is a link to another): the copy, from the same pages.
+    if (rc != 0) rc = write_from_journal(j, "", skip, err);
+  }
   if (rc == 0) {
     w.remove();
     return 0;

@@ -275,8 +275,8 @@ int check_options(const RecordOptions& o, std::string* dir, std::string* err) {
   return 0;
 }
 
-int write_output(const RecordOptions& opts, Metadata meta, std::vector<BufferData> buffers,
-                 std::string* err) {
+int write_output(const RecordOptions& opts, Metadata meta, std::vector<BufferData> buffers, std::string* err,
+                 const InPlaceFile* in_place) {
   std::vector<BufferData> ordered;
   for (auto& b : buffers)
     if (b.name.empty()) ordered.push_back(std::move(b));
@@ -292,6 +292,18 @@ int write_output(const RecordOptions& opts, Metadata meta, std::vector<BufferDat
   WriteOptions wo;
   wo.version = opts.file_version;
   wo.compression = opts.compress ? Compression::kZstd : Compression::kNone;
+  if (in_place) {
+    // The file is ours (a page file, journal.h) and renamed only once
+    // complete: the same whole-or-nothing as replace_file's.
+    wo.append_at = in_place->append_at;
+    if (::lseek(in_place->fd, 0, SEEK_SET) != 0) {
+      const int e = errno;
+      *err = in_place->path + ": " + std::strerror(e);
+      return -e;
+    }
+    if (int rc = write_file(in_place->fd, meta, ordered, wo, err); rc < 0) return rc;
+    return base::install_file(in_place->path, opts.output, err);
+  }
   // Written whole or not at all (base::replace_file): a full disk or a
   // death half-way leaves the previous file as it was (trace-cmd truncates
   // it first).

@@ -44,10 +44,20 @@ void settle_page(uint8_t* page, uint32_t page_size, uint32_t len, uint64_t* miss
 // (for the temporary files). 0, or -EINVAL with *err set.
 int check_options(const RecordOptions& o, std::string* dir, std::string* err);
 
+// Where a CpuData marked in_place already is: the file `path`, open at
+// `fd` for writing, whose pages end before `append_at`.
+struct InPlaceFile {
+  int fd = -1;
+  std::string path;
+  uint64_t append_at = 0;
+};
+
 // Writes opts.output from the metadata and the buffers' data, the top
 // instance first (an empty one when it was not recorded, as trace-cmd
-// does). 0, or -errno with *err set.
-int write_output(const RecordOptions& opts, Metadata meta, std::vector<BufferData> buffers, std::string* err);
+// does). With `in_place`, into that file, which is then renamed to
+// opts.output. 0, or -errno with *err set.
+int write_output(const RecordOptions& opts, Metadata meta, std::vector<BufferData> buffers, std::string* err,
+                 const InPlaceFile* in_place = nullptr);
 
 // Keeps in *now what went away since *before was taken: the formats of
 // events unregistered meanwhile (a shared object unloaded, or a program's

@@ -46,6 +46,8 @@ uint64_t JournalFile::pages() const {
   return pages;
 }
 
+bool JournalFile::has_page_files() const { return !j_->page_fds.empty(); }
+
 int JournalFile::write(const std::string& output, std::string* err) const {
   return tracedat::write_from_journal(*j_, output, {}, err);
 }

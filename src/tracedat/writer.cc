@@ -120,6 +120,12 @@ class Out {
     }
     return true;
   }
+  // Goes on writing at `at`.
+  void seek(uint64_t at) {
+    if (!ok()) return;
+    if (::lseek(fd_, static_cast<off_t>(at), SEEK_SET) < 0) return fail(errno, "seek");
+    pos_ = at;
+  }
   void fail(int e, const char* what) {
     if (errno_) return;
     errno_ = e ? e : EIO;
@@ -220,10 +226,19 @@ int check(const Metadata& meta, const std::vector<BufferData>& buffers, const Wr
   for (const BufferData& b : buffers) {
     if (b.cpus.size() > static_cast<size_t>(meta.nr_cpus)) return bad("more CPUs than the file has");
     if (b.page_size == 0 || (b.page_size & (b.page_size - 1))) return bad("bad page size");
-    for (const CpuData& c : b.cpus)
+    for (const CpuData& c : b.cpus) {
       for (const Extent& e : c.extents)
         if (e.size % b.page_size != 0) return bad("CPU data is not whole pages");
+      if (!c.in_place) continue;
+      // The header's first page stays free of it; the sections come after.
+      if (opts.version != 7 || opts.compression != Compression::kNone)
+        return bad("CPU data in place needs file version 7 without compression");
+      if (c.extents.size() != 1 || c.extents[0].offset < 4096 || c.extents[0].offset % b.page_size != 0 ||
+          c.extents[0].offset + c.extents[0].size > opts.append_at)
+        return bad("CPU data in place must be one page-aligned run before the sections");
+    }
   }
+  if (opts.append_at % 4096 != 0) return bad("the sections must start on a page");
   return 0;
 }
 
@@ -366,6 +381,10 @@ uint64_t flyrecord_v7(Out& out, const BufferData& b, Compressor* z, std::vector<
       cpus->push_back({static_cast<uint32_t>(cpu), cpu_at, 0});
       continue;
     }
+    if (c.in_place) {  // named, not copied (check() saw it is before us)
+      cpus->push_back({static_cast<uint32_t>(cpu), c.extents[0].offset, size});
+      continue;
+    }
     if (!z) {
       for (const Extent& e : c.extents) out.copy_from(c.fd, e.offset, e.size, &chunk);
     } else {
@@ -406,6 +425,7 @@ int write_v7(Out& out, const Metadata& meta, const std::vector<BufferData>& buff
   }
   const uint64_t options_slot = out.pos();
   out.num<uint64_t>(0);
+  if (o.append_at > out.pos()) out.seek(o.append_at);
 
   std::string opts;
   option_u64(&opts, kOptHeaderInfo, section(out, kOptHeaderInfo, header_info(meta), z.get()));

@@ -48,6 +48,10 @@ struct Extent {
 struct CpuData {
   int fd = -1;
   std::vector<Extent> extents;
+  // The pages are already in the file being written, as extents[0] (one
+  // page-aligned extent, before WriteOptions::append_at): the file only
+  // names them (v7 without compression; a recording's largest CPU stream).
+  bool in_place = false;
   uint64_t size() const {
     uint64_t n = 0;
     for (const Extent& e : extents) n += e.size;
@@ -74,9 +78,14 @@ struct WriteOptions {
   // 152 MB) the zstd command took 0.70 s at level 3 and 0.50 s at level 1, for
   // a file 2% larger.
   int zstd_level = 1;
+  // Where the sections go when some CPU data is in place (CpuData::in_place):
+  // past the end of that data, page-aligned. 0: right after the header.
+  uint64_t append_at = 0;
 };
 
-// Writes the file to `fd` (positioned at 0, seekable). buffers[0] must be
+// Writes the file to `fd` (positioned at 0, seekable; with in-place CPU
+// data, the file that holds it, of which only the first page before that
+// data and what follows append_at are written). buffers[0] must be
 // the top instance (name ""; it may have no data), the others are written
 // as trace-cmd's BUFFER instances. Returns 0, or -errno with *err set.
 // Context: control plane; allocates; blocks on I/O.

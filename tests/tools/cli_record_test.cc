@@ -4,6 +4,7 @@
 // ignores Ctrl-C, a full disk, a killed recorder (its journal).
 #include <dirent.h>
 
+#include <cstring>
 #include <regex>
 
 #include "record/journal.h"
@@ -338,7 +339,9 @@ std::vector<std::string> journals_of(const std::string& dir, const std::string& 
   std::vector<std::string> found;
   if (DIR* d = opendir(dir.c_str())) {
     while (dirent* e = readdir(d))
-      if (std::string(e->d_name).rfind(prefix, 0) == 0) found.push_back(dir + "/" + e->d_name);
+      // Not its page files (JOURNAL.S.C).
+      if (std::string(e->d_name).rfind(prefix, 0) == 0 && std::strlen(e->d_name) == prefix.size() + 6)
+        found.push_back(dir + "/" + e->d_name);
     closedir(d);
   }
   return found;
@@ -384,6 +387,7 @@ TEST(CliRecord, AKilledRecorderLeavesAJournalThatRecoverFinishes) {
   const Result rv = run_cli({"recover", journal});
   ASSERT_EQ(rv.rc, 0) << rv.err;
   EXPECT_NE(rv.err.find("wrote " + file + ": "), std::string::npos) << rv.err;
+  EXPECT_NE(rv.err.find("its page files " + journal + ".*"), std::string::npos) << rv.err;
   const Result rep = run_cli({"report", "-i", file});
   ASSERT_EQ(rep.rc, 0) << rep.err;
   const std::vector<unsigned> got = seqs(rep.out, "tick");
@@ -392,8 +396,9 @@ TEST(CliRecord, AKilledRecorderLeavesAJournalThatRecoverFinishes) {
   ASSERT_GT(got.size(), 64u * 4000 / 40) << rv.err << rep.err << rep.out.substr(0, 3000);
   for (size_t i = 1; i < got.size(); ++i) ASSERT_LT(got[i - 1], got[i]) << i;
   // A journal cut short at any byte still gives its whole pages: its last
-  // 12 KiB and a bit torn off, recover keeps the pages before.
-  ASSERT_EQ(::truncate(journal.c_str(), size - 3 * 4096 - 123), 0);
+  // ten records of pages (40 bytes each: their pages are in page files)
+  // and a bit of the one before torn off, recover keeps the pages before.
+  ASSERT_EQ(::truncate(journal.c_str(), size - 10 * 40 - 7), 0);
   const std::string half = dir + "/half.dat";
   const Result rh = run_cli({"recover", journal, "-o", half});
   ASSERT_EQ(rh.rc, 0) << rh.err;
@@ -401,6 +406,34 @@ TEST(CliRecord, AKilledRecorderLeavesAJournalThatRecoverFinishes) {
   const std::vector<unsigned> first_half = seqs(run_cli({"report", "-i", half}).out, "tick");
   EXPECT_GT(first_half.size(), 0u);
   EXPECT_LT(first_half.size(), got.size());
+  // The pages are in page files beside the journal (JOURNAL.S.C); one cut
+  // short keeps its whole pages: the largest left with two and a bit.
+  std::string largest;
+  off_t largest_size = 0;
+  std::vector<std::string> page_files;
+  if (DIR* d = opendir(dir.c_str())) {
+    const std::string base = journal.substr(dir.size() + 1) + ".";
+    while (dirent* e = readdir(d)) {
+      if (std::string(e->d_name).rfind(base, 0) != 0) continue;
+      page_files.push_back(dir + "/" + e->d_name);
+      struct stat ps;
+      if (::stat(page_files.back().c_str(), &ps) == 0 && ps.st_size > largest_size) {
+        largest_size = ps.st_size;
+        largest = page_files.back();
+      }
+    }
+    closedir(d);
+  }
+  ASSERT_FALSE(largest.empty()) << "no page file beside " << journal;
+  ASSERT_GT(largest_size, 4 * 4096);
+  ASSERT_EQ(::truncate(largest.c_str(), 4096 + 2 * 4096 + 100), 0);
+  const std::string cut = dir + "/cut.dat";
+  const Result rc2 = run_cli({"recover", journal, "-o", cut});
+  ASSERT_EQ(rc2.rc, 0) << rc2.err;
+  EXPECT_NE(rc2.err.find("ends early"), std::string::npos) << rc2.err;
+  const std::vector<unsigned> cut_seqs = seqs(run_cli({"report", "-i", cut}).out, "tick");
+  EXPECT_GT(cut_seqs.size(), 0u);
+  EXPECT_LT(cut_seqs.size(), first_half.size());
   // The next recording of that output points at the journal left behind,
   // and leaves no journal of its own.
   const Result again = run_cli({"record", "-e", "clitest:tick", "-o", file, "--", CLI_TARGET});
@@ -409,7 +442,19 @@ TEST(CliRecord, AKilledRecorderLeavesAJournalThatRecoverFinishes) {
             std::string::npos)
       << again.err;
   EXPECT_EQ(journals_of(dir, "killed.dat"), std::vector<std::string>{journal});
-  for (const std::string& f : {file, half, journal}) ::unlink(f.c_str());
+  // Nor page files, nor a temporary output: what is left is the old journal's.
+  if (DIR* d = opendir(dir.c_str())) {
+    const std::string old_journal = journal.substr(dir.size() + 1);
+    while (dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (name.rfind(".killed.dat.", 0) == 0) {
+        EXPECT_EQ(name.rfind(old_journal, 0), 0u) << name;
+      }
+    }
+    closedir(d);
+  }
+  for (const std::string& f : {file, half, cut, journal}) ::unlink(f.c_str());
+  for (const std::string& f : page_files) ::unlink(f.c_str());
   ::rmdir(dir.c_str());
 }
 

@@ -143,8 +143,9 @@ int recover_journal(int fd, const Options& o, bool version_given, bool compress_
     fprintf(stderr, "usrtrace recover: %s\n", err.c_str());
     return 1;
   }
-  fprintf(stderr, "usrtrace recover: wrote %s: %" PRIu64 " pages from the journal %s (it may be removed)\n",
-          out.c_str(), j->pages(), o.file.c_str());
+  const std::string also = j->has_page_files() ? ", and its page files " + o.file + ".*," : "";
+  fprintf(stderr, "usrtrace recover: wrote %s: %" PRIu64 " pages from the journal %s (it%s may be removed)\n",
+          out.c_str(), j->pages(), o.file.c_str(), also.c_str());
   return 0;
 }
 

@@ -70,6 +70,7 @@ class JournalFile {
   bool compress() const;
   const std::string& damage() const;  // why it ends early; "" if whole
   uint64_t pages() const;             // pages it holds, all buffers
+  bool has_page_files() const;        // its pages are in JOURNAL.S.C beside it
   void set_file_version(int v);
   void set_compress(bool c);
 
