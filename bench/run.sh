@@ -103,7 +103,7 @@ cmake -S "$ROOT" -B "$BUILD" -G Ninja \
   -DUSRTRACE_WERROR="$WERROR" >"$TMP/cmake.log" || { cat "$TMP/cmake.log" >&2; exit 1; }
 grep '^-- bench:' "$TMP/cmake.log" >&2 || true
 log "building"
-cmake --build "$BUILD" --target ring_buffer_bench instr_count event_bench snapshot_bench trigger_bench record_bench control_bench \
+cmake --build "$BUILD" --target ring_buffer_bench instr_count event_bench event_instr snapshot_bench trigger_bench record_bench control_bench \
   function_bench function_instr function_uftrace_target latency_bench latency_instr
 
 BENCH="$BUILD/bench/ring_buffer_bench"
@@ -315,9 +315,21 @@ log "running $BUILD/bench/event_bench ($REPS repetitions)"
 BENCH_PID=$!
 wait "$BENCH_PID"
 BENCH_PID=""
-python3 - "$EVENT_RESULTS" <<'PY'
+# Instructions per typed event: event_instr's loop at N and 2N, as section 5.
+EV_IR=""
+for n in "$INSTR_N" $((2 * INSTR_N)); do
+  out="$CG_DIR/event.$n.out"
+  if valgrind --tool=callgrind --callgrind-out-file="$out" --toggle-collect=usrtrace_bench_event_loop \
+       "$BUILD/bench/event_instr" "$n" >"$CG_DIR/event.$n.log" 2>&1; then
+    EV_IR+="$(awk '/^summary:/ { print $2 }' "$out"),"
+  else
+    log "event_instr failed: $(tail -1 "$CG_DIR/event.$n.log")"
+  fi
+done
+python3 - "$EVENT_RESULTS" "$INSTR_N" "$EV_IR" <<'PY'
 import json, sys
 data = json.load(open(sys.argv[1]))
+instr_n, ev_ir = int(sys.argv[2]), [int(x) for x in sys.argv[3].split(",") if x]
 med = {b["run_name"]: b["cpu_time"] for b in data["benchmarks"]
        if b.get("aggregate_name") == "median"}
 base = med["BM_RingBufferWrite"]
@@ -334,6 +346,9 @@ def check(label, value, limit, unit):
 check("BM_EventDisabled", med["BM_EventDisabled"], 1.0, " ns")
 check("BM_EventEnabled / BM_RingBufferWrite", med["BM_EventEnabled"] / base, 1.1, "x")
 check("BM_EventEnabled3 / BM_RingBufferWrite", med["BM_EventEnabled3"] / base, 3.3, "x")
+if len(ev_ir) == 2:
+    print(f"- instructions per enabled event (callgrind, the loop's argument building included; "
+          f"write<28>() and its loop are section 5's usrtrace row): {(ev_ir[1] - ev_ir[0]) / instr_n:.1f}")
 PY
 # ---------------------------------------------------------------------------
 # 8. The snapshot swap at 1 MiB and 1 GiB (snapshot_bench).

@@ -99,6 +99,7 @@ bool PidFilter::admits(int tid) const {
 }
 
 SlotState g_slot_state[kMaxInstances];
+std::atomic<uint64_t> g_slot_cpus_off[kMaxInstances][kMaxCpus / 64];
 
 namespace {
 
@@ -193,7 +194,8 @@ Instance* Instance::create(std::string_view name, int* err, bool get_ref) {
   g_instances[slot] = inst;
   // A previous instance in this slot may have left CPUs masked off. order:
   // relaxed; the release store of the buffer below publishes these.
-  for (auto& w : g_slot_state[slot].cpus_off) w.store(0, std::memory_order_relaxed);
+  for (auto& w : g_slot_cpus_off[slot]) w.store(0, std::memory_order_relaxed);
+  g_slot_state[slot].filters.store(0, std::memory_order_relaxed);
   g_slot_state[slot].instance.store(inst, std::memory_order_release);
   g_slot_state[slot].buffer.store(&inst->buffer(), std::memory_order_release);
   return inst;
@@ -243,6 +245,7 @@ int Instance::remove(Match match, int max_refs, int missing) {
     g_slot_state[inst->slot_].buffer.store(nullptr, std::memory_order_release);
     g_slot_state[inst->slot_].instance.store(nullptr, std::memory_order_release);
     g_slot_state[inst->slot_].pids.store(nullptr, std::memory_order_release);
+    g_slot_state[inst->slot_].filters.fetch_and(~kSlotPids, std::memory_order_relaxed);
   }
   // ...and none in flight still uses it after this.
   writers::synchronize_writers();
@@ -302,19 +305,32 @@ std::vector<std::string> Instance::names() {
 
 void Instance::set_cpumask(const std::vector<uint64_t>& words) {
   SlotState& s = g_slot_state[slot_];
+  // Off bits of CPUs the instance does not have (a mask of exactly its
+  // CPUs turns the others off) refuse nothing: they do not count.
+  const auto nr = static_cast<size_t>(buffer().nr_cpus());
+  bool any_off = false;
   for (size_t i = 0; i < kMaxCpus / 64; ++i) {
     const uint64_t on = i < words.size() ? words[i] : ~uint64_t{0};
+    const uint64_t real = i * 64 >= nr        ? 0
+                          : nr - i * 64 >= 64 ? ~uint64_t{0}
+                                              : (uint64_t{1} << (nr - i * 64)) - 1;
+    any_off = any_off || (~on & real) != 0;
     // order: relaxed is enough; the mask is a soft switch (a write racing
     // with the change may land either way, as with tracing_on).
-    s.cpus_off[i].store(~on, std::memory_order_relaxed);
+    g_slot_cpus_off[slot_][i].store(~on, std::memory_order_relaxed);
   }
+  // order: relaxed; see SlotState::filters.
+  if (any_off)
+    s.filters.fetch_or(kSlotCpusOff, std::memory_order_relaxed);
+  else
+    s.filters.fetch_and(~kSlotCpusOff, std::memory_order_relaxed);
 }
 
 std::vector<uint64_t> Instance::cpumask() const {
-  const SlotState& s = g_slot_state[slot_];
   const size_t n = static_cast<size_t>(buffer().nr_cpus() + 63) / 64;
   std::vector<uint64_t> out(n);
-  for (size_t i = 0; i < n && i < kMaxCpus / 64; ++i) out[i] = ~s.cpus_off[i].load(std::memory_order_relaxed);
+  for (size_t i = 0; i < n && i < kMaxCpus / 64; ++i)
+    out[i] = ~g_slot_cpus_off[slot_][i].load(std::memory_order_relaxed);
   const int rem = buffer().nr_cpus() % 64;
   if (rem && !out.empty()) out.back() &= (uint64_t{1} << rem) - 1;
   return out;
@@ -358,6 +374,11 @@ void Instance::set_pid_filter(std::vector<int> trace, std::vector<int> notrace) 
     if (!trace.empty() || !notrace.empty())
       pids_ = std::make_unique<PidFilter>(PidFilter{std::move(trace), std::move(notrace)});
     g_slot_state[slot_].pids.store(pids_.get(), std::memory_order_release);
+    // order: relaxed; see SlotState::filters.
+    if (pids_)
+      g_slot_state[slot_].filters.fetch_or(kSlotPids, std::memory_order_relaxed);
+    else
+      g_slot_state[slot_].filters.fetch_and(~kSlotPids, std::memory_order_relaxed);
   }
   if (old) writers::synchronize_writers();
 }

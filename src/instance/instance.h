@@ -96,12 +96,24 @@ struct SlotState {
   // readers that cannot take the table lock (the crash dump, src/crash).
   std::atomic<Instance*> instance{nullptr};
   std::atomic<const PidFilter*> pids{nullptr};
-  // tracing_cpumask, inverted so that all-zero (the static initial state)
-  // records everywhere: bit c set = events written on CPU c are not
-  // recorded. Written by the control plane (Instance::set_cpumask), read
-  // with one relaxed load per write (instance/slot_write.h admit).
-  std::atomic<uint64_t> cpus_off[kMaxCpus / 64] = {};
+  // Whether a filter can refuse a write: kSlotCpusOff (a CPU the instance
+  // has is off in tracing_cpumask, g_slot_cpus_off), kSlotPids (a pid
+  // filter). Zero, the usual case, lets a writer skip both with one load.
+  // Written by the control plane with the filters, after them when one is
+  // set and before it is taken away; relaxed, as the filters are soft
+  // switches.
+  std::atomic<uint32_t> filters{0};
 };
+// 32 bytes: a slot's address is one shift from its number on the write path.
+static_assert(sizeof(SlotState) == 32);
+// tracing_cpumask of each slot, inverted so that all-zero (the static
+// initial state) records everywhere: bit c set = events written on CPU c
+// are not recorded. Written by the control plane (Instance::set_cpumask),
+// read with one relaxed load per write when SlotState::filters says so
+// (instance/slot_write.h admit).
+extern std::atomic<uint64_t> g_slot_cpus_off[kMaxInstances][kMaxCpus / 64];
+inline constexpr uint32_t kSlotCpusOff = 1;
+inline constexpr uint32_t kSlotPids = 2;
 extern SlotState g_slot_state[kMaxInstances];
 
 class Instance {

@@ -44,14 +44,6 @@ bool write_sized(rb::RingBuffer* rb, const void* rec, uint32_t len) {
 
 }  // namespace
 
-void fill_common(void* rec, const writers::ThreadState& t) {
-  auto* h = static_cast<internal::CommonHeader*>(rec);
-  const uint32_t depth = t.depth() - 1;
-  h->flags = depth > 0 ? output::kFlagHardirq : 0;
-  h->preempt_count = static_cast<uint8_t>(depth < 15 ? depth : 15);
-  h->pid = t.tid;
-}
-
 bool write_to_slot(int slot, const void* rec, uint32_t len, int tid) {
   rb::RingBuffer* rb = admit(slot, tid);
   return rb != nullptr && write_sized(rb, rec, len);

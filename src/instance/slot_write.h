@@ -9,6 +9,7 @@
 
 #include "base/compiler.h"
 #include "base/rseq.h"
+#include "events/flags.h"
 #include "instance/instance.h"
 #include "usrtrace/internal/event_impl.h"
 #include "writers/writers.h"
@@ -41,6 +42,8 @@ USRTRACE_ALWAYS_INLINE rb::RingBuffer* admit(int slot, int tid) {
   // order: acquire pairs with the release that published the buffer.
   rb::RingBuffer* rb = s.buffer.load(std::memory_order_acquire);
   if (!rb) return nullptr;
+  // order: relaxed is enough; see SlotState::filters.
+  if (USRTRACE_LIKELY(s.filters.load(std::memory_order_relaxed) == 0)) return rb;
   // tracing_cpumask. order: relaxed is enough; the mask is a soft switch
   // like tracing_on. The CPU is the one this thread ran on a moment ago: a
   // thread migrated before the ring buffer's own critical section records
@@ -48,7 +51,8 @@ USRTRACE_ALWAYS_INLINE rb::RingBuffer* admit(int slot, int tid) {
   // (negative ids, rseq not registered yet, are let through).
   if (const unsigned cpu = static_cast<unsigned>(base::rseq_cpu_id());
       USRTRACE_LIKELY(cpu < instance::kMaxCpus) &&
-      USRTRACE_UNLIKELY((s.cpus_off[cpu / 64].load(std::memory_order_relaxed) >> (cpu % 64)) & 1))
+      USRTRACE_UNLIKELY(
+          (instance::g_slot_cpus_off[slot][cpu / 64].load(std::memory_order_relaxed) >> (cpu % 64)) & 1))
     return nullptr;
   if (const instance::PidFilter* f = s.pids.load(std::memory_order_acquire);
       USRTRACE_UNLIKELY(f != nullptr) && !f->admits(tid))
@@ -63,7 +67,19 @@ USRTRACE_ALWAYS_INLINE bool write_to_slot_at_n(int slot, const void* rec, int ti
   return rb != nullptr && rb->template write_at<kLen>(rec, tsc);
 }
 
-// Fills a record's common header (flags, nesting depth, pid) for thread `t`.
-void fill_common(void* rec, const writers::ThreadState& t);
+// Fills a record's common header (flags, nesting depth, pid) for thread
+// `t`: a write nested in another on the thread (a signal handler's) is
+// shown as the kernel shows a hard interrupt's, with its depth.
+// `depth`: the thread's writes in progress, this one included.
+USRTRACE_ALWAYS_INLINE void fill_header(void* rec, uint32_t depth, int32_t tid) {
+  auto* h = static_cast<internal::CommonHeader*>(rec);
+  const uint32_t nested = depth - 1;
+  h->flags = nested > 0 ? output::kFlagHardirq : 0;
+  h->preempt_count = static_cast<uint8_t>(nested < 15 ? nested : 15);
+  h->pid = tid;
+}
+USRTRACE_ALWAYS_INLINE void fill_common(void* rec, const writers::ThreadState& t) {
+  fill_header(rec, t.depth(), t.tid);
+}
 
 }  // namespace usrtrace::events

@@ -13,9 +13,10 @@
 #include "base/sys.h"
 
 namespace usrtrace::writers {
-namespace {
 
-__attribute__((tls_model("initial-exec"))) thread_local ThreadState t_state;
+constinit __attribute__((tls_model("initial-exec"))) thread_local ThreadState t_state;
+
+namespace {
 
 std::atomic<ThreadState*> g_head{nullptr};
 base::Mutex g_mu;  // unlinking and scanning
@@ -98,8 +99,6 @@ void put_comm(Slot& e, int tid, const char* comm) {
 }  // namespace
 
 static bool read_entry(const CmdlineEntry& e, int* tid, char* comm);
-
-ThreadState& self() { return t_state; }
 
 bool register_self(ThreadState& t) {
   if (t.state == kRegistering) return false;

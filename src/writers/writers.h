@@ -55,8 +55,11 @@ inline constexpr uint8_t kUnregistered = 0;
 inline constexpr uint8_t kRegistering = 1;
 inline constexpr uint8_t kRegistered = 2;
 
-// This thread's state. Context: any; async-signal-safe.
-ThreadState& self();
+// This thread's state: initial-exec TLS, reached inline from the write
+// path (no call, no TLS wrapper: constinit, trivially destroyed). Context:
+// any; async-signal-safe.
+extern constinit __attribute__((tls_model("initial-exec"))) thread_local ThreadState t_state;
+inline ThreadState& self() { return t_state; }
 // Registers the calling thread (first event): tid, comm, list. Returns
 // false if a signal handler interrupted the thread's own registration (the
 // event is then dropped: the thread is not yet visible to grace periods).
@@ -65,17 +68,25 @@ ThreadState& self();
 bool register_self(ThreadState& t);
 
 // [A] of the protocol above. nullptr: drop the event (see register_self).
-inline ThreadState* enter() {
-  ThreadState& t = self();
-  if (__builtin_expect(t.state != kRegistered, 0) && !register_self(t)) return nullptr;
+// [A] for a thread already registered (enter() checks that first).
+// Returns the counter as stored: its low byte is the depth.
+inline uint64_t begin(ThreadState& t) {
   // order: the ordering against loads of published pointers comes from the
   // membarrier in synchronize_writers() (see above). The release (a plain
   // store on x86, as relaxed is) makes what this thread did before happen
   // before the grace period that sees this value, in the C++ model and for
   // ThreadSanitizer, which does not know membarrier.
   const uint64_t c = t.ctr.load(std::memory_order_relaxed);
-  t.ctr.store(c + ((c & 0xff) != 0 ? 1 : 0x101), std::memory_order_release);
+  const uint64_t n = c + ((c & 0xff) != 0 ? 1 : 0x101);
+  t.ctr.store(n, std::memory_order_release);
   std::atomic_signal_fence(std::memory_order_seq_cst);
+  return n;
+}
+
+inline ThreadState* enter() {
+  ThreadState& t = self();
+  if (__builtin_expect(t.state != kRegistered, 0) && !register_self(t)) return nullptr;
+  begin(t);
   return &t;
 }
 inline void exit(ThreadState& t) {
