@@ -2,9 +2,11 @@
 // `usrtrace recover JOURNAL` reads it. Like recover_fuzzer, the input
 // overwrites a real journal's bytes at an offset its first 4 bytes choose
 // (or, starting with 'R', is the whole file), so that mutations reach past
-// the header. read_journal must give an error or extents inside the file,
-// and write_from_journal a trace.dat or an error; never a crash or a hang.
-#include <sys/mman.h>
+// the header; two seeds, one with the pages in the journal (version 6) and
+// one with them in page files beside it (version 7, kPagesIn records).
+// read_journal must give an error or extents inside their files, and
+// write_from_journal a trace.dat or an error; never a crash or a hang.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -23,74 +25,103 @@ namespace {
 using namespace usrtrace;
 
 std::string g_dir;
+// The page-file seed's journal, rewritten for each input, and its page
+// files beside it (JOURNAL.S.C), which the seed left there.
+std::string g_pj;
 
-std::vector<uint8_t> make_seed() {
-  char tmpl[] = "/tmp/usrtrace-journal-fuzzer-XXXXXX";
-  if (!mkdtemp(tmpl)) abort();
-  g_dir = tmpl;
-  RecordOptions o;
-  o.output = g_dir + "/seed.dat";
-  std::string err;
+std::vector<uint8_t> read_all(const std::string& path) {
   std::vector<uint8_t> bytes;
-  std::string path;
-  {
-    tracedat::JournalWriter w;
-    if (w.create(o, &err) < 0) abort();
-    path = w.path();
-    uint32_t p0 = 0, p1 = 0, s0 = 0, s1 = 0;
-    w.add_process(1, "", &p0, &err);
-    w.add_stream(p0, "", 4096, 2, &s0, &err);
-    control::RemoteMeta m;
-    m.meta.nr_cpus = 2;
-    m.meta.page_size = 4096;
-    m.meta.header_page = rb::header_page_text(4096);
-    m.meta.header_event = rb::header_event_text();
-    m.meta.trace_clock = "[local] global\n";
-    m.meta.cmdlines = "1 init\n";
-    control::InstanceMeta im;
-    im.name = "";
-    im.clock = "local";
-    im.page_size = 4096;
-    im.nr_cpus = 2;
-    im.stats = {"entries: 1\n", "entries: 0\n"};
-    m.instances.push_back(im);
-    w.put_meta(p0, m, &err);
-    std::vector<uint8_t> page(4096, 0);
-    w.put_pages(s0, 0, page.data(), page.size(), &err);
-    w.put_pages(s0, 1, page.data(), page.size(), &err);
-    w.add_process(2, "child-2", &p1, &err);
-    w.add_stream(p1, "x", 4096, 2, &s1, &err);
-    w.put_meta(p1, m, &err);
-    w.put_pages(s1, 1, page.data(), page.size(), &err);
-    w.keep();
-  }
   if (FILE* f = fopen(path.c_str(), "rb")) {
     uint8_t buf[65536];
     size_t n;
     while ((n = fread(buf, 1, sizeof buf, f)) > 0) bytes.insert(bytes.end(), buf, buf + n);
     fclose(f);
   }
+  return bytes;
+}
+
+// A journal of two processes, three CPUs' pages: version 6, pages in the
+// journal (kPages), or version 7, pages in page files (kPagesIn).
+std::vector<uint8_t> make_seed(int version) {
+  if (g_dir.empty()) {
+    char tmpl[] = "/tmp/usrtrace-journal-fuzzer-XXXXXX";
+    if (!mkdtemp(tmpl)) abort();
+    g_dir = tmpl;
+    g_pj = g_dir + "/pj";
+  }
+  RecordOptions o;
+  o.output = g_dir + "/seed.dat";
+  o.file_version = version;
+  std::string err;
+  std::string path;
+  struct Written {
+    uint32_t stream, cpu;
+  };
+  std::vector<Written> written;
+  tracedat::JournalWriter w;
+  if (w.create(o, &err) < 0) abort();
+  path = w.path();
+  uint32_t p0 = 0, p1 = 0, s0 = 0, s1 = 0;
+  w.add_process(1, "", &p0, &err);
+  w.add_stream(p0, "", 4096, 2, &s0, &err);
+  control::RemoteMeta m;
+  m.meta.nr_cpus = 2;
+  m.meta.page_size = 4096;
+  m.meta.header_page = rb::header_page_text(4096);
+  m.meta.header_event = rb::header_event_text();
+  m.meta.trace_clock = "[local] global\n";
+  m.meta.cmdlines = "1 init\n";
+  control::InstanceMeta im;
+  im.name = "";
+  im.clock = "local";
+  im.page_size = 4096;
+  im.nr_cpus = 2;
+  im.stats = {"entries: 1\n", "entries: 0\n"};
+  m.instances.push_back(im);
+  w.put_meta(p0, m, &err);
+  std::vector<uint8_t> page(4096, 0);
+  w.put_pages(s0, 0, page.data(), page.size(), &err);
+  w.put_pages(s0, 1, page.data(), page.size(), &err);
+  w.put_pages(s0, 1, page.data(), page.size(), &err);
+  w.add_process(2, "child-2", &p1, &err);
+  w.add_stream(p1, "x", 4096, 2, &s1, &err);
+  w.put_meta(p1, m, &err);
+  w.put_pages(s1, 1, page.data(), page.size(), &err);
+  written = {{s0, 0}, {s0, 1}, {s1, 1}};
+  w.keep();
+  std::vector<uint8_t> bytes = read_all(path);
   unlink(path.c_str());
+  // The page files, where the inputs' journal (g_pj) finds them.
+  for (const Written& pw : written) {
+    const std::string from = w.page_file(pw.stream, pw.cpu);
+    const std::string to = g_pj + "." + std::to_string(pw.stream) + "." + std::to_string(pw.cpu);
+    if (access(from.c_str(), F_OK) == 0 && rename(from.c_str(), to.c_str()) != 0) abort();
+  }
   return bytes;
 }
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::vector<uint8_t> seed = make_seed();
+  static const std::vector<uint8_t> inline_seed = make_seed(6);
+  static const std::vector<uint8_t> files_seed = make_seed(7);
   std::vector<uint8_t> bytes;
+  // The first 4 bytes: where the rest overwrites a seed, and (the top bit)
+  // which seed; 'R' first: the rest is the whole journal.
+  uint32_t at = 0;
+  if (size >= 4) std::memcpy(&at, data, 4);
+  const bool files = (at & 0x80000000u) != 0;
   if (size >= 1 && data[0] == 'R') {
     bytes.assign(data + 1, data + size);
   } else {
-    bytes = seed;
-    uint32_t at = 0;
-    if (size >= 4) std::memcpy(&at, data, 4);
-    const size_t off = bytes.empty() ? 0 : at % bytes.size();
+    bytes = files ? files_seed : inline_seed;
+    const size_t off = bytes.empty() ? 0 : (at & 0x7fffffffu) % bytes.size();
     const size_t n = size > 4 ? size - 4 : 0;
     if (off + n > bytes.size()) bytes.resize(off + n);
     if (n) std::memcpy(bytes.data() + off, data + 4, n);
   }
-  const int fd = memfd_create("journal-fuzz", MFD_CLOEXEC);
+  // The journal is a real file beside the seed's page files.
+  const int fd = open(g_pj.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return 0;
   if (!bytes.empty() && write(fd, bytes.data(), bytes.size()) != static_cast<ssize_t>(bytes.size())) {
     close(fd);
@@ -98,11 +129,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   tracedat::Journal j;
   std::string err;
-  if (tracedat::read_journal(fd, &j, &err) == 0) {
+  if (tracedat::read_journal(fd, &j, &err, g_pj) == 0) {
     for (const auto& s : j.streams)
-      for (const auto& c : s.cpus)
+      for (const auto& c : s.cpus) {
+        if (c.extents.empty()) continue;
+        struct stat st;
+        if (fstat(c.fd, &st) != 0) abort();
+        const uint64_t limit = c.fd == fd ? bytes.size() : static_cast<uint64_t>(st.st_size);
         for (const auto& e : c.extents)
-          if (e.offset + e.size > bytes.size() || e.size % s.page_size != 0) abort();  // outside the file
+          if (e.offset + e.size > limit || e.size % s.page_size != 0) abort();  // outside its file
+      }
     const std::string out = g_dir + "/out.dat";
     if (tracedat::write_from_journal(j, out, {}, &err) == 0) unlink(out.c_str());
   }
