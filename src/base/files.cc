@@ -111,14 +111,15 @@ int replace_target(const std::string& path, std::string* out, std::string* err) 
 int put_in_place(const std::string& tmp, const std::string& out) {
   if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) == 0) {
     struct stat st;
-    // What is at TMP now is the old OUT, unless it was not a regular file
-    // (replace_target refused those; a race put one there since).
+    // What is at TMP now is the old OUT, unless that was not a regular file:
+    // a dangling symlink of the user's (replace_target lets it be replaced,
+    // as rename does), or something a race put there.
     if (::lstat(tmp.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
       ::unlink(tmp.c_str());
       return 0;
     }
-    ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE);  // put it back
-    return -EINVAL;
+    // Put it back, then the plain rename decides (it refuses a directory).
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) != 0) return -errno;
   }
   // ENOENT: no OUT yet; EINVAL: a filesystem without RENAME_EXCHANGE.
   return ::rename(tmp.c_str(), out.c_str()) == 0 ? 0 : -errno;

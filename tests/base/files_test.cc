@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -57,6 +59,92 @@ TEST_F(FilesTest, RefusesAnotherUsersSymlinkAndLeavesItsTargetAlone) {
   EXPECT_EQ(open_for_write(link, {O_WRONLY | O_TRUNC}, &why), -ELOOP);
   EXPECT_NE(why.find("a symbolic link owned by another user"), std::string::npos) << why;
   EXPECT_NE(access(target.c_str(), F_OK), 0) << "the link's target was created";
+}
+
+std::string contents(const std::string& path) {
+  std::string out;
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "<missing>";
+  char buf[256];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return out;
+}
+
+int fill_with(int fd, const char* text) {
+  const size_t n = strlen(text);
+  return write(fd, text, n) == static_cast<ssize_t>(n) ? 0 : -EIO;
+}
+
+// Nothing but PATH's own name and `others` in DIR: no temporary file left.
+std::string names_in(const std::string& dir) {
+  std::string names;
+  const std::string cmd = "ls -A " + dir;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char line[256];
+    while (fgets(line, sizeof line, p)) names += line;
+    pclose(p);
+  }
+  return names;
+}
+
+// Over an existing output: exchanged in one step (RENAME_EXCHANGE, not a
+// rename that makes ext4 write the new file back at once), the old one
+// removed, nothing else left; into a new name; through the user's symlink
+// to its target; over the user's dangling symlink, which it replaces as
+// rename does.
+TEST_F(FilesTest, ReplaceFileOverWhatIsThere) {
+  const std::string out = dir_ + "/out";
+  std::string err;
+  ASSERT_EQ(replace_file(
+                out, [](int fd, std::string*) { return fill_with(fd, "first"); }, &err),
+            0)
+      << err;
+  EXPECT_EQ(contents(out), "first");
+  ASSERT_EQ(replace_file(
+                out, [](int fd, std::string*) { return fill_with(fd, "second"); }, &err),
+            0)
+      << err;
+  EXPECT_EQ(contents(out), "second");
+  EXPECT_EQ(names_in(dir_), "out\n");
+  // A failing fill leaves the previous file and no temporary one.
+  EXPECT_EQ(replace_file(
+                out, [](int, std::string*) { return -ENOSPC; }, &err),
+            -ENOSPC);
+  EXPECT_EQ(contents(out), "second");
+  EXPECT_EQ(names_in(dir_), "out\n");
+  // install_file: a complete file of ours put in the output's place.
+  const std::string mine = dir_ + "/.mine";
+  const int mfd = open(mine.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  ASSERT_GE(mfd, 0);
+  ASSERT_EQ(fill_with(mfd, "third"), 0);
+  close(mfd);
+  ASSERT_EQ(install_file(mine, out, &err), 0) << err;
+  EXPECT_EQ(contents(out), "third");
+  EXPECT_EQ(names_in(dir_), "out\n");
+  // Through the user's symlink: its target is replaced, the link stays.
+  const std::string link = dir_ + "/link";
+  ASSERT_EQ(symlink(out.c_str(), link.c_str()), 0);
+  ASSERT_EQ(replace_file(
+                link, [](int fd, std::string*) { return fill_with(fd, "fourth"); }, &err),
+            0)
+      << err;
+  EXPECT_EQ(contents(out), "fourth");
+  struct stat st;
+  ASSERT_EQ(lstat(link.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
+  // A dangling symlink of the user's is replaced by the file.
+  const std::string dangling = dir_ + "/dangling";
+  ASSERT_EQ(symlink((dir_ + "/nowhere").c_str(), dangling.c_str()), 0);
+  ASSERT_EQ(replace_file(
+                dangling, [](int fd, std::string*) { return fill_with(fd, "fifth"); }, &err),
+            0)
+      << err;
+  ASSERT_EQ(lstat(dangling.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(contents(dangling), "fifth");
+  EXPECT_EQ(names_in(dir_), "dangling\nlink\nout\n");
 }
 
 TEST_F(FilesTest, RefusesAFifoWithoutWaitingForAReader) {
