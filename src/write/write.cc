@@ -32,12 +32,6 @@ void set_controlled_writer(ControlledWriter w) { g_controlled.store(w, std::memo
 namespace usrtrace::internal {
 namespace {
 
-// write_event for a record of kLen bytes, everything inline: the thread's
-// state, the common header, each enabled instance's filters and the ring
-// buffer's fast path for that length. A typed event's length is its
-// record's size, known when it was compiled; write_event picks this by it
-// from a table (one indirect call, predicted at a call site), where the
-// generic path paid three calls and a second table. bench/run.sh section 7.
 // What write_event_n leaves to a call, from the enabled mask on: several
 // instances, the event's filters and triggers, an instance's own filters.
 // Ends the thread's write ([D]) for its caller, which tail-calls it.
