@@ -75,7 +75,7 @@ struct RegisterUserStack {
 __attribute__((init_priority(102))) RegisterUserStack g_register_user_stack;
 
 struct Walk {
-  uintptr_t ours;  // the return address into write_event: frames up to it are ours
+  uintptr_t ours;  // the return address into write_event_generic: frames up to it are ours
   bool past;       // seen it: the next frames are the program's...
   int skip;        // ...after this many more (an event's emit_dynamic)
   bool from;       // the frame of `ours` is the program's first (write_user_stack_from)
@@ -116,7 +116,9 @@ void write_user_stack(int slot, const internal::CommonHeader& common, const void
   r.common = common;
   r.common.type = g_user_stack_desc.id;
   r.tgid = static_cast<uint32_t>(g_tgid.load(std::memory_order_relaxed));
-  Walk w{reinterpret_cast<uintptr_t>(caller_ip), false, dynamic ? 1 : 0, false, 0, r.caller};
+  // `caller_ip` returns into write_event_generic; write_event's frame
+  // follows (write/write.cc), then an event's emit_dynamic if it has one.
+  Walk w{reinterpret_cast<uintptr_t>(caller_ip), false, dynamic ? 2 : 1, false, 0, r.caller};
   _Unwind_Backtrace(&on_frame, &w);
   events::write_to_slot(slot, &r, sizeof r, common.pid);
 }
