@@ -51,19 +51,25 @@ target_link_options(usrtrace_static INTERFACE "LINKER:-u,usrtrace_dump_on_crash"
 
 if(USRTRACE_INSTALL)
   set(_cmakedir ${CMAKE_INSTALL_LIBDIR}/cmake/usrtrace)
+  # Two components, the two Debian packages (cmake/UsrtraceCPack.cmake):
+  # Runtime (usrtrace: the command, libusrtrace.so.0, the preloaded runtime,
+  # man pages, completion) and Development (libusrtrace-dev: headers, the
+  # archive, the .so link, the CMake package, usrtrace.pc).
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/usrtrace
-          DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h" PATTERN "*.hpp")
+          DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT Development
+          FILES_MATCHING PATTERN "*.h" PATTERN "*.hpp")
   install(TARGETS usrtrace usrtrace_static EXPORT usrtraceTargets
-          LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} NAMELINK_COMPONENT Development
-          ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-  install(EXPORT usrtraceTargets NAMESPACE usrtrace:: DESTINATION ${_cmakedir})
+          LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT Runtime NAMELINK_COMPONENT Development
+          ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT Development)
+  install(EXPORT usrtraceTargets NAMESPACE usrtrace:: DESTINATION ${_cmakedir} COMPONENT Development)
   configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/usrtraceConfig.cmake.in
     ${PROJECT_BINARY_DIR}/usrtraceConfig.cmake INSTALL_DESTINATION ${_cmakedir})
   write_basic_package_version_file(${PROJECT_BINARY_DIR}/usrtraceConfigVersion.cmake
     COMPATIBILITY SameMinorVersion)  # 0.x: a minor version may break the API
   install(FILES ${PROJECT_BINARY_DIR}/usrtraceConfig.cmake
                 ${PROJECT_BINARY_DIR}/usrtraceConfigVersion.cmake
-                ${PROJECT_SOURCE_DIR}/cmake/usrtraceFunctionTracing.cmake DESTINATION ${_cmakedir})
+                ${PROJECT_SOURCE_DIR}/cmake/usrtraceFunctionTracing.cmake DESTINATION ${_cmakedir}
+          COMPONENT Development)
 
   # usrtrace.pc, relocatable: the prefix is found from the .pc file's own
   # place, so `cmake --install --prefix DIR` works for any DIR.
@@ -79,7 +85,8 @@ if(USRTRACE_INSTALL)
     set(USRTRACE_PC_INCLUDEDIR "\${prefix}/${CMAKE_INSTALL_INCLUDEDIR}")
   endif()
   configure_file(${PROJECT_SOURCE_DIR}/cmake/usrtrace.pc.in ${PROJECT_BINARY_DIR}/usrtrace.pc @ONLY)
-  install(FILES ${PROJECT_BINARY_DIR}/usrtrace.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+  install(FILES ${PROJECT_BINARY_DIR}/usrtrace.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig
+          COMPONENT Development)
 endif()
 
 # libusrtrace-preload.so: what `usrtrace record -- COMMAND` preloads
@@ -96,5 +103,5 @@ if(USRTRACE_FUNCTION_PATCH_IN_LIB)
     $<$<STREQUAL:${USRTRACE_SANITIZE},thread>:-fno-sanitize=thread>)
 endif()
 if(USRTRACE_INSTALL)
-  install(TARGETS usrtrace_preload LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(TARGETS usrtrace_preload LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT Runtime)
 endif()

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Sets everything up on a fresh Debian 12 machine and runs every test:
-#   1. gcc: g++, RelWithDebInfo, warnings as errors, the benchmarks built:
-#      all tests, the real-programs corpus and the installed-package
-#      consumers among them (they need a build without a sanitizer)
+#   1. gcc: g++, RelWithDebInfo, the benchmarks built: all tests, the
+#      real-programs corpus and the installed-package consumers among them
+#      (they need a build without a sanitizer); then the Debian packages made
+#      from it, installed, used without the build tree and purged
+#      (tests/package/package_test.sh)
 #   2. asan: g++ with AddressSanitizer + UndefinedBehaviorSanitizer, Debug
 #      (assertions on): all tests
 #   3. tsan: clang++ with ThreadSanitizer and -Wthread-safety: all tests,
@@ -10,6 +12,8 @@
 # Three builds, not four: a plain clang build ran the gcc build's tests on
 # clang's code, which the TSan build runs too, and CI's time (2 cores, under
 # an hour) has no room for it. It is one argument away.
+# Every configuration treats warnings as errors (USRTRACE_WERROR, off by
+# default for users).
 # Usage: scripts/test.sh [gcc|asan|tsan|clang ...]   (default: the first three)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,12 +29,17 @@ run() {  # name, cmake args...
     return 0
   fi
   echo "=== $name ==="
-  cmake -S . -B "build-$name" -G Ninja -DUSRTRACE_BUILD_BENCH=OFF "$@" >/dev/null
+  cmake -S . -B "build-$name" -G Ninja -DUSRTRACE_BUILD_BENCH=OFF -DUSRTRACE_WERROR=ON "$@" >/dev/null
   cmake --build "build-$name" -j "$jobs"
   (cd "build-$name" && ctest --output-on-failure -j "$jobs" --timeout 600)
+  if [[ $name == gcc ]]; then
+    echo "=== gcc: the Debian packages ==="
+    bash tests/package/package_test.sh "build-$name" .
+  fi
 }
 
-run gcc -DCMAKE_CXX_COMPILER=g++ -DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUSRTRACE_BUILD_BENCH=ON
+run gcc -DCMAKE_CXX_COMPILER=g++ -DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUSRTRACE_BUILD_BENCH=ON \
+  -DCMAKE_INSTALL_PREFIX=/usr
 run asan -DCMAKE_CXX_COMPILER=g++ -DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=Debug -DUSRTRACE_SANITIZE=address
 run tsan -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUSRTRACE_SANITIZE=thread
 # Not in the default run (named only):

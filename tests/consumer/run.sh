@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The consumer test: installs the build into a prefix inside it, then builds
 # and runs tests/consumer's programs four ways: find_package, pkg-config
-# (shared), pkg-config --static, and add_subdirectory of the source tree.
+# (shared), pkg-config --static, and add_subdirectory of the source tree;
+# and the installed command records a program (tests/package/graph.c).
 # Usage: run.sh CMAKE BUILD_DIR SOURCE_DIR CXX CC GENERATOR
 set -euo pipefail
 cmake=$1 build=$2 src=$3 cxx=$4 cc=$5 gen=$6
@@ -43,6 +44,19 @@ for p in pc_shared pc_static pc_c_shared pc_c_static; do "$work/$p"; done
 for p in pc_static pc_c_static; do
   if readelf -d "$work/$p" | grep -q 'libusrtrace\.so'; then echo "$p needs libusrtrace.so"; exit 1; fi
 done
+
+echo "--- the installed command records a command with the installed runtime"
+# bin/usrtrace finds lib*/libusrtrace-preload.so beside it, whatever the
+# prefix (the build tree's is only for the build tree's command).
+[[ -x "$prefix/bin/usrtrace" ]]
+preload=$(find "$prefix" -name libusrtrace-preload.so)
+[[ -n "$preload" ]]
+"$cc" -O1 -fpatchable-function-entry=5 -o "$work/graph" "$src/tests/package/graph.c"
+(cd "$work" && env -u USRTRACE_PRELOAD "$prefix/bin/usrtrace" record -p function_graph -o graph.dat -- ./graph \
+  >graph.out 2>graph.err)
+grep -q '^4150$' "$work/graph.out"
+calls=$("$prefix/bin/usrtrace" report "$work/graph.dat" | grep -c -- '--> pkg_leaf (2)' || true)
+[[ $calls == 100 ]] || { echo "installed usrtrace recorded $calls calls of pkg_leaf, not 100"; exit 1; }
 
 echo "--- add_subdirectory"
 "$cmake" -S "$consumer" -B "$work/subdir" -G "$gen" "${compilers[@]}" \

@@ -72,27 +72,29 @@ void report(const std::string& verb, const RecordStats& st, const std::string& f
           static_cast<unsigned long long>(st.lost_events));
 }
 
-// The preloaded runtime: USRTRACE_PRELOAD, the build tree's, or the one
-// installed beside this program (../lib*/).
+// The preloaded runtime: USRTRACE_PRELOAD, else the one installed with this
+// program (USRTRACE_PRELOAD_REL from its directory: ../lib/ARCH on Debian),
+// else, for the command in the build tree and only for it, the build tree's.
+// An installed copy never takes the build tree's: that one may be of another
+// version, or gone.
 std::string preload_library() {
   if (const char* e = getenv("USRTRACE_PRELOAD"); e && *e) return e;
   struct stat st;
-#ifdef USRTRACE_PRELOAD_BUILD
-  if (::stat(USRTRACE_PRELOAD_BUILD, &st) == 0) return USRTRACE_PRELOAD_BUILD;
-#endif
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n > 0) {
-    self[n] = '\0';
-    std::string dir(self);
-    dir = dir.substr(0, dir.rfind('/'));
-    for (const char* rel :
-         {"/../lib/libusrtrace-preload.so", "/../lib/x86_64-linux-gnu/libusrtrace-preload.so",
-          "/../lib64/libusrtrace-preload.so"}) {
-      std::string p = dir + rel;
-      if (::stat(p.c_str(), &st) == 0) return p;
-    }
+  if (n <= 0) return "";
+  self[n] = '\0';
+  const std::string exe(self);
+  const std::string dir = exe.substr(0, exe.rfind('/'));
+  for (const char* rel :
+       {"/" USRTRACE_PRELOAD_REL, "/../lib/libusrtrace-preload.so",
+        "/../lib/x86_64-linux-gnu/libusrtrace-preload.so", "/../lib64/libusrtrace-preload.so"}) {
+    const std::string p = dir + rel;
+    if (::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode)) return p;
   }
+#ifdef USRTRACE_PRELOAD_BUILD
+  if (exe == USRTRACE_TOOL_BUILD && ::stat(USRTRACE_PRELOAD_BUILD, &st) == 0) return USRTRACE_PRELOAD_BUILD;
+#endif
   return "";
 }
 
