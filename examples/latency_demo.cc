@@ -4,7 +4,7 @@
 // with echo (instances/lat: current_tracer section_request, the demo
 // events enabled), serves 3000 requests, and prints the max trace: the
 // worst request, with exactly the events that happened during it, under
-// the kernel's latency header (README "Latency tracers").
+// the kernel's latency header (docs/guide/latency-tracers.md).
 //
 //   ./latency_demo            the worst request
 //   ./latency_demo thresh     every request over 2 ms (tracing_thresh)

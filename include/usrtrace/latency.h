@@ -1,6 +1,6 @@
 /*
  * Latency sections and wake-ups: what the latency tracers measure (the
- * user-space irqsoff/preemptoff and wakeup; README "Latency tracers").
+ * user-space irqsoff/preemptoff and wakeup; docs/guide/latency-tracers.md).
  *
  * A section is a stretch of code of some kind ("lock", "request",
  * "frame", any name of [A-Za-z0-9_], up to 23 bytes). While an instance's

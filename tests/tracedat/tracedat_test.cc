@@ -119,7 +119,9 @@ void marker_function_for_kallsyms() {}
 
 // The char[12] field: "t<thread>-<seq>" cut to 11 characters, as the event stores it.
 std::array<char, 12> name_of(int t, uint32_t i) {
-  const std::string full = "t" + std::to_string(t) + "-" + std::to_string(i);
+  // Appended, not "t" + to_string(t): g++ 12 -O3 warns of a false overlap in
+  // operator+(const char*, string&&) (-Wrestrict; a known false positive).
+  const std::string full = std::string("t").append(std::to_string(t)).append("-").append(std::to_string(i));
   std::array<char, 12> name{};
   full.copy(name.data(), name.size() - 1);
   return name;
