@@ -21,6 +21,9 @@ user-space programs, driven through ftrace's control files; records trace-cmd's 
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_GENERATOR DEB)
 set(CPACK_DEB_COMPONENT_INSTALL ON)
+# Stripped, as Debian ships binaries (a RelWithDebInfo build has 50 MB of
+# debug info in the command alone).
+set(CPACK_STRIP_FILES ON)
 set(CPACK_COMPONENTS_ALL Runtime Development)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION devel)

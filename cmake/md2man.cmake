@@ -8,6 +8,8 @@ file(READ ${IN} text)
 get_filename_component(name ${IN} NAME_WE)
 string(TOUPPER ${name} title)
 string(REGEX REPLACE "^# [^\n]*\n" "" text "${text}")
+# The doc test's hidden setup lines (tests/docs/doc_test.py) are not for readers.
+string(REGEX REPLACE "<!-- doc-test:[^\n]*-->\n" "" text "${text}")
 string(REPLACE "-" " " spaced ${name})
 string(REPLACE "## NAME\n${spaced} -" "## NAME\n${name} -" text "${text}")
 get_filename_component(dir ${OUT} DIRECTORY)

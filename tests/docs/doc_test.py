@@ -16,8 +16,12 @@ Markdown file, in a scratch directory of its own:
   (stdout and stderr together): each must match a line of the output, in
   order, blanks runs compared as one blank, `...` inside a line matching
   anything; a line that is only `...` stands for lines left out.
-- `<!-- doc-test: COMMAND -->` right before a console block runs COMMAND
-  first, unseen by readers (waiting for a started service, say).
+- `<!-- doc-test: COMMAND -->` lines right before a console block run
+  first, unseen by readers (starting and waiting for a service, say; the
+  man pages leave them out).
+
+The files the first Markdown file names (README.md's app.cc) are in every
+scratch directory, so that other pages can run the README's program.
 
 Blocks of any other kind are not run: they show code or output, not
 commands. Background jobs still running at the end of a file are killed.
@@ -102,14 +106,24 @@ def matches(expected, actual):
     return None
 
 
-def run_file(md, env, work):
+def named_files(md):
+    """{name: text} of the blocks of md that name a file."""
+    out = {}
+    for info, body, _ in parse(md):
+        for w in info.split():
+            if w.startswith("file="):
+                out[w[5:]] = "\n".join(body) + "\n"
+    return out
+
+
+def run_file(md, env, work, shared):
+    for name, text in list(shared.items()) + list(named_files(md).items()):
+        with open(os.path.join(work, name), "w", encoding="utf-8") as f:
+            f.write(text)
     steps = []
     for info, body, hidden in parse(md):
         words = info.split()
-        named = [w[5:] for w in words if w.startswith("file=")]
-        if named:
-            with open(os.path.join(work, named[0]), "w", encoding="utf-8") as f:
-                f.write("\n".join(body) + "\n")
+        if any(w.startswith("file=") for w in words):
             continue
         if words[:1] != ["console"]:
             continue
@@ -187,10 +201,11 @@ def main():
         env["LD_LIBRARY_PATH"] = libdir
         env.pop("USRTRACE_PRELOAD", None)
         total = errors = 0
+        shared = named_files(args.files[0])
         for k, md in enumerate(args.files):
             work = os.path.join(scratch, "work-%d-%s" % (k, os.path.basename(md)))
             os.makedirs(work)
-            n, e = run_file(md, env, work)
+            n, e = run_file(md, env, work, shared)
             total += n
             errors += e
         if total == 0:

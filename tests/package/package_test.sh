@@ -13,7 +13,8 @@
 #     built with -fpatchable-function-entry=5, read by `usrtrace report` and
 #     `trace-cmd report`, with its exact call counts; programs built against
 #     the installed headers and libraries with find_package and pkg-config
-#     (shared and static);
+#     (shared and static); and a `cmake --install --prefix` copy of the
+#     build recording the same program with the runtime installed beside it;
 #  4. `apt-get purge` of both, and no file they installed is left.
 #
 # Needs root (apt-get). Exits 77 (skipped) without it, without unshare, or
@@ -86,6 +87,13 @@ if [[ -n ${inside:-} ]]; then
   leaf=$(grep -c 'funcgraph_entry: *func=pkg_leaf depth=2' report-R.txt || true)
   [[ $leaf == 100 ]] || { echo "trace-cmd report -R: pkg_leaf $leaf (100)"; false; }
 
+  step="cmake --install --prefix: that copy records with its own runtime"
+  (cd "$work" && env -u USRTRACE_PRELOAD prefix/bin/usrtrace record -p function_graph -o prefix.dat \
+    -- ./graph >prefix.out 2>prefix.err)
+  grep -q '^4150$' prefix.out
+  leaf=$(prefix/bin/usrtrace report prefix.dat | grep -c -- '--> pkg_leaf (2)' || true)
+  [[ $leaf == 100 ]] || { echo "prefix/bin/usrtrace: pkg_leaf $leaf (100)"; false; }
+
   step="find_package(usrtrace) from /usr"
   cmake -S consumer -B consumer-build -G Ninja >/dev/null
   cmake --build consumer-build >/dev/null
@@ -144,6 +152,9 @@ done
 step="apt-get install ./usrtrace_*.deb ./libusrtrace-dev_*.deb"
 installed=1
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$runtime" "$dev" >/dev/null
+
+step="cmake --install into a prefix"
+cmake --install "$build" --prefix "$work/prefix" >/dev/null
 
 step="the installed packages, with the trees hidden"
 cp "$src/tests/package/traced.cc" "$src/tests/package/graph.c" "$src/tests/tools/completion_test.sh" "$work/"

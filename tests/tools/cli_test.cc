@@ -105,6 +105,30 @@ TEST(CliStart, InstancesFiltersBufferSizeClockAndStat) {
   EXPECT_NE(r.err.find("No such file"), std::string::npos) << r.err;
 }
 
+// -e EVENT -f FILTER: the filter is in place before the event is enabled
+// (trace-cmd's order), so nothing the filter rejects is recorded, even from
+// a thread writing without pause while start runs. Enabled first, the
+// events written between the two writes got in unfiltered.
+TEST(CliStart, AFilterHoldsFromTheEventsFirstRecord) {
+  Target t;
+  t.cmd("spin");  // answered once the spinning thread has written its first tick
+  Result r = run_cli({"start", "-P", t.spid(), "-B", "cli_none", "-e", "clitest:tick", "-f", "tid == 0", "-B",
+                      "cli_sys", "-e", "clitest", "-f", "seq > 4000000000"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  t.cmd("stop");
+  t.cmd("tick 5");  // not let through either: the filters work
+  for (const char* inst : {"cli_none", "cli_sys"}) {
+    r = run_cli({"show", "-P", t.spid(), "-B", inst});
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_EQ(count(r.out, " tick: "), 0) << inst << ":\n" << r.out;
+  }
+  // The unfiltered top, enabled the same way, did see the spinning thread.
+  r = run_cli({"start", "-P", t.spid(), "-e", "clitest:tick"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  t.cmd("tick 3");
+  EXPECT_EQ(count(run_cli({"show", "-P", t.spid()}).out, " tick: "), 3);
+}
+
 TEST(CliErrors, OneClearLineAndANonZeroStatus) {
   // A pid that does not exist: a child that has exited and been reaped.
   const pid_t gone = fork();

@@ -114,7 +114,8 @@ int Setup::apply(const std::string& verb, control::Client& c, Undo* undo, int pi
     if (c.read_file(path, &s) < 0) s.clear();
     return s;
   };
-  for (const Action& a : actions) {
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const Action& a = actions[i];
     const bool event = a.opt == 'e' || a.opt == 'f';
     if (phase == Phase::kBeforeConstructors && event) continue;
     if (phase == Phase::kEvents && !event && a.opt != 'B') continue;  // -B: where the events go
@@ -146,6 +147,19 @@ int Setup::apply(const std::string& verb, control::Client& c, Undo* undo, int pi
           const size_t colon = spec.find(':');
           last_event_filter =
               dir + "events/" + spec.substr(0, colon) + "/" + spec.substr(colon + 1) + "/filter";
+        }
+        // Its -f goes in first, as trace-cmd does: enabled first, the event
+        // would record unfiltered until the filter came.
+        // No such event (ENOENT): set_event below says so, as the kernel
+        // would, or skips it and its -f (missing_events_ok).
+        if (i + 1 < actions.size() && actions[i + 1].opt == 'f' && !last_event_filter.empty()) {
+          const std::string& filter = actions[i + 1].value;
+          const long rc = c.write_file(last_event_filter, filter, false);
+          if (rc != -ENOENT) {
+            if (rc < 0 && !write(last_event_filter, filter, false)) return 1;
+            undo->writes.push_back({last_event_filter, "0"});
+            ++i;  // done
+          }
         }
         if (missing_events_ok) {
           const long rc = c.write_file(dir + "set_event", spec, true);
