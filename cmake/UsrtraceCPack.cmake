@@ -28,9 +28,6 @@ set(CPACK_COMPONENTS_ALL Runtime Development)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION devel)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
-# libusrtrace-preload.so needs libusrtrace.so.0 from the same package.
-set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS
-  ${CMAKE_BINARY_DIR}/_CPack_Packages/Linux/DEB/${CPACK_PACKAGE_NAME}-${PROJECT_VERSION}-Linux/Runtime/${CMAKE_INSTALL_LIBDIR})
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_NAME usrtrace)
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_RECOMMENDS "bash-completion, trace-cmd")
 # A shlibs file for libusrtrace.so.0, and the ldconfig trigger with it.
