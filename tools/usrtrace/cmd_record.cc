@@ -89,7 +89,7 @@ std::string preload_library() {
   for (const char* rel :
        {"/" USRTRACE_PRELOAD_REL, "/../lib/libusrtrace-preload.so",
         "/../lib/x86_64-linux-gnu/libusrtrace-preload.so", "/../lib64/libusrtrace-preload.so"}) {
-    const std::string p = dir + rel;
+    std::string p = dir + rel;  // not const: returned, so moved
     if (::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode)) return p;
   }
 #ifdef USRTRACE_PRELOAD_BUILD
