@@ -86,12 +86,8 @@ std::string preload_library() {
   self[n] = '\0';
   const std::string exe(self);
   const std::string dir = exe.substr(0, exe.rfind('/'));
-  for (const char* rel :
-       {"/" USRTRACE_PRELOAD_REL, "/../lib/libusrtrace-preload.so",
-        "/../lib/x86_64-linux-gnu/libusrtrace-preload.so", "/../lib64/libusrtrace-preload.so"}) {
-    std::string p = dir + rel;  // not const: returned, so moved
-    if (::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode)) return p;
-  }
+  if (std::string p = dir + "/" USRTRACE_PRELOAD_REL; ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode))
+    return p;
 #ifdef USRTRACE_PRELOAD_BUILD
   if (exe == USRTRACE_TOOL_BUILD && ::stat(USRTRACE_PRELOAD_BUILD, &st) == 0) return USRTRACE_PRELOAD_BUILD;
 #endif
