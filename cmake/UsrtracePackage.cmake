@@ -87,6 +87,19 @@ if(USRTRACE_INSTALL)
   configure_file(${PROJECT_SOURCE_DIR}/cmake/usrtrace.pc.in ${PROJECT_BINARY_DIR}/usrtrace.pc @ONLY)
   install(FILES ${PROJECT_BINARY_DIR}/usrtrace.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig
           COMPONENT Development)
+
+  # The license, where Debian puts it (share/doc/PACKAGE/copyright), once the
+  # repository has one. Its owners choose it; none is assumed here, so until
+  # then the packages carry no copyright file (tests/package checks both ways).
+  foreach(_license LICENSE LICENSE.txt LICENSE.md COPYING)
+    if(EXISTS ${PROJECT_SOURCE_DIR}/${_license})
+      install(FILES ${PROJECT_SOURCE_DIR}/${_license} DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/usrtrace
+              RENAME copyright COMPONENT Runtime)
+      install(FILES ${PROJECT_SOURCE_DIR}/${_license} DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/libusrtrace-dev
+              RENAME copyright COMPONENT Development)
+      break()
+    endif()
+  endforeach()
 endif()
 
 # libusrtrace-preload.so: what `usrtrace record -- COMMAND` preloads

@@ -81,7 +81,7 @@ def commands(body):
         cmd = line[2:]
         while cmd.endswith("\\") and i + 1 < len(body):
             i += 1
-            cmd = cmd[:-1] + "\n" + body[i]
+            cmd = cmd + "\n" + body[i]  # bash joins the lines
         out.append((cmd, []))
         i += 1
     return out

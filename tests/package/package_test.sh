@@ -11,7 +11,10 @@
 #     bash completion (tests/tools/completion_test.sh on the installed
 #     script); `usrtrace record -p function_graph -- ./graph` of a C program
 #     built with -fpatchable-function-entry=5, read by `usrtrace report` and
-#     `trace-cmd report`, with its exact call counts; programs built against
+#     `trace-cmd report`, with its exact call counts; the upstream programs of
+#     tests/realworld (PACKAGE_TEST_RW_BUILDS, default gcc-O0-patchable: Lua,
+#     bzip2, pbzip2 and muparser) recorded by /usr/bin/usrtrace, their calls
+#     per function equal to uftrace's; programs built against
 #     the installed headers and libraries with find_package and pkg-config
 #     (shared and static); and a `cmake --install --prefix` copy of the
 #     build recording the same program with the runtime installed beside it;
@@ -87,6 +90,23 @@ if [[ -n ${inside:-} ]]; then
   leaf=$(grep -c 'funcgraph_entry: *func=pkg_leaf depth=2' report-R.txt || true)
   [[ $leaf == 100 ]] || { echo "trace-cmd report -R: pkg_leaf $leaf (100)"; false; }
 
+  step="upstream programs recorded by /usr/bin/usrtrace, counts as uftrace's"
+  # tests/realworld's corpus (Lua, bzip2, pbzip2, muparser: upstream releases,
+  # pinned by hash) on one of its builds, with the installed command and
+  # runtime: every function's calls as uftrace counts them, graphs that nest,
+  # the general path's options (-l, -n, -g, --max-graph-depth, -c, -F).
+  rc=0
+  RW_BUILDS=$PACKAGE_TEST_RW_BUILDS bash realworld/realworld_test.sh "$work/realworld-run" /usr/bin/usrtrace \
+    >realworld.log 2>&1 || rc=$?
+  if ((rc == 77)); then
+    echo "package_test: note: $(grep SKIP realworld.log)"
+  elif ((rc != 0)); then
+    cat realworld.log >&2
+    false
+  else
+    grep -E 'counts as uftrace|main thread' realworld.log | sed 's/^/package_test: /'
+  fi
+
   step="cmake --install --prefix: that copy records with its own runtime"
   (cd "$work" && env -u USRTRACE_PRELOAD prefix/bin/usrtrace record -p function_graph -o prefix.dat \
     -- ./graph >prefix.out 2>prefix.err)
@@ -149,6 +169,19 @@ for f in /usr/bin/usrtrace /usr/lib/x86_64-linux-gnu/libusrtrace-preload.so \
   grep -qxF "$f" <<<"$files" || { echo "package_test: no $f in the packages"; false; }
 done
 
+step="the license, as share/doc/PACKAGE/copyright, when the repository has one"
+license=""
+for f in LICENSE LICENSE.txt LICENSE.md COPYING; do
+  [[ -f $src/$f ]] && { license=$src/$f; break; }
+done
+for d in usrtrace libusrtrace-dev; do
+  if [[ -n $license ]]; then
+    grep -qxF "/usr/share/doc/$d/copyright" <<<"$files" || { echo "package_test: no copyright file in $d"; false; }
+  else
+    echo "package_test: note: the repository has no LICENSE yet, so $d carries no copyright file"
+  fi
+done
+
 step="apt-get install ./usrtrace_*.deb ./libusrtrace-dev_*.deb"
 installed=1
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$runtime" "$dev" >/dev/null
@@ -159,7 +192,8 @@ cmake --install "$build" --prefix "$work/prefix" >/dev/null
 step="the installed packages, with the trees hidden"
 cp "$src/tests/package/traced.cc" "$src/tests/package/graph.c" "$src/tests/tools/completion_test.sh" "$work/"
 cp -r "$src/tests/consumer" "$work/consumer"
-PACKAGE_TEST_WORK=$work unshare -m --propagation private bash "$0" --inside "$build" "$src"
+cp -r "$src/tests/realworld" "$work/realworld"
+PACKAGE_TEST_WORK=$work PACKAGE_TEST_RW_BUILDS=${PACKAGE_TEST_RW_BUILDS:-gcc-O0-patchable} unshare -m --propagation private bash "$0" --inside "$build" "$src"
 
 step="apt-get purge leaves nothing behind"
 DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq usrtrace libusrtrace-dev >/dev/null
