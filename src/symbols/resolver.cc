@@ -58,7 +58,10 @@ const Entry* find(const Table& t, uint64_t addr) {
 
 }  // namespace
 
-std::string Resolver::name(uint64_t addr, bool offset) {
+namespace {
+
+// The entry covering addr, or nullptr; *keep holds the table it is in.
+const Entry* covering(uint64_t addr, std::shared_ptr<const Table>* keep) {
   std::shared_ptr<const Table> t;
   {
     std::lock_guard<std::mutex> l(g_mu);
@@ -72,6 +75,15 @@ std::string Resolver::name(uint64_t addr, bool offset) {
     t = g_table;
     e = find(*t, addr);
   }
+  *keep = std::move(t);
+  return e;
+}
+
+}  // namespace
+
+std::string Resolver::name(uint64_t addr, bool offset) {
+  std::shared_ptr<const Table> t;
+  const Entry* e = covering(addr, &t);
   char buf[64];
   if (e == nullptr) {
     snprintf(buf, sizeof buf, "0x%" PRIx64, addr);
@@ -80,6 +92,15 @@ std::string Resolver::name(uint64_t addr, bool offset) {
   if (!offset) return e->name;
   snprintf(buf, sizeof buf, "+0x%" PRIx64 "/0x%" PRIx64, addr - e->addr, e->size);
   return e->name + buf;
+}
+
+bool Resolver::lookup(uint64_t addr, std::string* name, uint64_t* offset) {
+  std::shared_ptr<const Table> t;
+  const Entry* e = covering(addr, &t);
+  if (e == nullptr) return false;
+  *name = e->name;
+  *offset = addr - e->addr;
+  return true;
 }
 
 void Resolver::invalidate() {

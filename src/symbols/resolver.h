@@ -15,6 +15,9 @@ class Resolver {
  public:
   // "name", "name+0xOFF/0xSIZE" with `offset`, or "0xADDR" if unknown.
   static std::string name(uint64_t addr, bool offset);
+  // The function that holds `addr`: its name (kallsyms form) and `addr`'s
+  // offset into it. false when no symbol covers it.
+  static bool lookup(uint64_t addr, std::string* name, uint64_t* offset);
   static void invalidate();
 };
 

@@ -8,7 +8,6 @@
 // object of each address with _dl_find_object, which takes no lock; it
 // works across signal frames. It does not allocate. So it may run on the
 // write path, in a signal handler too.
-#include <cxxabi.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <unistd.h>
@@ -18,10 +17,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "events/builtin.h"
 #include "events/registry.h"
 #include "instance/slot_write.h"
+#include "symbols/resolver.h"
 #include "trigger/internal.h"
 
 namespace usrtrace::trigger {
@@ -31,27 +32,32 @@ using events::kUserStackEntries;
 using events::UserStackRecord;
 
 // Kernel: trace_user_stack_print(): a head line, then " => " and each
-// address until the first zero; we add the symbol when dladdr knows it.
+// address until the first zero. The kernel names a frame only by its
+// object (the sym-userobj option: "/lib/libc.so.6[+0x271ca]"); a process
+// knows its own symbols, so each frame is named as the function tracers
+// name functions (symbols::Resolver: .symtab where the object has one,
+// else .dynsym; the name trace.dat's kallsyms carries), then by its
+// object and offset as sym-userobj prints it, then by address alone.
 int print_user_stack(const void* rec, uint32_t len, char* out, size_t size) {
   if (len < sizeof(UserStackRecord)) return snprintf(out, size, "<bad user_stack record>");
   UserStackRecord r;
   std::memcpy(&r, rec, sizeof r);
   int n = snprintf(out, size, "<user stack trace>\n");
+  std::string name;
   for (int i = 0; i < kUserStackEntries && r.caller[i] != 0 && n >= 0 && static_cast<size_t>(n) < size; ++i) {
     const size_t room = size - static_cast<size_t>(n);
+    const auto ip = static_cast<unsigned long>(r.caller[i]);
+    // A return address points after the call: look up the byte before it
+    // (a call that ends its function returns to the next one's first byte).
+    uint64_t off = 0;
     Dl_info info;
-    // A return address points after the call: look up the byte before it.
-    const auto addr = reinterpret_cast<void*>(r.caller[i] - 1);
-    if (dladdr(addr, &info) && info.dli_sname) {
-      int status = 0;
-      char* dem = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
-      const char* name = status == 0 && dem ? dem : info.dli_sname;
-      n += snprintf(out + n, room, " => %s+0x%lx <%016lx>\n", name,
-                    static_cast<unsigned long>(r.caller[i] - reinterpret_cast<uintptr_t>(info.dli_saddr)),
-                    static_cast<unsigned long>(r.caller[i]));
-      std::free(dem);
+    if (symbols::Resolver::lookup(r.caller[i] - 1, &name, &off)) {
+      n += snprintf(out + n, room, " => %s+0x%lx <%016lx>\n", name.c_str(), static_cast<unsigned long>(off + 1), ip);
+    } else if (dladdr(reinterpret_cast<void*>(r.caller[i] - 1), &info) && info.dli_fname && info.dli_fname[0]) {
+      n += snprintf(out + n, room, " => %s[+0x%lx] <%016lx>\n", info.dli_fname,
+                    ip - reinterpret_cast<uintptr_t>(info.dli_fbase), ip);
     } else {
-      n += snprintf(out + n, room, " =>  <%016lx>\n", static_cast<unsigned long>(r.caller[i]));
+      n += snprintf(out + n, room, " =>  <%016lx>\n", ip);
     }
   }
   return n;

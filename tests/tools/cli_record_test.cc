@@ -513,6 +513,42 @@ TEST(CliRecord, AProgramWithoutUsrtraceThroughThePreloadedRuntime) {
   ::rmdir(dir.c_str());
 }
 
+// uftrace's filters by their long names on a recorded command (graph.c:
+// main calls pkg_middle 25 times, each calls pkg_leaf 4 times), and -q.
+TEST(CliRecord, UftracesFiltersOnACommandAndQuiet) {
+  const std::string dir = temp_dir(), file = dir + "/graph.dat";
+  auto calls = [&](const std::vector<std::string>& flags) {
+    std::vector<std::string> argv = {"record", "-p", "function_graph", "-o", file};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    argv.insert(argv.end(), {"--", GRAPH_TARGET});
+    const Result r = run_cli(argv);
+    EXPECT_EQ(r.rc, 0) << r.err;
+    EXPECT_EQ(r.out, "4150\n");
+    const std::string rep = run_cli({"report", "-i", file}).out;
+    return std::vector<int>{count(rep, "--> main "), count(rep, "--> pkg_middle "),
+                            count(rep, "--> pkg_leaf ")};
+  };
+  EXPECT_EQ(calls({}), (std::vector<int>{1, 25, 100}));
+  EXPECT_EQ(calls({"--filter", "pkg_middle"}), (std::vector<int>{0, 25, 100}));
+  EXPECT_EQ(calls({"--filter", "pkg_middle", "--notrace", "pkg_leaf"}), (std::vector<int>{0, 25, 0}));
+  EXPECT_EQ(calls({"--depth", "2"}), (std::vector<int>{1, 25, 0}));
+  // A threshold no call reaches: no call is kept (the kernel keeps only
+  // the exits of the calls over tracing_thresh).
+  EXPECT_EQ(calls({"--time-filter", "10s"}), (std::vector<int>{0, 0, 0}));
+  const Result q = run_cli({"record", "-q", "-p", "function_graph", "-o", file, "--", GRAPH_TARGET});
+  EXPECT_EQ(q.rc, 0);
+  EXPECT_EQ(q.err.find("usrtrace record: recording"), std::string::npos) << q.err;
+  EXPECT_EQ(q.err.find("events lost"), std::string::npos) << q.err;
+  // trace-cmd's -s and -m: said to be not taken, not silently ignored.
+  for (const char* flag : {"-s", "-m"}) {
+    const Result r = run_cli({"record", flag, "100", "-o", file, "--", GRAPH_TARGET});
+    EXPECT_NE(r.rc, 0) << flag;
+    EXPECT_NE(r.err.find(std::string(flag) + ": "), std::string::npos) << r.err;
+  }
+  ::unlink(file.c_str());
+  ::rmdir(dir.c_str());
+}
+
 TEST(CliRecord, DashCFollowsTheProgramsACommandStarts) {
   const std::string dir = temp_dir(), file = dir + "/tree.dat";
   // The command starts two programs one after the other (fork and exec),

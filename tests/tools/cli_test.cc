@@ -129,6 +129,106 @@ TEST(CliStart, AFilterHoldsFromTheEventsFirstRecord) {
   EXPECT_EQ(count(run_cli({"show", "-P", t.spid()}).out, " tick: "), 3);
 }
 
+// trace-cmd's event flags, with its meanings: -R a trigger for the -e
+// before it (in place before the event is on), -v turns the next -e into a
+// disable, -T a stack trace after each event of the instance's -e's (under
+// the event's filter), -M the cpumask; and every option by its long name.
+TEST(CliStart, TraceCmdsTriggerNegateStacktraceAndCpumaskFlags) {
+  Target t;
+  Result r = run_cli({"start",
+                      "-P",
+                      t.spid(),
+                      "-e",
+                      "clitest:tick",
+                      "-R",
+                      "traceoff if seq == 3",  //
+                      "-B",
+                      "cli_st",
+                      "-e",
+                      "clitest:rare",
+                      "-f",
+                      "n > 0",
+                      "-T",  //
+                      "-B",
+                      "cli_neg",
+                      "-e",
+                      "clitest",
+                      "-v",
+                      "-e",
+                      "clitest:rare",  //
+                      "--instance",
+                      "cli_mask",
+                      "--event",
+                      "clitest:tick",
+                      "--cpumask",
+                      "1"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  t.cmd("tick 10");
+  t.cmd("rare 3");
+  // traceoff fired at seq 3: the top has 0..3 and nothing after, rare
+  // included (tracing is off), as the kernel's trigger does.
+  r = run_cli({"show", "-P", t.spid()});
+  EXPECT_EQ(seqs(r.out, "tick"), (std::vector<unsigned>{0, 1, 2, 3})) << r.out;
+  EXPECT_EQ(run_cli({"show", "-P", t.spid(), "--tracing_on"}).out, "0\n");
+  // -T: a user stack after each rare event the filter let through (n 1, 2).
+  r = run_cli({"show", "-P", t.spid(), "-B", "cli_st"});
+  EXPECT_EQ(count(r.out, " rare: "), 2) << r.out;
+  EXPECT_EQ(count(r.out, "<user stack trace>"), 2) << r.out;
+  EXPECT_EQ(r.out.find("rare: n=0"), std::string::npos) << r.out;
+  // Each frame named as the process can name it: a function of the
+  // program (from its symbol table), or an object and offset, as the
+  // kernel's sym-userobj prints a frame (libc's __libc_start_call_main is
+  // in no symbol table Debian ships).
+  EXPECT_EQ(count(r.out, " => main+0x"), 2) << r.out;
+  EXPECT_EQ(count(r.out, "/libc.so.6[+0x"), 2) << r.out;
+  EXPECT_EQ(count(r.out, " => __libc_start_main+0x"), 2) << r.out;
+  // -v: the system on, then rare off again.
+  r = run_cli({"show", "-P", t.spid(), "-B", "cli_neg", "--set_event"});
+  EXPECT_EQ(r.out, "clitest:tick\n");
+  r = run_cli({"show", "-P", t.spid(), "-B", "cli_mask", "--cpumask"});
+  EXPECT_EQ(r.out, "1\n");
+  r = run_cli({"stat", "-P", t.spid()});
+  EXPECT_NE(r.out.find("trigger: traceoff:unlimited if seq == 3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("trigger: stacktrace:unlimited if n > 0"), std::string::npos) << r.out;
+
+  // Wrong uses: each one line, and nothing of the setup stays.
+  r = run_cli({"start", "-P", t.spid(), "-B", "cli_bad", "-e", "clitest:*", "-R", "traceoff"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("-R 'traceoff' needs a -e SYS:EVENT before it"), std::string::npos) << r.err;
+  r = run_cli({"start", "-P", t.spid(), "-B", "cli_bad", "-e", "clitest:tick", "-R", "frobnicate"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("trigger: Invalid argument"), std::string::npos) << r.err;
+  r = run_cli({"start", "-P", t.spid(), "-B", "cli_bad", "-v", "-e", "clitest:tick", "-f", "seq > 1"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("follows a -v -e"), std::string::npos) << r.err;
+  r = run_cli({"start", "-P", t.spid(), "-B", "cli_bad", "-e", "clitest:tick", "-v"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("-v needs a -e after it"), std::string::npos) << r.err;
+  r = run_cli({"start", "-P", t.spid(), "-B", "cli_bad", "-T", "-p", "nop"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("-T needs a -e"), std::string::npos) << r.err;
+  r = run_cli({"start", "-P", t.spid(), "-B", "cli_bad", "-M", "zz"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("tracing_cpumask: Invalid argument"), std::string::npos) << r.err;
+  EXPECT_NE(run_cli({"show", "-P", t.spid(), "-B", "cli_bad"}).rc, 0) << "a failed setup leaves no instance";
+}
+
+// uftrace's spellings of the function_graph filters, checked against the
+// files they stand for; a TIME that tracing_thresh cannot hold is refused.
+TEST(CliStart, UftracesFilterSpellings) {
+  Target t;
+  Result r = run_cli({"start", "-P", t.spid(), "-B", "cli_uf", "--depth", "3", "--time-filter", "2ms"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  r = run_cli({"show", "-P", t.spid(), "-B", "cli_uf", "--max_graph_depth", "--tracing_thresh"});
+  EXPECT_EQ(r.out, "3\n2000\n");
+  for (const char* bad : {"500ns", "3 ms", "ms", "5h"}) {
+    r = run_cli({"start", "-P", t.spid(), "-B", "cli_uf", "--time-filter", bad});
+    EXPECT_EQ(r.rc, 1) << bad;
+    EXPECT_NE(r.err.find("--time-filter '" + std::string(bad) + "'"), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(run_cli({"show", "-P", t.spid(), "-B", "cli_uf", "--tracing_thresh"}).out, "2000\n");
+}
+
 TEST(CliErrors, OneClearLineAndANonZeroStatus) {
   // A pid that does not exist: a child that has exited and been reaped.
   const pid_t gone = fork();

@@ -99,6 +99,10 @@ expect "an event's system" "usrtrace start -P $pid -e ${sys:0:3}" "$sys" "$sys:$
 expect "tracers of the process" "usrtrace start -P $pid -p func" function function_graph
 expect "options, either way" "usrtrace start -P $pid -O " nofunc_stack_trace func_stack_trace
 expect "a command after --" "usrtrace record -p function -- bas" bash
+expect "long flags, trace-cmd's and uftrace's" "usrtrace record --" --event --trigger --negate --stacktrace \
+  --cpumask --filter --notrace --depth --time-filter --quiet
+expect "events after --event, the process by --pid" "usrtrace start --pid $pid --event ${sys:0:3}" "$sys"
+expect_only "clocks of the process" "usrtrace start -P $pid -C x86" x86-tsc
 complete -p usrtrace >/dev/null 2>&1 || { echo "FAIL: 'complete -p usrtrace' has nothing"; failures=$((failures + 1)); }
 
 if ((failures)); then

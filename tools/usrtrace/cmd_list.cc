@@ -17,12 +17,13 @@ Runner add_list(CLI::App& app) {
   auto o = std::make_shared<Options>();
   CLI::App* sub =
       app.add_subcommand("list", "List traceable processes, or a process's events, tracers, options");
-  sub->add_option("-P", o->pid, "Process to list for (without it: the processes that can be traced)")
+  sub->add_option("-P,--pid", o->pid, "Process to list for (without it: the processes that can be traced)")
       ->check(CLI::PositiveNumber);
-  sub->add_flag("-e", o->events, "Events (available_events)");
-  sub->add_flag("-t", o->tracers, "Tracers (available_tracers)");
-  sub->add_flag("-o", o->options, "Options (trace_options)");
-  sub->add_flag("-f", o->functions, "Functions that can be filtered (available_filter_functions)");
+  sub->add_flag("-e,--events", o->events, "Events (available_events)");
+  sub->add_flag("-t,--tracers", o->tracers, "Tracers (available_tracers)");
+  sub->add_flag("-o,--options", o->options, "Options (trace_options)");
+  sub->add_flag("-f,--functions", o->functions,
+                "Functions that can be filtered (available_filter_functions)");
   return [o] {
     if (o->pid == 0) {
       if (o->events || o->tracers || o->options || o->functions)

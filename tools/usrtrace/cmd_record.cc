@@ -280,6 +280,13 @@ void default_buffer_sizes(Setup* s) {
   s->actions = std::move(out);
 }
 
+constexpr const char* kNoSleepInterval =
+    "usrtrace's recorder has no sleep interval: it wakes when a CPU's buffer is buffer_percent full "
+    "(the instance's buffer_percent file)";
+constexpr const char* kNoMaxSize =
+    "a size limit per CPU is not supported yet: the file keeps everything recorded "
+    "(-b sizes the buffers; `extract` takes only what they hold)";
+
 Runner add_record(CLI::App& app) {
   struct Options {
     int pid = 0;
@@ -287,19 +294,28 @@ Runner add_record(CLI::App& app) {
     FileOptions file;
     bool keep = false;
     bool children = false;
+    bool quiet = false;
     std::vector<std::string> command;
   };
   auto o = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand("record", "Record a process's buffers to trace.dat");
-  sub->add_option("-P", o->pid, "Process to record")->check(CLI::PositiveNumber);
+  sub->add_option("-P,--pid", o->pid, "Process to record")->check(CLI::PositiveNumber);
   o->setup.add_options(sub);
   add_file_options(sub, &o->file);
-  sub->add_flag("-k", o->keep, "Keep the tracing set up after recording (default: take it back)");
+  sub->add_flag("-k,--keep", o->keep, "Keep the tracing set up after recording (default: take it back)");
   sub->add_flag(
-      "-F", o->setup.main_thread_only,
+      "-F,--main-thread", o->setup.main_thread_only,
       "With -- COMMAND: function tracers trace only its main thread (set_ftrace_pid), as trace-cmd's -F");
-  sub->add_flag("-c", o->children,
+  sub->add_flag("-c,--children", o->children,
                 "With -- COMMAND: also record the programs it starts, and theirs (into the same file)");
+  sub->add_flag("-q,--quiet", o->quiet, "Say nothing but errors and lost events");
+  // trace-cmd's flags that have no meaning here: said, not ignored.
+  sub->add_option_function<std::string>(
+      "-s", [](const std::string&) { throw CLI::ValidationError("-s", kNoSleepInterval); },
+      "Not taken: the recorder wakes when a buffer is buffer_percent full, not on a timer");
+  sub->add_option_function<std::string>(
+      "-m", [](const std::string&) { throw CLI::ValidationError("-m", kNoMaxSize); },
+      "Not taken yet: the file keeps all that was recorded (size the buffers with -b)");
   sub->add_option("command", o->command, "-- COMMAND ARGS: start and record this program");
   sub->positionals_at_end();
   return [o] {
@@ -418,8 +434,9 @@ Runner add_record(CLI::App& app) {
       return finish_child(fail("record", "the command went away before it started"));
     }
     // As trace-cmd record says it: from here on, everything is recorded.
-    fprintf(stderr, "usrtrace record: recording process %d to %s; hit Ctrl-C to stop\n", pid,
-            ro.output.c_str());
+    if (!o->quiet)
+      fprintf(stderr, "usrtrace record: recording process %d to %s; hit Ctrl-C to stop\n", pid,
+              ro.output.c_str());
     // Until Ctrl-C or the process's end. Ctrl-C reaches a started command
     // too (same terminal); its runtime holds its death until we have taken
     // the last pages.
@@ -455,7 +472,7 @@ Runner add_record(CLI::App& app) {
               follower.followed() == 1 ? "" : "es");
     if (!o->keep && !rec->process_exited()) Setup::revert(*c, undo);
     if (rc < 0) return finish_child(fail("record", err));
-    report("record", st, ro.output);
+    if (!o->quiet || st.lost_events != 0) report("record", st, ro.output);
     return finish_child(0);
   };
 }
@@ -469,10 +486,10 @@ Runner add_extract(CLI::App& app) {
   };
   auto o = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand("extract", "Write what a process's buffers hold now to trace.dat");
-  sub->add_option("-P", o->pid, "Process")->required()->check(CLI::PositiveNumber);
-  sub->add_option("-B", o->instances, "Instance (repeatable; default: the top)")
+  sub->add_option("-P,--pid", o->pid, "Process")->required()->check(CLI::PositiveNumber);
+  sub->add_option("-B,--instance", o->instances, "Instance (repeatable; default: the top)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  sub->add_flag("-a", o->all, "The top instance and every other");
+  sub->add_flag("-a,--all", o->all, "The top instance and every other");
   add_file_options(sub, &o->file);
   return [o] {
     if (o->file.resolve("extract") != 0) return 1;

@@ -289,9 +289,9 @@ Runner add_report(CLI::App& app) {
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->add_flag("--stat", o->stat, "print the buffers' statistics recorded in the file");
-  sub->add_flag("-l", o->latency, "print the latency columns (flags, preempt depth)");
-  sub->add_flag("-t", o->nsec, "print timestamps in nanoseconds");
-  sub->add_flag("-R", o->raw, "print the raw fields instead of the events' print formats");
+  sub->add_flag("-l,--latency", o->latency, "print the latency columns (flags, preempt depth)");
+  sub->add_flag("-t,--nsec", o->nsec, "print timestamps in nanoseconds");
+  sub->add_flag("-R,--raw", o->raw, "print the raw fields instead of the events' print formats");
   sub->add_option("--format", o->format, "text (as trace-cmd report) or json (Chrome/Perfetto trace events)");
   return [o] { return run(*o); };
 }

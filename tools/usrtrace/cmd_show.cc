@@ -53,8 +53,8 @@ Runner add_show(CLI::App& app) {
   };
   auto o = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand("show", "Print a process's trace (or a setting)");
-  sub->add_option("-P", o->pid, "Process")->required()->check(CLI::PositiveNumber);
-  sub->add_option("-B", o->instance, "Instance");
+  sub->add_option("-P,--pid", o->pid, "Process")->required()->check(CLI::PositiveNumber);
+  sub->add_option("-B,--instance", o->instance, "Instance");
   sub->add_flag("-s,--snapshot", o->snapshot, "The snapshot instead of the trace");
   sub->add_flag("-p,--pipe", o->pipe, "Follow trace_pipe (consuming) until Ctrl-C or the process exits");
   sub->add_option("-c,--cpu", o->cpu, "Only this CPU (per_cpu/cpuN/...)")->check(CLI::NonNegativeNumber);
@@ -65,7 +65,8 @@ Runner add_show(CLI::App& app) {
       {"--ftrace_filter", "set_ftrace_filter"}, {"--ftrace_notrace", "set_ftrace_notrace"},
       {"--ftrace_pid", "set_ftrace_pid"},       {"--graph_function", "set_graph_function"},
       {"--graph_notrace", "set_graph_notrace"}, {"--set_event", "set_event"},
-      {"--trace_clock", "trace_clock"},         {"--error_log", "error_log"}};
+      {"--trace_clock", "trace_clock"},         {"--error_log", "error_log"},
+      {"--max_graph_depth", "max_graph_depth"}, {"--tracing_thresh", "tracing_thresh"}};
   for (const auto& [flag, file] : settings)
     sub->add_flag_callback(
            flag, [o, f = std::string(file)] { o->files.push_back(f); },
@@ -95,7 +96,7 @@ Runner add_stream(CLI::App& app) {
   auto o = std::make_shared<Options>();
   CLI::App* sub =
       app.add_subcommand("stream", "Print a process's events as they come, until Ctrl-C or its exit");
-  sub->add_option("-P", o->pid, "Process")->required()->check(CLI::PositiveNumber);
+  sub->add_option("-P,--pid", o->pid, "Process")->required()->check(CLI::PositiveNumber);
   o->setup.add_options(sub);
   return [o] {
     auto c = connect_to("stream", o->pid);
@@ -121,14 +122,14 @@ Runner add_snapshot(CLI::App& app) {
   };
   auto o = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand("snapshot", "Take, clear, free or print a process's snapshot");
-  sub->add_option("-P", o->pid, "Process")->required()->check(CLI::PositiveNumber);
-  sub->add_option("-B", o->instance, "Instance");
-  auto* s = sub->add_flag("-s", o->take, "Take a snapshot (echo 1 > snapshot)");
-  auto* r = sub->add_flag("-r", o->reset, "Clear the snapshot (echo 2 > snapshot)");
-  auto* f = sub->add_flag("-f", o->free, "Free the snapshot buffer (echo 0 > snapshot)");
+  sub->add_option("-P,--pid", o->pid, "Process")->required()->check(CLI::PositiveNumber);
+  sub->add_option("-B,--instance", o->instance, "Instance");
+  auto* s = sub->add_flag("-s,--take", o->take, "Take a snapshot (echo 1 > snapshot)");
+  auto* r = sub->add_flag("-r,--reset", o->reset, "Clear the snapshot (echo 2 > snapshot)");
+  auto* f = sub->add_flag("-f,--free", o->free, "Free the snapshot buffer (echo 0 > snapshot)");
   s->excludes(r)->excludes(f);
   r->excludes(f);
-  sub->add_option("-c", o->cpu, "Only this CPU's snapshot")->check(CLI::NonNegativeNumber);
+  sub->add_option("-c,--cpu", o->cpu, "Only this CPU's snapshot")->check(CLI::NonNegativeNumber);
   return [o] {
     auto c = connect_to("snapshot", o->pid);
     if (!c) return 1;
@@ -144,7 +145,7 @@ Runner add_snapshot(CLI::App& app) {
 Runner add_stat(CLI::App& app) {
   auto pid = std::make_shared<int>(0);
   CLI::App* sub = app.add_subcommand("stat", "Show how a process's tracing is set up");
-  sub->add_option("-P", *pid, "Process")->required()->check(CLI::PositiveNumber);
+  sub->add_option("-P,--pid", *pid, "Process")->required()->check(CLI::PositiveNumber);
   return [pid] {
     auto c = connect_to("stat", *pid);
     if (!c) return 1;

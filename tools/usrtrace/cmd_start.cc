@@ -36,11 +36,11 @@ std::vector<std::string> targets_of(control::Client& c, const Targets& t) {
 }
 
 void add_targets(CLI::App* sub, Targets* t) {
-  sub->add_option("-P", t->pid, "Process")->required()->check(CLI::PositiveNumber);
-  sub->add_option("-B", t->instances, "Instance (repeatable)")
+  sub->add_option("-P,--pid", t->pid, "Process")->required()->check(CLI::PositiveNumber);
+  sub->add_option("-B,--instance", t->instances, "Instance (repeatable)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  sub->add_flag("-a", t->all, "Every instance and the top");
-  sub->add_flag("-t", t->top, "The top instance too, with -B");
+  sub->add_flag("-a,--all", t->all, "Every instance and the top");
+  sub->add_flag("-t,--top", t->top, "The top instance too, with -B");
 }
 
 int set_tracing(const std::string& verb, const Targets& t, const char* value) {
@@ -94,7 +94,7 @@ Runner add_start(CLI::App& app) {
   };
   auto o = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand("start", "Set up tracing in a process and turn it on");
-  sub->add_option("-P", o->pid, "Process")->required()->check(CLI::PositiveNumber);
+  sub->add_option("-P,--pid", o->pid, "Process")->required()->check(CLI::PositiveNumber);
   o->setup.add_options(sub);
   return [o] {
     auto c = connect_to("start", o->pid);
@@ -136,7 +136,7 @@ Runner add_reset(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "reset", "Disable every event, filter, trigger and tracer, empty the buffer, tracing on");
   add_targets(sub, &o->t);
-  sub->add_flag("-d", o->remove, "Remove the -B instances (or, with -a, every instance) after");
+  sub->add_flag("-d,--remove", o->remove, "Remove the -B instances (or, with -a, every instance) after");
   return [o] {
     auto c = connect_to("reset", o->t.pid);
     if (!c) return 1;

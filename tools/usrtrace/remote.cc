@@ -1,6 +1,7 @@
 #include "remote.h"
 
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <signal.h>
 
 #include <cerrno>
@@ -27,6 +28,36 @@ std::string selected(const std::string& text) {
 }
 
 }  // namespace
+
+bool time_filter_us(const std::string& text, std::string* us, std::string* err) {
+  size_t end = 0;
+  while (end < text.size() && text[end] >= '0' && text[end] <= '9') ++end;
+  if (end == 0 || end > 15) {
+    *err = "not a time (a number, then ns, us, ms or s)";
+    return false;
+  }
+  const unsigned long long n = std::stoull(text.substr(0, end));
+  const std::string unit = text.substr(end);
+  unsigned long long ns = 0;
+  if (unit == "ns" || unit == "nsec")
+    ns = n;
+  else if (unit.empty() || unit == "us" || unit == "usec")
+    ns = n * 1000;
+  else if (unit == "ms" || unit == "msec")
+    ns = n * 1000 * 1000;
+  else if (unit == "s" || unit == "sec")
+    ns = n * 1000 * 1000 * 1000;
+  else {
+    *err = "unknown unit '" + unit + "' (ns, us, ms or s)";
+    return false;
+  }
+  if (ns % 1000 != 0) {
+    *err = "tracing_thresh counts whole microseconds";
+    return false;
+  }
+  *us = std::to_string(ns / 1000);
+  return true;
+}
 
 int fail(const std::string& verb, const std::string& message) {
   fprintf(stderr, "usrtrace %s: %s\n", verb.c_str(), message.c_str());
@@ -69,19 +100,47 @@ void Setup::add_options(CLI::App* sub, bool with_instances) {
         ->trigger_on_parse()
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   };
-  if (with_instances) add("-B", 'B', "Instance the options after it apply to (made if missing)");
-  add("-e", 'e', "Event to enable: SYS:EVENT, SYS, EVENT or all (globs work)");
-  add("-f", 'f', "Filter for the -e before it (the kernel's filter language)");
-  add("-p", 'p', "Tracer for current_tracer");
-  add("-b", 'b', "Buffer size per CPU in KB (buffer_size_kb)");
-  add("-O", 'O', "Option for trace_options (OPTION or noOPTION)");
-  add("-C", 'C', "Trace clock (trace_clock)");
+  // trace-cmd's short flags with its meanings, in its order-dependent style:
+  // -B scopes what follows, -f, -R and -v bind to the -e next to them.
+  if (with_instances) add("-B,--instance", 'B', "Instance the options after it apply to (made if missing)");
+  add("-e,--event", 'e', "Event to enable: SYS:EVENT, SYS, EVENT or all (globs work)");
+  add("-f,--event-filter", 'f', "Filter for the -e before it (the kernel's filter language)");
+  add("-R,--trigger", 'R', "Trigger for the -e SYS:EVENT before it (events/SYS/EVENT/trigger; repeatable)");
+  sub->add_flag_callback(
+         "-v,--negate",
+         [this] {
+           actions.push_back({'v', ""});
+         },
+         "The -e after it disables its events instead (as trace-cmd's -v)")
+      ->trigger_on_parse();
+  sub->add_flag_callback(
+         "-T,--stacktrace",
+         [this] {
+           actions.push_back({'T', ""});
+         },
+         "A user stack trace after each event of the -e's in this instance (a stacktrace trigger on each, "
+         "with the event's filter)")
+      ->trigger_on_parse();
+  add("-p,--tracer", 'p', "Tracer for current_tracer");
+  add("-b,--buffer-size", 'b', "Buffer size per CPU in KB (buffer_size_kb)");
+  add("-M,--cpumask", 'M', "CPUs to trace, a hex mask (tracing_cpumask)");
+  add("-O,--option", 'O', "Option for trace_options (OPTION or noOPTION)");
+  add("-C,--clock", 'C', "Trace clock (trace_clock)");
   // trace-cmd's function-tracer options, with its meanings: each appends to
   // the instance's file (globs, !FUNC and FUNC:COMMAND[:ARG] as there).
-  add("-l", 'l', "Function to trace (set_ftrace_filter; globs; FUNC:COMMAND for a function command)");
-  add("-n", 'n', "Function not to trace (set_ftrace_notrace)");
-  add("-g", 'g', "Function whose calls function_graph graphs, with its callees (set_graph_function)");
+  add("-l,--ftrace-filter", 'l',
+      "Function to trace (set_ftrace_filter; globs; FUNC:COMMAND for a function command)");
+  add("-n,--ftrace-notrace", 'n', "Function not to trace (set_ftrace_notrace)");
+  add("-g,--graph-function", 'g',
+      "Function whose calls function_graph graphs, with its callees (set_graph_function)");
   add("--max-graph-depth", 'd', "Deepest call function_graph records (max_graph_depth; 0: no limit)");
+  // uftrace's long spellings, with uftrace's meanings.
+  add("--filter", 'g', "uftrace's -F: only FUNC and what it calls (set_graph_function)");
+  add("--notrace", 'N', "uftrace's -N: neither FUNC nor what it calls (set_graph_notrace)");
+  add("--depth", 'd', "uftrace's -D: the same as --max-graph-depth");
+  add("--time-filter", 't',
+      "uftrace's -t: function_graph keeps only calls that took at least TIME (tracing_thresh; "
+      "TIME in us, or with ns, us, ms or s)");
 }
 
 std::vector<std::string> Setup::instances() const {
@@ -95,7 +154,23 @@ std::vector<std::string> Setup::instances() const {
 
 int Setup::apply(const std::string& verb, control::Client& c, Undo* undo, int pid, Phase phase) const {
   std::string dir;
-  std::string last_event_filter;  // where -f goes: the previous -e's filter file
+  // The -e before: its filter file (an event or a system; "" after a glob,
+  // "-" when it was skipped) and, for one event, its directory (-R).
+  std::string last_event_filter, last_event_dir;
+  bool negate = false;  // -v: the next -e disables
+  // -T: per instance dir it is given in (before or after the -e's, as a
+  // trace-cmd flag), the -e specs whose events get a stacktrace trigger.
+  std::vector<std::pair<std::string, std::vector<std::string>>> stacks;
+  auto stacks_of = [&stacks](const std::string& d) -> std::vector<std::string>* {
+    for (auto& [k, v] : stacks)
+      if (k == d) return &v;
+    return nullptr;
+  };
+  for (const Action& a : actions) {
+    if (a.opt == 'B') dir = instance_dir(a.value);
+    if (a.opt == 'T' && !stacks_of(dir)) stacks.push_back({dir, {}});
+  }
+  dir.clear();
   auto write = [&](const std::string& path, const std::string& text, bool append) -> bool {
     const long rc = c.write_file(path, text, append);
     if (rc >= 0) return true;
@@ -114,9 +189,33 @@ int Setup::apply(const std::string& verb, control::Client& c, Undo* undo, int pi
     if (c.read_file(path, &s) < 0) s.clear();
     return s;
   };
+  // -f and -R bind to the -e before them: a filter is in place before the
+  // event is enabled (trace-cmd's order; enabled first, it would record
+  // unfiltered until the filter came), and so is a trigger (a traceoff
+  // must see the first event). ENOENT: no such event, which set_event then
+  // says (or, with missing_events_ok, skips).
+  auto bound = [&](const Action& a, bool* skipped) -> bool {
+    const bool trigger = a.opt == 'R';
+    if (last_event_filter == "-") return true;  // the skipped -e's
+    const std::string flag = trigger ? "-R" : "-f";
+    if (trigger ? last_event_dir.empty() : last_event_filter.empty()) {
+      fail(verb, flag + " '" + a.value + "' needs a -e " + (trigger ? "SYS:EVENT" : "SYS:EVENT or -e SYS") +
+                     " before it (no globs)");
+      return false;
+    }
+    const std::string path = trigger ? last_event_dir + "trigger" : last_event_filter;
+    const long rc = c.write_file(path, a.value, trigger);
+    if (rc == -ENOENT) {
+      *skipped = true;
+      return true;
+    }
+    if (rc < 0 && !write(path, a.value, trigger)) return false;
+    undo->writes.push_back({path, trigger ? "!" + a.value : "0"});
+    return true;
+  };
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
-    const bool event = a.opt == 'e' || a.opt == 'f';
+    const bool event = a.opt == 'e' || a.opt == 'f' || a.opt == 'R' || a.opt == 'v' || a.opt == 'T';
     if (phase == Phase::kBeforeConstructors && event) continue;
     if (phase == Phase::kEvents && !event && a.opt != 'B') continue;  // -B: where the events go
     switch (a.opt) {
@@ -128,11 +227,18 @@ int Setup::apply(const std::string& verb, control::Client& c, Undo* undo, int pi
           return fail(verb, why("instances/" + a.value, rc));
         dir = instance_dir(a.value);
         last_event_filter.clear();
+        last_event_dir.clear();
         break;
       }
+      case 'v':
+        negate = true;
+        break;
+      case 'T':  // taken above
+        break;
       case 'e': {
         std::string spec = a.value;
         last_event_filter.clear();
+        last_event_dir.clear();
         if (spec == "all") {
           spec = "*:*";
         } else if (spec.find(':') == std::string::npos) {
@@ -145,26 +251,29 @@ int Setup::apply(const std::string& verb, control::Client& c, Undo* undo, int pi
           }
         } else if (spec.find_first_of("*?[") == std::string::npos) {
           const size_t colon = spec.find(':');
-          last_event_filter =
-              dir + "events/" + spec.substr(0, colon) + "/" + spec.substr(colon + 1) + "/filter";
+          last_event_dir = dir + "events/" + spec.substr(0, colon) + "/" + spec.substr(colon + 1) + "/";
+          last_event_filter = last_event_dir + "filter";
         }
-        // Its -f goes in first, as trace-cmd does: enabled first, the event
-        // would record unfiltered until the filter came.
-        // No such event (ENOENT): set_event below says so, as the kernel
-        // would, or skips it and its -f (missing_events_ok).
-        if (i + 1 < actions.size() && actions[i + 1].opt == 'f' && !last_event_filter.empty()) {
-          const std::string& filter = actions[i + 1].value;
-          const long rc = c.write_file(last_event_filter, filter, false);
-          if (rc != -ENOENT) {
-            if (rc < 0 && !write(last_event_filter, filter, false)) return 1;
-            undo->writes.push_back({last_event_filter, "0"});
-            ++i;  // done
-          }
+        if (negate) {  // -v -e SPEC: as `echo '!SPEC' >> set_event`
+          negate = false;
+          const std::string off = "!" + spec;
+          last_event_filter = last_event_dir = "";
+          if (i + 1 < actions.size() && (actions[i + 1].opt == 'f' || actions[i + 1].opt == 'R'))
+            return fail(verb, (actions[i + 1].opt == 'f' ? "-f '" : "-R '") + actions[i + 1].value +
+                                  "' follows a -v -e, which disables events");
+          if (!write(dir + "set_event", off, true)) return 1;
+          break;
+        }
+        bool skipped = false;
+        while (i + 1 < actions.size() && (actions[i + 1].opt == 'f' || actions[i + 1].opt == 'R') &&
+               !skipped) {
+          if (!bound(actions[i + 1], &skipped)) return 1;
+          if (!skipped) ++i;  // done
         }
         if (missing_events_ok) {
           const long rc = c.write_file(dir + "set_event", spec, true);
           if (rc == -EINVAL) {
-            last_event_filter = "-";  // its -f goes too
+            last_event_filter = "-";  // its -f and -R go too
             break;
           }
           if (rc < 0 && !write(dir + "set_event", spec, true)) return 1;
@@ -172,23 +281,37 @@ int Setup::apply(const std::string& verb, control::Client& c, Undo* undo, int pi
           return 1;
         }
         undo->writes.push_back({dir + "set_event", "!" + spec});
+        if (std::vector<std::string>* st = stacks_of(dir)) st->push_back(spec);
         break;
       }
       case 'f':
-        if (last_event_filter == "-") break;  // the skipped -e's
-        if (last_event_filter.empty())
-          return fail(verb, "-f '" + a.value + "' needs a -e SYS:EVENT or -e SYS before it (no globs)");
-        if (!write(last_event_filter, a.value, false)) return 1;
-        undo->writes.push_back({last_event_filter, "0"});
+      case 'R': {
+        bool skipped = false;
+        if (!bound(a, &skipped)) return 1;
         break;
+      }
       case 'p':
         if (!write(dir + "current_tracer", a.value, false)) return 1;
         undo->writes.push_back({dir + "current_tracer", "nop"});
         break;
-      case 'b': {
-        const std::string before = trim(read(dir + "buffer_size_kb"));
-        if (!write(dir + "buffer_size_kb", a.value, false)) return 1;
-        if (!before.empty() && before != "X") undo->writes.push_back({dir + "buffer_size_kb", before});
+      case 'b':
+      case 'M':
+      case 'd':
+      case 't': {
+        // One value replaced; the one before comes back at the end.
+        const char* file = a.opt == 'b'   ? "buffer_size_kb"
+                           : a.opt == 'M' ? "tracing_cpumask"
+                           : a.opt == 'd' ? "max_graph_depth"
+                                          : "tracing_thresh";
+        std::string value = a.value;
+        if (a.opt == 't') {
+          std::string err;
+          if (!time_filter_us(a.value, &value, &err))
+            return fail(verb, "--time-filter '" + a.value + "': " + err);
+        }
+        const std::string before = trim(read(dir + file));
+        if (!write(dir + file, value, false)) return 1;
+        if (!before.empty() && before != "X") undo->writes.push_back({dir + file, before});
         break;
       }
       case 'O': {
@@ -205,23 +328,50 @@ int Setup::apply(const std::string& verb, control::Client& c, Undo* undo, int pi
       }
       case 'l':
       case 'n':
-      case 'g': {
+      case 'g':
+      case 'N': {
         const char* file = a.opt == 'l'   ? "set_ftrace_filter"
                            : a.opt == 'n' ? "set_ftrace_notrace"
-                                          : "set_graph_function";
+                           : a.opt == 'g' ? "set_graph_function"
+                                          : "set_graph_notrace";
         if (!write(dir + file, a.value, true)) return 1;
         // "!X" takes X back out (a function, a glob or a command).
         if (a.value.rfind('!', 0) != 0) undo->writes.push_back({dir + file, "!" + a.value});
         break;
       }
-      case 'd': {
-        const std::string before = trim(read(dir + "max_graph_depth"));
-        if (!write(dir + "max_graph_depth", a.value, false)) return 1;
-        if (!before.empty()) undo->writes.push_back({dir + "max_graph_depth", before});
-        break;
-      }
       default:
         break;
+    }
+  }
+  if (negate) return fail(verb, "-v needs a -e after it (the events to disable)");
+  // -T: a stacktrace trigger on every event the instance's -e's enabled,
+  // under the event's own filter, so that a stack follows each event that
+  // is recorded (what the kernel's stacktrace option gives its events).
+  for (const auto& [d, specs] : stacks) {
+    if (specs.empty()) {
+      if (phase == Phase::kBeforeConstructors) continue;
+      return fail(verb, "-T needs a -e in its instance (the events that get a stack trace)");
+    }
+    std::string enabled = read(d + "set_event");
+    size_t at = 0;
+    while (at < enabled.size()) {
+      size_t nl = enabled.find('\n', at);
+      if (nl == std::string::npos) nl = enabled.size();
+      const std::string ev = enabled.substr(at, nl - at);
+      at = nl + 1;
+      const size_t colon = ev.find(':');
+      if (colon == std::string::npos) continue;
+      bool wanted = false;
+      for (const std::string& spec : specs) wanted = wanted || fnmatch(spec.c_str(), ev.c_str(), 0) == 0;
+      if (!wanted) continue;
+      const std::string edir = d + "events/" + ev.substr(0, colon) + "/" + ev.substr(colon + 1) + "/";
+      const std::string filter = trim(read(edir + "filter"));
+      const std::string trigger =
+          filter.empty() || filter == "none" ? "stacktrace" : "stacktrace if " + filter;
+      const long rc = c.write_file(edir + "trigger", trigger, true);
+      if (rc == -EEXIST) continue;  // it has one already (-R stacktrace)
+      if (rc < 0 && !write(edir + "trigger", trigger, true)) return 1;
+      undo->writes.push_back({edir + "trigger", "!" + trigger});
     }
   }
   if (main_thread_only && phase != Phase::kEvents) {
@@ -239,7 +389,8 @@ void Setup::revert(control::Client& c, const Undo& undo) {
   for (auto it = undo.writes.rbegin(); it != undo.writes.rend(); ++it)
     c.write_file(it->first, it->second,
                  it->first.ends_with("set_event") || it->first.ends_with("set_ftrace_filter") ||
-                     it->first.ends_with("set_ftrace_notrace") || it->first.ends_with("set_graph_function"));
+                     it->first.ends_with("set_ftrace_notrace") || it->first.ends_with("set_graph_function") ||
+                     it->first.ends_with("set_graph_notrace") || it->first.ends_with("/trigger"));
   for (const std::string& name : undo.created) c.rmdir("instances/" + name);
 }
 

@@ -29,11 +29,17 @@ std::string instance_dir(const std::string& instance);
 void catch_interrupts();
 bool interrupted();
 
+// uftrace's TIME (N, Nns, Nus, Nms, Ns; no unit: us) as tracing_thresh's
+// microseconds. false with *err set: not a time, or not whole microseconds.
+bool time_filter_us(const std::string& text, std::string* us, std::string* err);
+
 // The setup options in the order given: each -B starts a new instance and
 // the options after it apply there; -f applies to the -e before it.
 struct Setup {
   struct Action {
-    char opt;  // 'B', 'e', 'f', 'p', 'b', 'O', 'C', 'l', 'n', 'g', 'd' (--max-graph-depth)
+    // 'B', 'e', 'f', 'R', 'v', 'T', 'p', 'b', 'M', 'O', 'C', 'l', 'n', 'g',
+    // 'N' (--notrace), 'd' (--max-graph-depth), 't' (--time-filter)
+    char opt;
     std::string value;
   };
   std::vector<Action> actions;
@@ -45,7 +51,8 @@ struct Setup {
   // names none of a process's events (and its -f) is skipped there.
   bool missing_events_ok = false;
 
-  // Adds -B -e -f -p -b -O -C -l -n -g --max-graph-depth to a subcommand
+  // Adds -B -e -f -R -v -T -p -b -M -O -C -l -n -g --max-graph-depth and
+  // uftrace's --filter --notrace --depth --time-filter to a subcommand
   // (with or without -B).
   void add_options(CLI::App* sub, bool with_instances = true);
   // The instances the setup names: "" (the top) when some option comes
