@@ -175,6 +175,9 @@ class USRTRACE_EXPORT TraceFile {
     explicit Cursor(const TraceFile& f, std::vector<int> buffers = {}, std::vector<int> cpus = {});
     ~Cursor();
     bool next(Record* r);
+    // Bytes of CPU data read so far and in all, over the chosen buffers
+    // and CPUs (for a progress display).
+    void progress(uint64_t* done, uint64_t* total) const;
 
    private:
     struct State;

@@ -677,6 +677,14 @@ TraceFile::Cursor::Cursor(const TraceFile& file, std::vector<int> buffers, std::
 
 TraceFile::Cursor::~Cursor() = default;
 
+void TraceFile::Cursor::progress(uint64_t* done, uint64_t* total) const {
+  *done = *total = 0;
+  for (const auto& s : st_->streams) {
+    *done += std::min(s.page * s.page_size, s.size);
+    *total += s.size;
+  }
+}
+
 bool TraceFile::Cursor::next(Record* r) {
   State::Stream* best = nullptr;
   for (auto& s : st_->streams)

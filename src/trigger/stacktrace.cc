@@ -52,8 +52,10 @@ int print_user_stack(const void* rec, uint32_t len, char* out, size_t size) {
     uint64_t off = 0;
     Dl_info info;
     if (symbols::Resolver::lookup(r.caller[i] - 1, &name, &off)) {
-      n += snprintf(out + n, room, " => %s+0x%lx <%016lx>\n", name.c_str(), static_cast<unsigned long>(off + 1), ip);
-    } else if (dladdr(reinterpret_cast<void*>(r.caller[i] - 1), &info) && info.dli_fname && info.dli_fname[0]) {
+      n += snprintf(out + n, room, " => %s+0x%lx <%016lx>\n", name.c_str(),
+                    static_cast<unsigned long>(off + 1), ip);
+    } else if (dladdr(reinterpret_cast<void*>(r.caller[i] - 1), &info) && info.dli_fname &&
+               info.dli_fname[0]) {
       n += snprintf(out + n, room, " => %s[+0x%lx] <%016lx>\n", info.dli_fname,
                     ip - reinterpret_cast<uintptr_t>(info.dli_fbase), ip);
     } else {

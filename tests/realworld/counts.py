@@ -15,6 +15,9 @@
   counts.py uftrace REPORT OUT [PROGRAM]
                                  `uftrace report -f call` text (with PROGRAM:
                                  only the functions it defines)
+  counts.py profile REPORT OUT [PROGRAM]
+                                 `usrtrace report --profile` text: the Calls
+                                 column per function
   counts.py stacks REPORT        prints how many user_stack events there are
 
 OUT gets "NAME COUNT" lines. Names are normalized the same way on every side:
@@ -187,6 +190,21 @@ def uftrace(report, out):
     return 0 if counts else 1
 
 
+def profile(report, out):
+    # "  TOTAL UNIT  SELF UNIT  CALLS  AVG UNIT  MIN UNIT  MAX UNIT  NAME"; a
+    # function none of whose calls returned has "-" for avg, min and max.
+    time = r"(?:\S+ \S+|-)"
+    line_re = re.compile(r"^\s*\S+ \S+\s+\S+ \S+\s+(\d+)\s+" + time + r"\s+" + time + r"\s+" + time + r"\s+(\S+)\s*$")
+    counts = {}
+    for line in open(report, errors="replace"):
+        m = line_re.match(line)
+        if m:
+            key = ("", norm_ours(m.group(2)))
+            counts[key] = counts.get(key, 0) + int(m.group(1))
+    write(out, counts)
+    return 0 if counts else 1
+
+
 def stacks(report):
     print(sum(1 for line in open(report, errors="replace") if "user_stack:" in line))
     return 0
@@ -198,4 +216,4 @@ if __name__ == "__main__":
         load_symbols(sys.argv[4])
     if mode == "stacks":
         sys.exit(stacks(sys.argv[2]))
-    sys.exit({"graph": graph, "function": function, "uftrace": uftrace}[mode](sys.argv[2], sys.argv[3]))
+    sys.exit({"graph": graph, "function": function, "uftrace": uftrace, "profile": profile}[mode](sys.argv[2], sys.argv[3]))

@@ -344,15 +344,21 @@ for b in "${builds[@]}"; do
     record graph "$d" "$w" -p function_graph
     tally graph graph "$d" "$w" "$d/$(prog_of "$w")" ||
       { cat "$d/$w.graph.check" >&2; fail "$b $w: the function_graph trace does not nest (above)"; }
+    # `usrtrace report --profile` of the same file: its Calls column.
+    "$cli" report --profile "$d/$w.graph.dat" >"$d/$w.profile.txt" 2>"$d/$w.profile.err" ||
+      { cat "$d/$w.profile.err" >&2; fail "$b $w: usrtrace report --profile"; }
+    python3 "$counts" profile "$d/$w.profile.txt" "$d/$w.profile.counts" "$d/$(prog_of "$w")" ||
+      fail "$b $w: usrtrace report --profile has no function"
     if ((oracle)); then
       compare "$b $w function_graph" "$w" "$d/$w.uftrace.counts" "$d/$w.graph.counts" || fail "$b $w: function_graph's counts differ from uftrace's (above)"
+      compare "$b $w report --profile" "$w" "$d/$w.uftrace.counts" "$d/$w.profile.counts" || fail "$b $w: report --profile's calls differ from uftrace's (above)"
     fi
     record function "$d" "$w" -p function
     tally function function "$d" "$w" "$d/$(prog_of "$w")" || fail "$b $w: no function lines"
     if ((oracle)); then
       compare "$b $w function" "$w" "$d/$w.uftrace.counts" "$d/$w.function.counts" || fail "$b $w: function's counts differ from uftrace's (above)"
       checked=$((checked + 1))
-      echo "realworld: $b $w: output, status and $(wc -l <"$d/$w.uftrace.counts") functions' counts as uftrace's, under function_graph and function"
+      echo "realworld: $b $w: output, status and $(wc -l <"$d/$w.uftrace.counts") functions' counts as uftrace's, under function_graph and function, and in report --profile"
     else
       # Without the oracle: both tracers at least agree with each other.
       compare "$b $w function vs function_graph" "$w" "$d/$w.graph.counts" "$d/$w.function.counts" || fail "$b $w: function's and function_graph's counts differ (above)"

@@ -5,7 +5,9 @@
 #include <dirent.h>
 
 #include <cstring>
+#include <map>
 #include <regex>
+#include <sstream>
 
 #include "record/journal.h"
 #include "tools/cli_harness.h"
@@ -545,6 +547,121 @@ TEST(CliRecord, UftracesFiltersOnACommandAndQuiet) {
     EXPECT_NE(r.rc, 0) << flag;
     EXPECT_NE(r.err.find(std::string(flag) + ": "), std::string::npos) << r.err;
   }
+  ::unlink(file.c_str());
+  ::rmdir(dir.c_str());
+}
+
+// A time as report's views print it ("68.038 us") in ns.
+double ns_of(const std::string& value, const std::string& unit) {
+  const double v = std::stod(value);
+  return unit == "ns" ? v : unit == "us" ? v * 1e3 : unit == "ms" ? v * 1e6 : v * 1e9;
+}
+
+// The summary views on a known call tree (graph.c: main calls pkg_middle
+// 25 times, each calls pkg_leaf 4 times): calls exact, times consistent
+// with each other (self within total, a caller's total over its callees',
+// the flame graph's self times adding up to main's total).
+TEST(CliReport, ProfileGraphAndFlameGraphOfAFunctionGraph) {
+  const std::string dir = temp_dir(), file = dir + "/views.dat";
+  Result r = run_cli({"record", "-q", "-p", "function_graph", "-o", file, "--", GRAPH_TARGET});
+  ASSERT_EQ(r.rc, 0) << r.err;
+
+  r = run_cli({"report", "--profile", file});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  // "  TOTAL U  SELF U  CALLS  AVG U  MIN U  MAX U  NAME"
+  const std::regex row(
+      R"(^\s*(\S+) (\S+)\s+(\S+) (\S+)\s+(\d+)\s+(\S+) (\S+)\s+(\S+) (\S+)\s+(\S+) (\S+)\s+(\S+)$)");
+  std::map<std::string, std::vector<double>> prof;  // name -> total, self, calls, avg, min, max
+  std::vector<std::string> order;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (!std::regex_match(line, m, row)) continue;
+    prof[m[12]] = {ns_of(m[1], m[2]), ns_of(m[3], m[4]), std::stod(m[5]),
+                   ns_of(m[6], m[7]), ns_of(m[8], m[9]), ns_of(m[10], m[11])};
+    order.push_back(m[12]);
+  }
+  ASSERT_EQ(order, (std::vector<std::string>{"main", "pkg_middle", "pkg_leaf"})) << r.out;  // by total
+  EXPECT_EQ(prof["main"][2], 1);
+  EXPECT_EQ(prof["pkg_middle"][2], 25);
+  EXPECT_EQ(prof["pkg_leaf"][2], 100);
+  for (const auto& [fn, v] : prof) {
+    EXPECT_LE(v[1], v[0] * 1.001) << fn << ": self within total";
+    EXPECT_LE(v[4], v[3] * 1.001) << fn << ": min <= avg";
+    EXPECT_LE(v[3], v[5] * 1.001) << fn << ": avg <= max";
+  }
+  EXPECT_GE(prof["main"][0], prof["pkg_middle"][0]);
+  EXPECT_GE(prof["pkg_middle"][0] * 1.001, prof["pkg_middle"][1] + prof["pkg_leaf"][0])
+      << "self = total - callees";
+  r = run_cli({"report", "--profile", "--sort", "calls", file});
+  EXPECT_LT(r.out.find(" pkg_leaf\n"), r.out.find(" main\n")) << r.out;
+  r = run_cli({"report", "--profile", "--threshold", "1000s", file});
+  EXPECT_EQ(count(r.out, "\n"), 2) << "the head only: " << r.out;
+
+  r = run_cli({"report", "--graph", file});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const size_t m = r.out.find(" : (1) main\n"), mid = r.out.find(" : (25) pkg_middle\n"),
+               leaf = r.out.find(" : (100) pkg_leaf\n");
+  EXPECT_TRUE(m != std::string::npos && mid != std::string::npos && leaf != std::string::npos && m < mid &&
+              mid < leaf)
+      << r.out;
+
+  r = run_cli({"report", "--flame-graph", file});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::map<std::string, double> folded;
+  std::istringstream fin(r.out);
+  double sum = 0;
+  for (std::string stack; fin >> stack;) {
+    double v = 0;
+    fin >> v;
+    folded[stack] = v;
+    sum += v;
+  }
+  EXPECT_EQ(folded.size(), 3u) << r.out;
+  EXPECT_GT(folded["main;pkg_middle;pkg_leaf"], 0) << r.out;
+  EXPECT_NEAR(folded["main;pkg_middle;pkg_leaf"], prof["pkg_leaf"][1], prof["pkg_leaf"][1] * 0.001 + 1);
+  EXPECT_NEAR(sum, prof["main"][0], prof["main"][0] * 0.001 + 1) << "self times add up to the root's total";
+
+  // Progress on a terminal (script(1) gives the command one), none when
+  // stderr is not one; the floor lowered to 0 bytes for this small file.
+  if (::access("/usr/bin/script", X_OK) == 0) {
+    const std::string cmd = std::string("USRTRACE_REPORT_PROGRESS_BYTES=0 ") + USRTRACE_CLI +
+                            " report --profile " + file + " >/dev/null";
+    const Result tty = Proc::start({"/usr/bin/script", "-qec", cmd, "/dev/null"}, false).finish();
+    EXPECT_EQ(tty.rc, 0) << tty.err;
+    EXPECT_NE(tty.out.find("usrtrace report: reading " + file + ":"), std::string::npos) << tty.out;
+    EXPECT_NE(tty.out.find("\r\033[K"), std::string::npos) << "the line is erased at the end";
+    setenv("USRTRACE_REPORT_PROGRESS_BYTES", "0", 1);
+    r = run_cli({"report", "--profile", file});
+    unsetenv("USRTRACE_REPORT_PROGRESS_BYTES");
+    EXPECT_EQ(r.err, "") << "quiet when stderr is a pipe";
+  }
+
+  r = run_cli({"report", "--profile", "--graph", file});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("give one"), std::string::npos) << r.err;
+  r = run_cli({"report", "--profile", "--threshold", "soon", file});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("--threshold 'soon'"), std::string::npos) << r.err;
+  ::unlink(file.c_str());
+  ::rmdir(dir.c_str());
+}
+
+// Without function_graph records, --profile counts the events.
+TEST(CliReport, ProfileCountsEventsOfAnEventTrace) {
+  const std::string dir = temp_dir(), file = dir + "/events.dat";
+  Proc rec = Proc::start({USRTRACE_CLI, "record", "-q", "-e", "clitest", "-o", file, "--", CLI_TARGET}, true);
+  const std::string script = "tick 7\nrare 2\n";
+  ASSERT_EQ(::write(rec.in, script.data(), script.size()), static_cast<ssize_t>(script.size()));
+  const Result done = rec.finish();
+  ASSERT_EQ(done.rc, 0) << done.err;
+  const Result r = run_cli({"report", "--profile", file});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("           7  clitest:tick\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("           2  clitest:rare\n"), std::string::npos) << r.out;
+  EXPECT_LT(r.out.find("clitest:tick"), r.out.find("clitest:rare")) << r.out;
+  const Result g = run_cli({"report", "--graph", file});
+  EXPECT_NE(g.out.find("no function_graph records"), std::string::npos) << g.out;
   ::unlink(file.c_str());
   ::rmdir(dir.c_str());
 }

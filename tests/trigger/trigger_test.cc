@@ -196,7 +196,8 @@ TEST_P(TriggerTest, StacktraceRecordsTheCallersBacktrace) {
   const size_t at = trace.find("<user stack trace>\n => usrtrace::trigtest_fire_ping_from_here(int)+0x");
   ASSERT_NE(at, std::string::npos) << trace;
   const size_t second = trace.find('\n', trace.find('\n', at) + 1) + 1;
-  const std::string body = " => usrtrace::(anonymous_namespace)::TriggerTest_StacktraceRecordsTheCallersBacktrace_Test";
+  const std::string body =
+      " => usrtrace::(anonymous_namespace)::TriggerTest_StacktraceRecordsTheCallersBacktrace_Test";
   EXPECT_EQ(trace.compare(second, body.size(), body), 0) << trace;
   EXPECT_NE(trace.find(" => testing::Test::Run()+0x"), std::string::npos) << trace;
   EXPECT_EQ(rd(ev("ping", "trigger")), "stacktrace:count=0\n");

@@ -4,6 +4,8 @@
 // the same line layout, through the same libtraceevent printers, so the two
 // print the same text for the same file. --format=json writes the
 // Chrome/Perfetto trace-event JSON instead.
+#include <unistd.h>
+
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -12,7 +14,9 @@
 #include <vector>
 
 #include "commands.h"
+#include "remote.h"
 #include "report_json.h"
+#include "report_views.h"
 #include "tep_session.h"
 #include "usrtrace/tracedat.h"
 
@@ -27,6 +31,8 @@ struct Options {
   std::vector<std::string> buffers;
   bool stat = false, latency = false, nsec = false, raw = false;
   std::string format = "text";
+  bool profile = false, graph = false, flame = false;
+  std::string sort = "total", threshold;
 };
 
 struct EventFilters {
@@ -198,6 +204,32 @@ int run(Options o) {
   }
   const bool in_ns = clock_in_ns(clock);
 
+  if (o.profile + o.graph + o.flame > 1) {
+    fprintf(stderr, "usrtrace report: --profile, --graph and --flame-graph are one view each: give one\n");
+    return 2;
+  }
+  if (o.profile || o.graph || o.flame) {
+    ViewOptions v;
+    v.view = o.profile ? View::kProfile : o.graph ? View::kGraph : View::kFlame;
+    v.sort = o.sort;
+    v.progress = isatty(STDERR_FILENO) != 0;
+    v.file = o.input;
+    if (!o.threshold.empty()) {
+      std::string us, why_not;
+      if (!time_filter_us(o.threshold, &us, &why_not)) {
+        fprintf(stderr, "usrtrace report: --threshold '%s': %s\n", o.threshold.c_str(), why_not.c_str());
+        return 2;
+      }
+      v.threshold_ns = std::stoull(us) * 1000;
+    }
+    TraceFile::Cursor cur(f, bufs, o.cpus);
+    const int r = write_view(
+        *session, cur,
+        [&](const TraceFile::Record& rec, const char* comm) { return shown(filters, rec, comm); }, v, stdout);
+    for (const std::string& w : f.warnings()) fprintf(stderr, "usrtrace report: warning: %s\n", w.c_str());
+    return r;
+  }
+
   if (o.format == "json") {
     TraceFile::Cursor cur(f, bufs, o.cpus);
     int r = write_json(
@@ -293,6 +325,17 @@ Runner add_report(CLI::App& app) {
   sub->add_flag("-t,--nsec", o->nsec, "print timestamps in nanoseconds");
   sub->add_flag("-R,--raw", o->raw, "print the raw fields instead of the events' print formats");
   sub->add_option("--format", o->format, "text (as trace-cmd report) or json (Chrome/Perfetto trace events)");
+  sub->add_flag(
+      "--profile", o->profile,
+      "per function: total and self time, calls, avg, min, max (uftrace report's view; per event: counts)");
+  sub->add_flag("--graph", o->graph,
+                "the call graph merged by path, with calls and total time (uftrace graph)");
+  sub->add_flag("--flame-graph", o->flame,
+                "folded stacks weighted by self time in ns, for flamegraph.pl, speedscope, Perfetto");
+  sub->add_option("--sort", o->sort, "--profile's order: total (default), self, calls, avg, min, max or name")
+      ->check(CLI::IsMember({"total", "self", "calls", "avg", "min", "max", "name"}));
+  sub->add_option("--threshold", o->threshold,
+                  "--profile: only functions whose total time is at least TIME (N with ns, us, ms or s)");
   return [o] { return run(*o); };
 }
 
