@@ -140,6 +140,19 @@ class USRTRACE_EXPORT TraceFile {
   const std::string& trace_clock() const;  // the trace_clock file, if recorded
   const std::string& uname() const;
   const std::string& tool_version() const;
+  // The PROCMAPS options (trace-cmd record --proc-map writes them; usrtrace
+  // record one per recorded process): each process's pid, name and mapped
+  // objects. A malformed one is left out, with a warning.
+  struct ProcMap {
+    int pid = 0;
+    std::string comm;
+    struct Object {
+      uint64_t start = 0, end = 0;
+      std::string path;
+    };
+    std::vector<Object> objects;
+  };
+  const std::vector<ProcMap>& procmaps() const;
   const std::vector<std::string>& cpu_stats() const;  // "CPU: N\n" + per_cpu/cpuN/stats
   // A latency-format file's text ("latency" data instead of flyrecord).
   const std::string& latency_text() const;

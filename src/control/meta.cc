@@ -56,6 +56,8 @@ void encode_meta(const RemoteMeta& r, std::string* out) {
     e.u64(i.capacity);
     strs(e, i.stats);
   }
+  // Last, so that a journal written before it was added still reads.
+  strs(e, m.procmaps);
 }
 
 int decode_meta(const uint8_t* p, size_t n, RemoteMeta* out) {
@@ -97,6 +99,7 @@ int decode_meta(const uint8_t* p, size_t n, RemoteMeta* out) {
     if (!strs(d, &im.stats)) return -EPROTO;
     r.instances.push_back(std::move(im));
   }
+  if (d.ok() && !d.done() && !strs(d, &m.procmaps)) return -EPROTO;
   if (!d.done() || m.nr_cpus <= 0 || m.nr_cpus > kMaxCpus || m.tsc2nsec.shift > 63) return -EPROTO;
   *out = std::move(r);
   return 0;

@@ -638,7 +638,10 @@ int assemble(const Journal& j, const std::vector<uint32_t>& skip, Metadata* meta
   for (uint32_t p = 1; p < j.processes.size(); ++p)
     // Their events and thread names join the file's; their time stamps are
     // on the same clock, converted with the first process's calibration.
-    if (j.processes[p].have_meta && !skipped(p)) keep_departed(j.processes[p].meta.meta, &meta);
+    if (j.processes[p].have_meta && !skipped(p)) {
+      keep_departed(j.processes[p].meta.meta, &meta);
+      for (const std::string& maps : j.processes[p].meta.meta.procmaps) meta.procmaps.push_back(maps);
+    }
   for (const Journal::Stream& s : j.streams) {
     const Journal::Process& proc = j.processes[s.process];
     if (skipped(s.process) || !proc.have_meta) continue;

@@ -18,6 +18,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -57,6 +59,61 @@ std::string read_text(const std::string& path) {
   return s;
 }
 
+// A /proc file (st_size 0: read to its end). "" when it cannot be read.
+std::string read_proc(const char* path) {
+  std::string out;
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  char buf[16384];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+// This process as trace-cmd's PROCMAPS option has it (record --proc-map):
+// "PID NR COMM" and each mapped file's lowest start and highest end.
+std::string procmaps_text() {
+  const std::string maps = read_proc("/proc/self/maps");
+  std::string comm = read_proc("/proc/self/comm");
+  while (!comm.empty() && comm.back() == '\n') comm.pop_back();
+  std::vector<std::pair<std::string, std::pair<uint64_t, uint64_t>>> objs;  // in map order
+  size_t at = 0;
+  while (at < maps.size()) {
+    size_t nl = maps.find('\n', at);
+    if (nl == std::string::npos) nl = maps.size();
+    const std::string line = maps.substr(at, nl - at);
+    at = nl + 1;
+    // "start-end perms offset dev inode   path"
+    unsigned long long start = 0, end = 0;
+    int path_at = 0;
+    if (sscanf(line.c_str(), "%llx-%llx %*s %*s %*s %*s %n", &start, &end, &path_at) < 2 || path_at <= 0)
+      continue;
+    const std::string path = line.substr(static_cast<size_t>(path_at));
+    // [heap], [stack], anonymous memory and our own buffers (memfd:) are
+    // not objects a frame can be in.
+    if (path.empty() || path[0] != '/' || path.rfind("/memfd:", 0) == 0) continue;
+    if (!objs.empty() && objs.back().first == path) {
+      objs.back().second.second = std::max<uint64_t>(objs.back().second.second, end);
+      continue;
+    }
+    objs.push_back({path, {start, end}});
+  }
+  char head[64];
+  snprintf(head, sizeof head, "%x %zx ", static_cast<unsigned>(getpid()), objs.size());
+  std::string out = head + comm + "\n";
+  for (const auto& [path, range] : objs) {
+    char b[48];
+    snprintf(b, sizeof b, "%" PRIx64 " %" PRIx64 " ", range.first, range.second);
+    out += b + path + "\n";
+  }
+  return out;
+}
+
 }  // namespace
 
 Metadata collect_metadata(const std::vector<std::string>& instances) {
@@ -88,6 +145,7 @@ Metadata collect_metadata(const std::vector<std::string>& instances) {
   struct utsname u;
   if (uname(&u) == 0) m.uname = std::string(u.sysname) + " " + u.nodename + " " + u.release + " " + u.machine;
   m.version = "usrtrace " USRTRACE_VERSION_STRING;
+  m.procmaps.push_back(procmaps_text());
   // The TSC clocks' pages hold raw TSC counts: the file carries the
   // calibration that turns them into the ns the trace file prints.
   Instance* first = Instance::find(instances.empty() ? "" : instances[0]);

@@ -114,6 +114,49 @@ struct TraceFile::Impl {
   std::vector<Buffer> buffers;
   std::vector<std::vector<CpuSlice>> data;  // per buffer, per CPU
   mutable std::vector<std::string> warnings;
+  std::vector<ProcMap> procmaps;
+
+  // "PID NR COMM\n" then NR "START END PATH\n" lines, hex numbers (trace-cmd's
+  // add_pid_maps). Untrusted: a bad one is left out with a warning.
+  void parse_procmaps(const std::string& text) {
+    ProcMap pm;
+    size_t at = 0;
+    auto line = [&](std::string* out) {
+      if (at >= text.size()) return false;
+      size_t nl = text.find('\n', at);
+      if (nl == std::string::npos) nl = text.size();
+      *out = text.substr(at, nl - at);
+      at = nl + 1;
+      return true;
+    };
+    std::string head;
+    char* end = nullptr;
+    unsigned long nr = 0;
+    bool ok = line(&head);
+    if (ok) {
+      const unsigned long pid = std::strtoul(head.c_str(), &end, 16);
+      nr = std::strtoul(end, &end, 16);
+      ok = pid > 0 && pid <= 0x7fffffff && *end == ' ' && nr <= (1u << 20);
+      pm.pid = static_cast<int>(pid);
+      if (ok) pm.comm = end + 1;
+    }
+    for (unsigned long i = 0; ok && i < nr; ++i) {
+      std::string l;
+      ok = line(&l);
+      if (!ok) break;
+      ProcMap::Object o;
+      o.start = std::strtoull(l.c_str(), &end, 16);
+      o.end = std::strtoull(end, &end, 16);
+      ok = *end == ' ' && o.end >= o.start;
+      if (ok) o.path = end + 1;
+      pm.objects.push_back(std::move(o));
+    }
+    if (!ok) {
+      warnings.push_back("a PROCMAPS option is malformed; left out");
+      return;
+    }
+    procmaps.push_back(std::move(pm));
+  }
 
   ~Impl() {
     if (map) munmap(map, map_len);
@@ -220,6 +263,9 @@ struct TraceFile::Impl {
         break;
       case kOptVersion:
         tool_version = cstr();
+        break;
+      case kOptProcMaps:
+        parse_procmaps(cstr());
         break;
       case kOptCpuCount: {
         const uint32_t n = o.num<uint32_t>("CPU count");
@@ -572,6 +618,7 @@ const std::string& TraceFile::cmdlines() const { return impl_->cmdlines; }
 const std::string& TraceFile::trace_clock() const { return impl_->trace_clock; }
 const std::string& TraceFile::uname() const { return impl_->uname; }
 const std::string& TraceFile::tool_version() const { return impl_->tool_version; }
+const std::vector<TraceFile::ProcMap>& TraceFile::procmaps() const { return impl_->procmaps; }
 const std::vector<std::string>& TraceFile::cpu_stats() const { return impl_->cpu_stats; }
 const std::string& TraceFile::latency_text() const { return impl_->latency; }
 const std::vector<TraceFile::Buffer>& TraceFile::buffers() const { return impl_->buffers; }

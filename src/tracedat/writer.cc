@@ -285,6 +285,7 @@ int write_v6(Out& out, const Metadata& meta, const std::vector<BufferData>& buff
   if (clock) option_str(&opts, kOptTraceClock, meta.trace_clock);
   if (!meta.uname.empty()) option_str(&opts, kOptUname, meta.uname);
   if (!meta.version.empty()) option_str(&opts, kOptVersion, meta.version);
+  for (const std::string& maps : meta.procmaps) option_str(&opts, kOptProcMaps, maps);
   const uint32_t ncpus = static_cast<uint32_t>(meta.nr_cpus);
   option(&opts, kOptCpuCount, &ncpus, 4);
   tsc_options(&opts, meta);
@@ -437,6 +438,7 @@ int write_v7(Out& out, const Metadata& meta, const std::vector<BufferData>& buff
   if (!meta.trace_clock.empty()) option_str(&opts, kOptTraceClock, meta.trace_clock);
   if (!meta.uname.empty()) option_str(&opts, kOptUname, meta.uname);
   if (!meta.version.empty()) option_str(&opts, kOptVersion, meta.version);
+  for (const std::string& maps : meta.procmaps) option_str(&opts, kOptProcMaps, maps);
   for (size_t cpu = 0; cpu < buffers[0].stats.size(); ++cpu)
     option_str(&opts, kOptCpuStat, cpustat_text(static_cast<int>(cpu), buffers[0].stats[cpu]));
   const uint32_t ncpus = static_cast<uint32_t>(meta.nr_cpus);

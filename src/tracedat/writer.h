@@ -27,6 +27,11 @@ struct Metadata {
   std::string trace_clock;  // the trace_clock file ("[local] global ...")
   std::string uname;
   std::string version;  // of the recording tool
+  // trace-cmd's PROCMAPS options, one per recorded process: "PID NR COMM\n"
+  // (hex, hex, text) then NR "START END PATH\n" lines (hex), the objects
+  // mapped in it. Readers learn from them which process a buffer's threads
+  // are in, and where its objects were.
+  std::vector<std::string> procmaps;
   // Raw TSC timestamps (the local, global and perf clocks store them):
   // readers compute ns = ((ts * mult) >> shift) + offset, from the TSC2NSEC
   // option (mult, shift; trace-cmd ignores its offset) and the OFFSET option.

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "record/journal.h"
@@ -715,6 +716,28 @@ TEST(CliRecord, DashCFollowsTheProgramsACommandStarts) {
     EXPECT_EQ(count(tc.out, " tick: "), 30) << tc.out;
     EXPECT_EQ(count(tc.out, "UNKNOWN"), 0);
   }
+  // The JSON export puts each process's events under its own pid (the
+  // file's PROCMAPS options, one per process), each named: three
+  // processes, the ticks 10 and 20 in the two children, the rare in the
+  // command.
+  const Result json = run_cli({"report", "--format", "json", file});
+  ASSERT_EQ(json.rc, 0) << json.err;
+  std::map<std::string, int> ticks_by_pid, rare_by_pid;
+  std::set<std::string> named;
+  const std::regex ev(R"re("name":"(tick|rare|process_name)"[^\n]*?"pid":(\d+))re");
+  for (std::sregex_iterator it(json.out.begin(), json.out.end(), ev), end; it != end; ++it) {
+    const std::string what = (*it)[1], pid = (*it)[2];
+    if (what == "tick") ++ticks_by_pid[pid];
+    if (what == "rare") ++rare_by_pid[pid];
+    if (what == "process_name") named.insert(pid);
+  }
+  std::vector<int> tick_counts;
+  for (const auto& [pid, n] : ticks_by_pid) tick_counts.push_back(n);
+  std::sort(tick_counts.begin(), tick_counts.end());
+  EXPECT_EQ(tick_counts, (std::vector<int>{10, 20})) << json.out.substr(0, 2000);
+  ASSERT_EQ(rare_by_pid.size(), 1u);
+  EXPECT_EQ(ticks_by_pid.count(rare_by_pid.begin()->first), 0u) << "the command is a process of its own";
+  EXPECT_EQ(named.size(), 3u) << "a process_name for each";
   // -c without a command is refused.
   const Result bad = run_cli({"record", "-c", "-P", "1", "-o", file});
   EXPECT_EQ(bad.rc, 1);

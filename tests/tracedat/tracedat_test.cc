@@ -620,12 +620,25 @@ TEST_F(TraceDatTest, TraceCmdPrintsWhatUsrtraceReportPrints) {
             "names = sorted(set(m[\"args\"][\"name\"] for m in ev if m[\"name\"] == \"thread_name\"))\n"
             "print(\" \".join(n for n in names if n.startswith(\"tdt\")))\n"
             "ts = [e[\"ts\"] for e in ev if e[\"ph\"] == \"i\"]\n"
-            "print(ts == sorted(ts))' " +
+            "print(ts == sorted(ts))\n"
+            "print(sorted(set(e[\"pid\"] for e in ev)))\n"
+            "print([m[\"args\"][\"name\"] for m in ev if m[\"name\"] == \"process_name\"])' " +
             json);
     ASSERT_EQ(py.rc, 0) << py.out;
+    // Every event in this process, named as /proc names it: the file's
+    // PROCMAPS option says which process recorded it.
     EXPECT_EQ(py.out,
               "1200 i tdtest -57 -1099511627833 t1-57 'text x of 1' 1\n"
-              "tdt-worker-0 tdt-worker-1 tdt-worker-2\nTrue\n");
+              "tdt-worker-0 tdt-worker-1 tdt-worker-2\nTrue\n[" +
+                  std::to_string(getpid()) + "]\n['tracedat_test']\n");
+    // trace-cmd reads the option as its own --proc-map writes it.
+    const Proc dump = run("trace-cmd dump --options " + o.output);
+    char head[64];
+    snprintf(head, sizeof head, "\n%x ", static_cast<unsigned>(getpid()));
+    const size_t at = dump.out.find("[Option PROCMAPS");
+    ASSERT_NE(at, std::string::npos) << dump.out;
+    EXPECT_NE(dump.out.find(head, at), std::string::npos) << dump.out;
+    EXPECT_NE(dump.out.find("libc.so.6\n", at), std::string::npos) << dump.out;
   }
   // Bad arguments: one clear line and a non-zero exit.
   for (const auto& [args, msg] : std::vector<std::pair<std::string, std::string>>{

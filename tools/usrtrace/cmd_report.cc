@@ -232,9 +232,14 @@ int run(Options o) {
 
   if (o.format == "json") {
     TraceFile::Cursor cur(f, bufs, o.cpus);
+    uint64_t done = 0, total = 0;
+    cur.progress(&done, &total);
+    // On a terminal, unless the JSON itself goes there.
+    Progress progress(isatty(STDERR_FILENO) != 0 && isatty(STDOUT_FILENO) == 0, o.input, total);
     int r = write_json(
         f, *session, cur, in_ns,
-        [&](const TraceFile::Record& rec, const char* comm) { return shown(filters, rec, comm); }, stdout);
+        [&](const TraceFile::Record& rec, const char* comm) { return shown(filters, rec, comm); }, stdout,
+        &progress);
     for (const std::string& w : f.warnings()) fprintf(stderr, "usrtrace report: warning: %s\n", w.c_str());
     return r;
   }

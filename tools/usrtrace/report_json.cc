@@ -94,21 +94,50 @@ void field_value(std::string* out, tep_handle* tep, const tep_format_field* fl, 
 }  // namespace
 
 int write_json(const TraceFile& f, const TepSession& session, TraceFile::Cursor& cursor, bool in_ns,
-               const std::function<bool(const TraceFile::Record&, const char*)>& keep, FILE* out) {
+               const std::function<bool(const TraceFile::Record&, const char*)>& keep, FILE* out,
+               Progress* progress) {
   tep_handle* tep = session.tep();
   std::string buf = "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
-  std::map<int, std::string> threads;  // tid -> comm, for the metadata events
+  std::map<std::pair<int, int>, std::string> threads;  // (pid, tid) -> comm, for the metadata events
+  // The process each buffer's threads are in: usrtrace records one process
+  // per buffer, named by the PROCMAPS options it writes (the first is the
+  // recorded process; `record -c` names the others' buffers "COMM-PID" or
+  // "COMM-PID:INSTANCE"). A file without them (the kernel's) gets pid 0.
+  std::map<int, std::string> processes;  // pid -> name
+  for (const TraceFile::ProcMap& pm : f.procmaps()) processes.emplace(pm.pid, pm.comm);
+  std::vector<int> buffer_pid;
+  for (const TraceFile::Buffer& b : f.buffers()) {
+    int pid = f.procmaps().empty() ? 0 : f.procmaps()[0].pid;
+    const std::string name = b.name.substr(0, b.name.find(':'));
+    const size_t dash = name.rfind('-');
+    if (dash != std::string::npos && dash + 1 < name.size() &&
+        name.find_first_not_of("0123456789", dash + 1) == std::string::npos) {
+      const int p = std::atoi(name.c_str() + dash + 1);
+      if (processes.count(p)) pid = p;
+    }
+    buffer_pid.push_back(pid);
+  }
   bool first = true;
   TraceFile::Record r;
   trace_seq s;
   trace_seq_init(&s);
+  uint64_t nrec = 0, done = 0, total = 0;
+  if (progress) {
+    cursor.progress(&done, &total);
+    progress->update(done);
+  }
   while (cursor.next(&r)) {
+    if (progress && (++nrec & 0xfff) == 0) {
+      cursor.progress(&done, &total);
+      progress->update(done);
+    }
     tep_record rec = session.make_record(r);
-    const int pid = r.len >= 8 ? tep_data_pid(tep, &rec) : -1;
-    const char* comm = tep_data_comm_from_pid(tep, pid);
+    const int tid = r.len >= 8 ? tep_data_pid(tep, &rec) : -1;
+    const char* comm = tep_data_comm_from_pid(tep, tid);
     if (!keep(r, comm)) continue;
+    const int pid = buffer_pid[static_cast<size_t>(r.buffer)];
     tep_event* ev = tep_find_event_by_record(tep, &rec);
-    threads.emplace(pid, comm ? comm : "<...>");
+    threads.emplace(std::make_pair(pid, tid), comm ? comm : "<...>");
     if (!first) buf += ",\n";
     first = false;
     // function_graph's entries and exits become begin/end slices named by
@@ -135,9 +164,9 @@ int write_json(const TraceFile& f, const TepSession& session, TraceFile::Cursor&
     const std::string& bname = f.buffers()[static_cast<size_t>(r.buffer)].name;
     if (in_ns)
       snprintf(head, sizeof head, ",\"ph\":%s,\"ts\":%" PRIu64 ".%03" PRIu64 ",\"pid\":%d,\"tid\":%d", ph,
-               r.ts / 1000, r.ts % 1000, 0, pid);
+               r.ts / 1000, r.ts % 1000, pid, tid);
     else
-      snprintf(head, sizeof head, ",\"ph\":%s,\"ts\":%" PRIu64 ",\"pid\":%d,\"tid\":%d", ph, r.ts, 0, pid);
+      snprintf(head, sizeof head, ",\"ph\":%s,\"ts\":%" PRIu64 ",\"pid\":%d,\"tid\":%d", ph, r.ts, pid, tid);
     buf += head;
     buf += ",\"args\":{\"cpu\":" + std::to_string(r.cpu);
     if (!bname.empty()) {
@@ -166,15 +195,29 @@ int write_json(const TraceFile& f, const TepSession& session, TraceFile::Cursor&
     }
   }
   trace_seq_destroy(&s);
-  // Thread names, and one process holding them (the file does not say
-  // which process a thread was in).
-  buf += first ? "" : ",\n";
-  buf += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"name\":";
-  escape(&buf, f.uname().empty() ? std::string("trace") : "trace (" + f.uname() + ")");
-  buf += "}}";
-  for (const auto& [tid, comm] : threads) {
-    buf += ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":" + std::to_string(tid) +
-           ",\"args\":{\"name\":";
+  if (progress) progress->done();
+  // Process and thread names (Perfetto and chrome://tracing group the
+  // tracks by them).
+  std::map<int, bool> named;
+  for (const auto& [key, comm] : threads) {
+    const int pid = key.first;
+    if (named[pid]) continue;
+    named[pid] = true;
+    buf += first ? "" : ",\n";
+    first = false;
+    buf += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + std::to_string(pid) +
+           ",\"tid\":" + std::to_string(pid) + ",\"args\":{\"name\":";
+    auto it = processes.find(pid);
+    escape(&buf, it != processes.end() ? it->second
+                 : f.uname().empty()   ? std::string("trace")
+                                       : "trace (" + f.uname() + ")");
+    buf += "}}";
+  }
+  for (const auto& [key, comm] : threads) {
+    buf += first ? "" : ",\n";
+    first = false;
+    buf += "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" + std::to_string(key.first) +
+           ",\"tid\":" + std::to_string(key.second) + ",\"args\":{\"name\":";
     escape(&buf, comm);
     buf += "}}";
   }
