@@ -259,7 +259,9 @@ class Parser {
       if (!special) {
         p.src = f->kind == FieldKind::kString ? Source::kDynStr : Source::kChars;
         p.offset = f->offset;
-        p.max_len = f->size;
+        // A tail `char buf[]` (ftrace:print's) has size 0: the rest of the
+        // record, up to its NUL.
+        p.max_len = f->size != 0 ? f->size : UINT16_MAX;  // records are shorter
       }
       set_pattern(&p, val);
     } else {

@@ -350,7 +350,9 @@ bool HistParser::find_field(std::string_view name, bool is_key, Field* f) {
       case FieldKind::kCharArray:
         f->src = Src::kChars;
         f->offset = fd->offset;
-        f->size = fd->size;
+        // A tail `char buf[]` (ftrace:print's) has size 0: its key keeps as
+        // many bytes as a string's.
+        f->size = fd->size != 0 ? fd->size : kDynStringKey;
         break;
       case FieldKind::kString:
         f->src = Src::kDynStr;

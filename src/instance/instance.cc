@@ -390,11 +390,15 @@ PidFilter Instance::pid_filter() const {
 
 long Instance::write_marker(std::string_view text) {
   if (!option(kOptMarkers)) return -EINVAL;
-  return events::write_print(slot_, text, 0);
+  // The kernel's tracing_mark_write(): with the buffer off, "as if not open
+  // for write". (A write racing with tracing_off is recorded or dropped.)
+  if (!tracing_on()) return -EBADF;
+  return events::write_marker(slot_, text);
 }
 
 long Instance::write_marker_raw(std::string_view data) {
   if (!option(kOptMarkers)) return -EINVAL;
+  if (!tracing_on()) return -EBADF;  // as write_marker
   return events::write_raw(slot_, data);
 }
 

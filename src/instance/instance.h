@@ -186,8 +186,10 @@ class Instance {
   PidFilter pid_filter() const;
 
   // trace_marker: records `text` as an ftrace:print event (a newline is
-  // added if missing). Returns the bytes taken or -errno (EINVAL when the
-  // markers option is off, EBADF when the buffer is off is not an error).
+  // added if missing), through the instance's triggers on ftrace:print.
+  // Returns the bytes taken or -errno: EINVAL when the markers option is
+  // off, EBADF when tracing is off (the kernel's "as if not open for
+  // write"). printk() below is never refused for the latter.
   long write_marker(std::string_view text);
   // trace_marker_raw: a u32 id followed by binary data (raw_data event).
   long write_marker_raw(std::string_view data);

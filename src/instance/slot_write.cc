@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
@@ -100,24 +101,33 @@ struct RegisterBuiltins {
 };
 __attribute__((init_priority(102))) RegisterBuiltins g_register_builtins;
 
+std::atomic<MarkerWriter> g_marker_writer{nullptr};
+
 // Writes a built-in ftrace record (marker, raw marker) into one instance,
 // from the writer's own context: depth 1, as the kernel shows trace_marker
-// writes (preempt-depth 1).
-void write_marker_record(int slot, char* rec, uint32_t len) {
+// writes (preempt-depth 1). `triggers`: a trace_marker write, which goes
+// through ftrace:print's triggers when it has some (the control bit).
+void write_marker_record(int slot, char* rec, uint32_t len, bool triggers) {
   writers::ThreadState* t = writers::enter();
   if (!t) return;
   fill_common(rec, *t);
   auto* h = reinterpret_cast<internal::CommonHeader*>(rec);
   h->preempt_count = static_cast<uint8_t>(h->preempt_count + 1);
+  // order: relaxed is enough for the bit; acquire on the writer pairs with
+  // the release that stored it before the bit was set.
+  if (triggers &&
+      USRTRACE_UNLIKELY(g_print_desc.enabled.load(std::memory_order_relaxed) >> internal::kControlBit)) {
+    if (MarkerWriter w = g_marker_writer.load(std::memory_order_acquire)) {
+      w(g_print_desc, rec, len, *t, uint64_t{1} << slot);
+      writers::exit(*t);
+      return;
+    }
+  }
   write_to_slot(slot, rec, len, t->tid);
   writers::exit(*t);
 }
 
-}  // namespace
-
-const internal::EventDesc& print_event() { return g_print_desc; }
-
-long write_print(int slot, std::string_view text, uint64_t ip) {
+long print_record(int slot, std::string_view text, uint64_t ip, bool triggers) {
   alignas(8) char buf[internal::kMaxRecord + 8];
   auto* r = reinterpret_cast<PrintRecord*>(buf);
   r->common.type = g_print_desc.id;
@@ -130,9 +140,19 @@ long write_print(int slot, std::string_view text, uint64_t ip) {
   if (n == 0 || text_out[n - 1] != '\n') text_out[end++] = '\n';
   text_out[end++] = 0;
   uint32_t len = internal::pad_record(buf, static_cast<uint32_t>(sizeof(PrintRecord) + end));
-  write_marker_record(slot, buf, len);
+  write_marker_record(slot, buf, len, triggers);
   return static_cast<long>(n);
 }
+
+}  // namespace
+
+void set_marker_writer(MarkerWriter w) { g_marker_writer.store(w, std::memory_order_release); }
+
+const internal::EventDesc& print_event() { return g_print_desc; }
+
+long write_print(int slot, std::string_view text, uint64_t ip) { return print_record(slot, text, ip, false); }
+
+long write_marker(int slot, std::string_view text) { return print_record(slot, text, 0, true); }
 
 long write_raw(int slot, std::string_view data) {
   if (data.size() < 4) return -EINVAL;
@@ -143,7 +163,7 @@ long write_raw(int slot, std::string_view data) {
   std::memcpy(&r->id, data.data(), 4);
   std::memcpy(buf + sizeof(RawDataRecord), data.data() + 4, data.size() - 4);
   uint32_t len = internal::pad_record(buf, static_cast<uint32_t>(sizeof(RawDataRecord) + data.size() - 4));
-  write_marker_record(slot, buf, len);
+  write_marker_record(slot, buf, len, false);
   return static_cast<long>(data.size());
 }
 

@@ -23,6 +23,19 @@ const internal::EventDesc& print_event();
 // tracing_mark_write. Returns the text bytes recorded.
 // Context: any thread; async-signal-safe; no lock, no allocation.
 long write_print(int slot, std::string_view text, uint64_t ip);
+// The same for a trace_marker write, which also fires the instance's
+// triggers on ftrace:print (events/ftrace/print/trigger), as the kernel's
+// tracing_mark_write() does; printk and the tracers' own prints do not.
+long write_marker(int slot, std::string_view text);
+
+// Where a trace_marker record goes when ftrace:print has triggers in some
+// instance (kControlBit of its enabled word): the trigger level's writer,
+// installed before it sets the bit (this level calls nothing above it).
+// The same signature as events::ControlledWriter (write/write.h).
+using MarkerWriter = void (*)(const internal::EventDesc& ev, void* rec, uint32_t len,
+                              const writers::ThreadState& t, uint64_t record_mask);
+// Context: control plane; stored with release before the control bit.
+void set_marker_writer(MarkerWriter w);
 // trace_marker_raw: a u32 id then data; -EINVAL if shorter than 4 bytes or
 // longer than a record holds.
 long write_raw(int slot, std::string_view data);

@@ -7,7 +7,10 @@
 //   event       every event named so, or every event of the system so named
 //   *:* or *    everything            !token          disables instead
 // The ftrace system is not enabled through these files (its events are
-// written by trace_marker and printk only), as in the kernel.
+// written by trace_marker and printk only), as in the kernel; as there,
+// events/ftrace/ has format files, id for print and function, and a
+// trigger file for print, whose triggers trace_marker writes fire (and its
+// hist file, where a kernel built with CONFIG_HIST_TRIGGERS has one).
 //
 // Their table, kEventFiles, is at the end.
 #include <fcntl.h>
@@ -341,9 +344,9 @@ constexpr FileSpec kFiles[] = {
     {"enable", kRW, Dir::kEvent, kNoFtrace, open_event_enable},
     {"filter", kRW, Dir::kEvent, kNoFtrace, open_event_filter},
     {"format", kRO, Dir::kEvent, 0, open_event_format},
-    {"hist", kRO, Dir::kEvent, kNoFtrace, open_event_hist},
-    {"id", kRO, Dir::kEvent, 0, open_event_id},
-    {"trigger", kRW, Dir::kEvent, kNoFtrace, open_event_trigger},
+    {"hist", kRO, Dir::kEvent, kNoFtrace | kFtracePrint, open_event_hist},
+    {"id", kRO, Dir::kEvent, kNoFtrace | kFtracePrint | kFtraceFunction, open_event_id},
+    {"trigger", kRW, Dir::kEvent, kNoFtrace | kFtracePrint, open_event_trigger},
 };
 
 }  // namespace

@@ -316,6 +316,9 @@ long write_cpumask(Instance& inst, std::string_view s) {
 long write_marker(Instance& inst, std::string_view s, bool raw) {
   long rc = raw ? inst.write_marker_raw(s) : inst.write_marker(s);
   if (rc >= 0) return rc;
+  // Tracing off: EBADF and no error_log line, as the kernel's (a program
+  // that writes markers in a loop must not flood the log).
+  if (rc == -EBADF) return rc;
   const int e = static_cast<int>(-rc);
   if (!inst.option(instance::kOptMarkers)) return fail(inst, kSub, Err::kMarkersOff, s, 0, e);
   return fail(inst, kSub, s.size() < 4 ? Err::kRawTooShort : Err::kRawTooLong, s, 0, e);

@@ -103,6 +103,10 @@ enum SpecFlag : uint8_t {
                         // trace_marker and printk only, as in the kernel)
   kNoSubpath = 1 << 2,  // NAME/more is ENOENT, not ENOTDIR (snapshot.AGE,
                         // which was only ever matched as the last component)
+  // With kNoFtrace: the file is in events/ftrace/print/ after all
+  // (trigger, id), or in events/ftrace/function/ (id), as in the kernel.
+  kFtracePrint = 1 << 3,
+  kFtraceFunction = 1 << 4,
 };
 
 // One file, or one family of files named by a parameter (options/NAME,

@@ -120,7 +120,9 @@ constexpr DirSpec kDirs[] = {
 // Whether a file or directory with these flags shows where `n` is.
 bool shows(uint8_t flags, const Node& n) {
   if ((flags & kTopOnly) && n.in_instances_dir) return false;
-  if ((flags & kNoFtrace) && is_ftrace(n.system)) return false;
+  if ((flags & kNoFtrace) && is_ftrace(n.system))
+    return ((flags & kFtracePrint) && n.event == "print") ||
+           ((flags & kFtraceFunction) && n.event == "function");
   return true;
 }
 

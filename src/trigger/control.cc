@@ -7,6 +7,7 @@
 
 #include "base/mutex.h"
 #include "events/registry.h"
+#include "instance/slot_write.h"
 #include "trigger/internal.h"
 #include "write/write.h"
 
@@ -96,6 +97,7 @@ void publish(EventDesc& ev, int slot, std::unique_ptr<SlotControl> next,
   // control published (write_controlled's acquire loads).
   if (any) {
     events::set_controlled_writer(&write_controlled);
+    events::set_marker_writer(&write_controlled);  // ftrace:print's, for trace_marker
     ev.enabled.fetch_or(kControlMask, std::memory_order_release);
   } else
     ev.enabled.fetch_and(~kControlMask, std::memory_order_relaxed);

@@ -542,6 +542,17 @@ TEST(CliRecord, UftracesFiltersOnACommandAndQuiet) {
   EXPECT_EQ(q.rc, 0);
   EXPECT_EQ(q.err.find("usrtrace record: recording"), std::string::npos) << q.err;
   EXPECT_EQ(q.err.find("events lost"), std::string::npos) << q.err;
+  // trace-cmd's --func-stack: a stack after each call of the -l functions.
+  Result fs = run_cli(
+      {"record", "-q", "-p", "function", "-l", "pkg_middle", "--func-stack", "-o", file, "--", GRAPH_TARGET});
+  ASSERT_EQ(fs.rc, 0) << fs.err;
+  const std::string fs_rep = run_cli({"report", "-i", file}).out;
+  EXPECT_EQ(count(fs_rep, " function: "), 25) << fs_rep.substr(0, 2000);
+  EXPECT_EQ(count(fs_rep, " user_stack: "), 25) << fs_rep.substr(0, 2000);
+  EXPECT_EQ(count(fs_rep, "=> main\n"), 25) << "each stack starts at pkg_middle's caller";
+  fs = run_cli({"record", "-p", "function", "--func-stack", "-o", file, "--", GRAPH_TARGET});
+  EXPECT_EQ(fs.rc, 1);
+  EXPECT_NE(fs.err.find("--func-stack needs -l FUNC"), std::string::npos) << fs.err;
   // trace-cmd's -s and -m: said to be not taken, not silently ignored.
   for (const char* flag : {"-s", "-m"}) {
     const Result r = run_cli({"record", flag, "100", "-o", file, "--", GRAPH_TARGET});

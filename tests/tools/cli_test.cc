@@ -267,7 +267,7 @@ TEST(CliErrors, OneClearLineAndANonZeroStatus) {
   EXPECT_NE(r.rc, 0) << "-s and -f exclude each other";
   r = run_cli({"show"});
   EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.err.find("-P"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--pid is required"), std::string::npos) << r.err;  // -P's long name
   r = run_cli({"show", "-P", "abc"});
   EXPECT_NE(r.rc, 0);
   r = run_cli({"frobnicate"});

@@ -2,13 +2,20 @@
 // traceon/traceoff/snapshot/stacktrace/enable_event/disable_event with
 // counts, removal, listing, soft mode, firing without the event enabled,
 // from signal handlers, and the cleanup when an instance goes.
+#include <dirent.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -182,6 +189,142 @@ TEST_P(TriggerTest, SnapshotTriggerAllocatesAndKeepsTheFiringEvent) {
 }
 
 namespace {
+
+// The kernel's tracefs, where it can be mounted: the oracle for what the
+// ftrace system's event directories hold and what a trigger on
+// ftrace/print does with trace_marker writes. An instance of its own,
+// removed (with its triggers) at the end; dir() empty: not available.
+class KernelInstance {
+ public:
+  KernelInstance() {
+    const std::string k = "/sys/kernel/tracing";
+    struct stat st;
+    if (::stat((k + "/instances").c_str(), &st) != 0 &&
+        ::mount("nodev", k.c_str(), "tracefs", 0, nullptr) != 0)
+      return;
+    const std::string dir = k + "/instances/usrtrace_trigger_test_" + std::to_string(getpid());
+    if (::mkdir(dir.c_str(), 0750) == 0) dir_ = dir;
+  }
+  ~KernelInstance() {
+    if (dir_.empty()) return;
+    // The kernel refuses to remove an instance whose event has triggers.
+    for (const std::string& t : triggers_) remove_trigger(t);
+    ::rmdir(dir_.c_str());
+  }
+  const std::string& dir() const { return dir_; }
+  void added_trigger(const std::string& t) { triggers_.push_back(t); }
+
+ private:
+  void remove_trigger(const std::string& t) const;
+  std::string dir_;
+  std::vector<std::string> triggers_;
+};
+bool kwrite(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND);
+  if (fd < 0) return false;
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  return ok;
+}
+std::string kread(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+void KernelInstance::remove_trigger(const std::string& t) const {
+  kwrite(dir_ + "/events/ftrace/print/trigger", "!" + t);
+}
+std::vector<std::string> kernel_files(const std::string& dir) {
+  std::vector<std::string> out;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d))
+      if (e->d_name[0] != '.') out.emplace_back(e->d_name);
+    ::closedir(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// events/ftrace/: format files, id for print and function, a trigger file
+// (and hist) for print, as the kernel has them.
+TEST_P(TriggerTest, FtraceEventDirectoriesHoldTheKernelsFiles) {
+  auto files = [&](const char* ev) {
+    std::vector<std::string> out;
+    EXPECT_EQ(tracefs::list(p(std::string("events/ftrace/") + ev), &out), 0) << ev;
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  EXPECT_EQ(files("print"), (std::vector<std::string>{"format", "hist", "id", "trigger"}));
+  EXPECT_EQ(files("function"), (std::vector<std::string>{"format", "id"}));
+  EXPECT_EQ(files("funcgraph_entry"), (std::vector<std::string>{"format"}));
+  EXPECT_EQ(files("user_stack"), (std::vector<std::string>{"format"}));
+  const KernelInstance k;
+  if (k.dir().empty()) GTEST_SKIP() << "no kernel tracefs to compare with (needs root)";
+  for (const char* ev : {"print", "function", "funcgraph_entry", "user_stack"}) {
+    std::vector<std::string> kf = kernel_files(k.dir() + "/events/ftrace/" + ev);
+    // hist: only in a kernel built with CONFIG_HIST_TRIGGERS.
+    std::vector<std::string> ours = files(ev);
+    if (std::find(kf.begin(), kf.end(), "hist") == kf.end()) std::erase(ours, "hist");
+    EXPECT_EQ(ours, kf) << ev;
+  }
+}
+
+// `traceoff if buf ~ "*ERROR*"` on ftrace/print: trace_marker writes fire
+// it, the matching one is recorded and tracing stops, as the kernel does
+// (checked side by side where its tracefs is there); printk does not fire
+// it; a stacktrace and a hist trigger see the marker too.
+TEST_P(TriggerTest, TraceMarkerWritesFireFtracePrintsTriggers) {
+  const std::string trig = p("events/ftrace/print/trigger");
+  ASSERT_GT(wr(trig, "traceoff if buf ~ \"*ERROR*\""), 0);
+  EXPECT_EQ(rd(trig), "traceoff:unlimited if buf ~ \"*ERROR*\"\n");
+  ASSERT_GT(inst()->printk("an ERROR from printk\n", 0x1), 0);
+  EXPECT_EQ(rd(p("tracing_on")), "1\n") << "printk does not fire print's triggers";
+  // The three writes: the first two recorded, the ERROR one stops tracing,
+  // and the third is refused with EBADF as the kernel refuses a marker
+  // when its buffer is off.
+  ASSERT_GT(wr(p("trace_marker"), "all good\n"), 0);
+  ASSERT_GT(wr(p("trace_marker"), "an ERROR here\n"), 0);
+  EXPECT_EQ(wr(p("trace_marker"), "after\n"), -EBADF);
+  EXPECT_EQ(rd(p("tracing_on")), "0\n");
+  const std::string trace = rd(p("trace"));
+  EXPECT_EQ(count(trace, "tracing_mark_write: "), 2) << trace;
+  EXPECT_NE(trace.find("tracing_mark_write: an ERROR here\n"), std::string::npos) << trace;
+  EXPECT_EQ(trace.find("tracing_mark_write: after"), std::string::npos) << trace;
+
+  if (KernelInstance k; !k.dir().empty()) {
+    const std::string t = "traceoff if buf ~ \"*ERROR*\"";
+    ASSERT_TRUE(kwrite(k.dir() + "/events/ftrace/print/trigger", t));
+    k.added_trigger(t);
+    EXPECT_EQ(kread(k.dir() + "/events/ftrace/print/trigger"), rd(trig));
+    ASSERT_TRUE(kwrite(k.dir() + "/trace_marker", "all good\n"));
+    ASSERT_TRUE(kwrite(k.dir() + "/trace_marker", "an ERROR here\n"));
+    errno = 0;
+    EXPECT_FALSE(kwrite(k.dir() + "/trace_marker", "after\n"));
+    EXPECT_EQ(errno, EBADF);
+    EXPECT_EQ(kread(k.dir() + "/tracing_on"), "0\n");
+    const std::string kt = kread(k.dir() + "/trace");
+    EXPECT_EQ(count(kt, "tracing_mark_write: "), 2) << kt;
+    EXPECT_NE(kt.find("tracing_mark_write: an ERROR here\n"), std::string::npos) << kt;
+  }
+
+  ASSERT_GT(wr(trig, "!traceoff if buf ~ \"*ERROR*\""), 0);
+  ASSERT_GT(wr(p("tracing_on"), "1"), 0);
+  ASSERT_GE(wr(p("trace"), ""), 0);
+  ASSERT_GT(wr(trig, "stacktrace if buf ~ \"stack*\""), 0);
+  ASSERT_GT(wr(trig, "hist:keys=buf"), 0);
+  for (const char* m : {"stack me\n", "x\n", "x\n"}) ASSERT_GT(wr(p("trace_marker"), m), 0);
+  const std::string t2 = rd(p("trace"));
+  EXPECT_EQ(count(t2, "<user stack trace>"), 1) << t2;
+  EXPECT_LT(t2.find("tracing_mark_write: stack me"), t2.find("<user stack trace>")) << t2;
+  const std::string hist = rd(p("events/ftrace/print/hist"));
+  EXPECT_NE(hist.find("hitcount:          2"), std::string::npos) << hist;
+  EXPECT_NE(hist.find("Hits: 3"), std::string::npos) << hist;
+  // Removed, they are gone: no trigger, a marker costs its write only.
+  ASSERT_GT(wr(trig, "!stacktrace if buf ~ \"stack*\""), 0);
+  ASSERT_GT(wr(trig, "!hist:keys=buf"), 0);
+  EXPECT_EQ(rd(trig).rfind("# Available triggers:", 0), 0u) << rd(trig);
+}
 
 TEST_P(TriggerTest, StacktraceRecordsTheCallersBacktrace) {
   ASSERT_GT(wr(ev("ping", "trigger"), "stacktrace:2"), 0);

@@ -121,6 +121,13 @@ void Setup::add_options(CLI::App* sub, bool with_instances) {
          "A user stack trace after each event of the -e's in this instance (a stacktrace trigger on each, "
          "with the event's filter)")
       ->trigger_on_parse();
+  sub->add_flag_callback(
+         "--func-stack",
+         [this] {
+           actions.push_back({'S', ""});
+         },
+         "With -p function and -l: a stack trace after each traced call (options/func_stack_trace)")
+      ->trigger_on_parse();
   add("-p,--tracer", 'p', "Tracer for current_tracer");
   add("-b,--buffer-size", 'b', "Buffer size per CPU in KB (buffer_size_kb)");
   add("-M,--cpumask", 'M', "CPUs to trace, a hex mask (tracing_cpumask)");
@@ -166,9 +173,11 @@ int Setup::apply(const std::string& verb, control::Client& c, Undo* undo, int pi
       if (k == d) return &v;
     return nullptr;
   };
+  std::vector<int> scope;  // per action: which -B it is under (0: before any)
   for (const Action& a : actions) {
     if (a.opt == 'B') dir = instance_dir(a.value);
     if (a.opt == 'T' && !stacks_of(dir)) stacks.push_back({dir, {}});
+    scope.push_back((scope.empty() ? 0 : scope.back()) + (a.opt == 'B'));
   }
   dir.clear();
   auto write = [&](const std::string& path, const std::string& text, bool append) -> bool {
@@ -216,6 +225,7 @@ int Setup::apply(const std::string& verb, control::Client& c, Undo* undo, int pi
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
     const bool event = a.opt == 'e' || a.opt == 'f' || a.opt == 'R' || a.opt == 'v' || a.opt == 'T';
+    // (--func-stack, 'S', is a tracer option: set with the tracers, before constructors.)
     if (phase == Phase::kBeforeConstructors && event) continue;
     if (phase == Phase::kEvents && !event && a.opt != 'B') continue;  // -B: where the events go
     switch (a.opt) {
@@ -235,6 +245,17 @@ int Setup::apply(const std::string& verb, control::Client& c, Undo* undo, int pi
         break;
       case 'T':  // taken above
         break;
+      case 'S': {
+        // trace-cmd's --func-stack: a stack per call of every function
+        // traced would drown the trace; it wants the functions named.
+        bool named = false;
+        for (size_t j = 0; j < actions.size(); ++j)
+          named = named || (actions[j].opt == 'l' && scope[j] == scope[i]);
+        if (!named) return fail(verb, "--func-stack needs -l FUNC in its instance (the functions to stack)");
+        if (!write(dir + "trace_options", "func_stack_trace", false)) return 1;
+        undo->writes.push_back({dir + "trace_options", "nofunc_stack_trace"});
+        break;
+      }
       case 'e': {
         std::string spec = a.value;
         last_event_filter.clear();
