@@ -66,8 +66,9 @@ struct Node {
 };
 
 struct Thread {
-  std::vector<uint64_t> child_ns;  // per depth d: time of the exits at d+1 since d's last exit
-  std::vector<int> path;           // per depth: the node of the open call (-1: unknown)
+  std::vector<uint64_t> child_ns;          // per depth d: time of the exits at d+1 since d's last exit
+  std::vector<int> path;                   // per depth: the node of the open call (-1: unknown)
+  std::unordered_map<uint64_t, int> open;  // per function: its calls in `path`
 };
 
 class Views {
@@ -79,13 +80,14 @@ class Views {
     const size_t depth = field(g_.entry_depth, data);
     if (depth > kMaxDepth) return;
     Thread& t = threads_[tid];
-    if (t.path.size() < depth + 1) t.path.resize(depth + 1, -1);
+    truncate(t, depth);
+    t.path.resize(depth, -1);
     const int parent = depth == 0 ? 0 : t.path[depth - 1];
     const int n = child(parent < 0 ? 0 : parent, func);
     nodes_[static_cast<size_t>(n)].calls++;
     funcs_[func].calls++;
-    t.path[depth] = n;
-    t.path.resize(depth + 1);
+    t.path.push_back(n);
+    t.open[func]++;
   }
 
   void exit(int tid, const void* data) {
@@ -101,17 +103,24 @@ class Views {
     const uint64_t children = t.child_ns[depth + 1];
     t.child_ns[depth + 1] = 0;
     t.child_ns[depth] += dur;
-    FuncStats& s = funcs_[func];
-    s.done++;
-    s.total += dur;
-    s.self += dur > children ? dur - children : 0;
-    s.min = std::min(s.min, dur);
-    s.max = std::max(s.max, dur);
     // The graph: the open call of this depth, if it is this function's;
     // an exit without its entry (a threshold, or the buffer's start)
     // goes under the path known above it.
     int n = depth < t.path.size() ? t.path[depth] : -1;
-    if (n < 0 || nodes_[static_cast<size_t>(n)].func != func) {
+    const bool matched = n >= 0 && nodes_[static_cast<size_t>(n)].func == func;
+    truncate(t, matched ? depth : std::min(depth, t.path.size()));
+    // A recursive call's time is in its outermost call's already: the
+    // total counts the outermost only, as uftrace's does (so no function's
+    // total is more than its caller's).
+    const auto open = t.open.find(func);
+    const bool nested = open != t.open.end() && open->second > 0;
+    FuncStats& s = funcs_[func];
+    s.done++;
+    if (!nested) s.total += dur;
+    s.self += dur > children ? dur - children : 0;
+    s.min = std::min(s.min, dur);
+    s.max = std::max(s.max, dur);
+    if (!matched) {
       const int parent =
           depth > 0 && depth - 1 < t.path.size() && t.path[depth - 1] >= 0 ? t.path[depth - 1] : 0;
       n = child(parent, func);
@@ -119,7 +128,6 @@ class Views {
       s.calls++;
     }
     nodes_[static_cast<size_t>(n)].total += dur;
-    if (depth < t.path.size()) t.path.resize(depth);
     any_graph_ = true;
   }
 
@@ -141,6 +149,15 @@ class Views {
  private:
   // Deeper than any real stack: a corrupt depth field is not followed.
   static constexpr size_t kMaxDepth = 1 << 16;
+
+  // Closes the open calls at `depth` and deeper (their exits are not in
+  // the file: a longjmp, or the end of the recording).
+  void truncate(Thread& t, size_t depth) {
+    while (t.path.size() > depth) {
+      if (const int n = t.path.back(); n >= 0) t.open[nodes_[static_cast<size_t>(n)].func]--;
+      t.path.pop_back();
+    }
+  }
 
   int child(int parent, uint64_t func) {
     auto& kids = nodes_[static_cast<size_t>(parent)].children;

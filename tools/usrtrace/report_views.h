@@ -15,7 +15,9 @@
 // Times come from each funcgraph_exit's calltime and rettime (ns), so they
 // need no entry: a recording with tracing_thresh (exits only) profiles too.
 // Self time is a call's time less its children's, as recorded (children
-// under a threshold or past max_graph_depth count as self, as in uftrace).
+// under a threshold or past max_graph_depth count as self, as in uftrace);
+// a recursive function's total counts its outermost calls only, as
+// uftrace's does.
 #pragma once
 
 #include <cstdint>
