@@ -39,12 +39,18 @@ struct RecordOptions {
   // is recorded from outside, through its control socket
   // (usrtrace/control.h), as `usrtrace record -P PID` does.
   int pid = 0;
+  // 0: the file keeps every page taken. Else each CPU of each instance
+  // keeps its newest pages that fit in this many bytes (whole pages, at
+  // least one), the older ones given up as the recording goes: a flight
+  // recorder on disk, as trace-cmd record -m (KiB there).
+  uint64_t max_cpu_bytes = 0;
 };
 
 struct RecordStats {
-  uint64_t pages = 0;        // pages written
-  uint64_t bytes = 0;        // of CPU data
-  uint64_t lost_events = 0;  // reported by the buffers (overwritten or dropped)
+  uint64_t pages = 0;          // pages taken from the buffers
+  uint64_t bytes = 0;          // of CPU data
+  uint64_t lost_events = 0;    // reported by the buffers (overwritten or dropped)
+  uint64_t pages_dropped = 0;  // of `pages`, given up to max_cpu_bytes (oldest first)
 };
 
 // Drains instances' buffers while the program runs: a thread per instance

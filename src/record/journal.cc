@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -24,7 +25,15 @@ constexpr uint32_t kVersion = 1;
 constexpr uint32_t kHeaderBytes = 32;
 constexpr uint32_t kRecordHead = 16;
 
-enum Kind : uint32_t { kOutput = 1, kProcess = 2, kStream = 3, kMeta = 4, kPages = 5, kPagesIn = 6 };
+enum Kind : uint32_t {
+  kOutput = 1,
+  kProcess = 2,
+  kStream = 3,
+  kMeta = 4,
+  kPages = 5,
+  kPagesIn = 6,
+  kPagesGone = 7
+};
 
 // What a reader accepts (a journal is untrusted input).
 constexpr uint64_t kMaxSmallRecord = 1 << 16;  // every record but kMeta and kPages
@@ -95,6 +104,34 @@ struct Cursor {
   }
 };
 
+// Takes [off, off + n) out of a CPU's extents (in the order written),
+// keeping what is left of each in place: a ring's oldest pages go, the
+// rest stay in order. The bytes taken.
+uint64_t cut_extents(std::vector<Extent>* extents, uint64_t off, uint64_t n) {
+  const uint64_t end = off + n;
+  uint64_t cut = 0;
+  std::vector<Extent> kept;
+  kept.reserve(extents->size() + 1);
+  for (const Extent& e : *extents) {
+    const uint64_t e_end = e.offset + e.size;
+    if (e_end <= off || e.offset >= end) {
+      kept.push_back(e);
+      continue;
+    }
+    if (e.offset < off) kept.push_back({e.offset, off - e.offset});
+    if (e_end > end) kept.push_back({end, e_end - end});
+    cut += std::min(e_end, end) - std::max(e.offset, off);
+  }
+  *extents = std::move(kept);
+  return cut;
+}
+
+bool overlaps(const std::vector<Extent>& extents, uint64_t off, uint64_t n) {
+  for (const Extent& e : extents)
+    if (e.offset < off + n && off < e.offset + e.size) return true;
+  return false;
+}
+
 }  // namespace
 
 JournalWriter::~JournalWriter() {
@@ -131,7 +168,10 @@ int JournalWriter::create(const RecordOptions& opts, std::string* err) {
   output_ = opts.output;
   // trace.dat v7 without compression can name CPU data anywhere in the
   // file: each CPU's pages go where one of them stays (journal.h).
-  page_files_ = opts.file_version == 7 && !opts.compress;
+  // A size limit needs them too, whatever the output: a page file is
+  // reused as a ring (journal.h).
+  page_files_ = (opts.file_version == 7 && !opts.compress) || opts.max_cpu_bytes > 0;
+  max_cpu_bytes_ = opts.max_cpu_bytes;
   // The output as an absolute name, so that recover writes it wherever it runs.
   std::string output = opts.output;
   if (output.empty() || output[0] != '/') {
@@ -211,7 +251,9 @@ int JournalWriter::put_pages(uint32_t stream, uint32_t cpu, const void* pages, s
 
 // The pages first, then the record that says they are there: a death in
 // between costs that one batch, and the journal never names pages that
-// were not written.
+// were not written. With a size limit, the record that gives up the pages
+// about to be overwritten comes before them: a death in the middle of the
+// overwrite never lets the journal name torn or newer pages as older ones.
 int JournalWriter::put_in_page_file(uint32_t stream, uint32_t cpu, const void* pages, size_t bytes,
                                     std::string* err) {
   std::lock_guard<std::mutex> l(mu_);
@@ -225,6 +267,7 @@ int JournalWriter::put_in_page_file(uint32_t stream, uint32_t cpu, const void* p
     return -EINVAL;
   }
   PageFile& f = files_[{stream, cpu}];
+  const uint64_t start = page_file_start(unit);
   if (f.fd < 0) {
     const std::string name = page_file_name(path_, stream, cpu);
     // A new name beside the journal's (which mkostemp made ours alone):
@@ -236,14 +279,49 @@ int JournalWriter::put_in_page_file(uint32_t stream, uint32_t cpu, const void* p
       *err = error_text_;
       return -error_;
     }
-    f.end = page_file_start(unit);
+    f.end = start;
   }
+  // The ring's size: whole pages, at least one.
+  const uint64_t ring = max_cpu_bytes_ ? std::max<uint64_t>(1, max_cpu_bytes_ / unit) * unit : 0;
+  const char* c = static_cast<const char*>(pages);
+  if (ring && bytes > ring) {  // the batch's older pages would be overwritten by its newer
+    pages_dropped_ += (bytes - ring) / unit;
+    c += bytes - ring;
+    bytes = ring;
+  }
+  while (bytes > 0) {
+    uint64_t n = bytes;
+    if (ring) {
+      if (f.end == start + ring) {
+        f.end = start;
+        f.wrapped = true;
+      }
+      n = std::min<uint64_t>(n, start + ring - f.end);
+      if (f.wrapped) {
+        std::string p;
+        put32(&p, stream);
+        put32(&p, cpu);
+        put64(&p, f.end);
+        put64(&p, n);
+        if (int rc = append_locked(kPagesGone, p, nullptr, 0, err); rc < 0) return rc;
+        pages_dropped_ += n / unit;
+      }
+    }
+    if (int rc = write_pages_locked(f, stream, cpu, unit, c, n, err); rc < 0) return rc;
+    c += n;
+    bytes -= n;
+  }
+  return 0;
+}
+
+// `n` bytes of pages at f.end, then the record that names them.
+int JournalWriter::write_pages_locked(PageFile& f, uint32_t stream, uint32_t cpu, uint32_t unit,
+                                      const char* c, uint64_t n, std::string* err) {
   const uint64_t at = f.end;
   uint64_t done = 0;
-  const char* c = static_cast<const char*>(pages);
   int e = 0;
-  while (done < bytes) {
-    const ssize_t w = ::pwrite(f.fd, c + done, bytes - done, static_cast<off_t>(at + done));
+  while (done < n) {
+    const ssize_t w = ::pwrite(f.fd, c + done, n - done, static_cast<off_t>(at + done));
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
       e = w < 0 ? errno : EIO;
@@ -299,6 +377,11 @@ void JournalWriter::installed(uint32_t stream, uint32_t cpu) {
 uint64_t JournalWriter::page_bytes() const {
   std::lock_guard<std::mutex> l(mu_);
   return page_bytes_;
+}
+
+uint64_t JournalWriter::pages_dropped() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return pages_dropped_;
 }
 
 void JournalWriter::remove() {
@@ -491,7 +574,7 @@ int read_journal(int fd, Journal* out, std::string* err, const std::string& path
       at = body + len + (8 - len % 8) % 8;
       continue;
     }
-    if (kind == kPagesIn) {
+    if (kind == kPagesIn || kind == kPagesGone) {
       char r[24];
       if (len != sizeof r || avail < sizeof r || !read_at(fd, body, r, sizeof r)) {
         damaged("a page record cut short");
@@ -509,25 +592,38 @@ int read_journal(int fd, Journal* out, std::string* err, const std::string& path
       }
       Journal::Stream& s = out->streams[stream];
       CpuData& c = s.cpus[cpu];
+      const uint64_t start = page_file_start(s.page_size);
+      if (n == 0 || n % s.page_size != 0 || off < start || (off - start) % s.page_size != 0 ||
+          n > UINT64_MAX - off) {
+        damaged("a page record that is not whole pages of its page file");
+        break;
+      }
+      if (kind == kPagesGone) {
+        const uint64_t gone = cut_extents(&c.extents, off, n) / s.page_size;
+        out->pages -= gone;
+        out->pages_gone += gone;
+        at = body + len + (8 - len % 8) % 8;
+        continue;
+      }
       std::pair<int, uint64_t> f;
       if (!page_file(stream, cpu, &f)) {
         damaged("pages in a page file that is not there (" + page_file_name(jpath, stream, cpu) + ")");
         break;
       }
-      // In order, after what the file held before, and in the file.
-      const uint64_t expect =
-          c.extents.empty() ? page_file_start(s.page_size) : c.extents.back().offset + c.extents.back().size;
-      if (n == 0 || n % s.page_size != 0 || off != expect || (!c.extents.empty() && c.fd != f.first)) {
-        damaged("a page record that does not follow its page file's last");
+      // After what the file held before, or where kPagesGone made room; in
+      // the file.
+      const bool follows = !c.extents.empty() && off == c.extents.back().offset + c.extents.back().size;
+      if ((!c.extents.empty() && c.fd != f.first) || (!follows && overlaps(c.extents, off, n))) {
+        damaged("a page record over pages its page file still holds");
         break;
       }
       const uint64_t have = f.second > off ? std::min(n, (f.second - off) / s.page_size * s.page_size) : 0;
       if (have > 0) {
         c.fd = f.first;
-        if (c.extents.empty())
-          c.extents.push_back({off, have});
-        else
+        if (follows)
           c.extents.back().size += have;  // one run: the pages follow each other
+        else
+          c.extents.push_back({off, have});
         out->pages += have / s.page_size;
       }
       if (have < n) {
@@ -680,8 +776,9 @@ int finish_in_place(JournalWriter& w, const Journal& j, const std::vector<uint32
     for (size_t ci = 0; ci < s.cpus.size(); ++ci) {
       const CpuData& c = s.cpus[ci];
       if (c.size() <= best) continue;
-      if (c.fd == w.fd() || c.extents.size() != 1 || c.extents[0].offset != page_file_start(s.page_size))
-        return 1;  // pages in the journal itself: an older layout
+      if (c.fd == w.fd()) return 1;  // pages in the journal itself: an older layout
+      // A ring that came round (max_cpu_bytes) is not one run: copied.
+      if (c.extents.size() != 1 || c.extents[0].offset != page_file_start(s.page_size)) continue;
       best = c.size();
       best_stream = static_cast<int>(si);
       best_cpu = static_cast<int>(ci);

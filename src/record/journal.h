@@ -19,6 +19,8 @@
 //     kPages    u32 stream, u32 CPU, then whole pages as trace_pipe_raw gives them
 //     kPagesIn  u32 stream, u32 CPU, u64 offset, u64 bytes: whole pages
 //               written at `offset` of the stream's CPU's page file
+//     kPagesGone u32 stream, u32 CPU, u64 offset, u64 bytes: the pages
+//               there no longer count (about to be overwritten)
 //   (str: u32 length, then the bytes.) A record cut short by a death or a
 // full disk ends the journal; of a kPages record cut short, its whole pages
 // count.
@@ -32,6 +34,14 @@
 // first page and the rest after its pages (finish_journal). The copy of
 // every page into a new file that this saves took 0.09 s of a 0.5 s
 // recording of 150 MB, most of it on one CPU (bench/whole_job.py).
+//
+// A size limit (RecordOptions::max_cpu_bytes, trace-cmd's -m) makes each
+// page file a ring of that many bytes from max(4096, page size): when it
+// is full the next pages go back to its start, each run announced first
+// by kPagesGone for the pages it replaces. A reader keeps a CPU's pages as
+// extents in the order written and cuts what kPagesGone names out of them,
+// so what is left is the newest pages, oldest first. It needs page files
+// whatever the output (they are then copied as v6's or compressed data).
 #pragma once
 
 #include <cstdint>
@@ -82,6 +92,8 @@ class JournalWriter {
   void installed(uint32_t stream, uint32_t cpu);
 
   uint64_t page_bytes() const;
+  // Pages given up to RecordOptions::max_cpu_bytes (oldest first).
+  uint64_t pages_dropped() const;
   // Removes the file and its page files (its trace.dat was written).
   void remove();
   // Keeps the file whatever it holds (a recording that failed says where).
@@ -95,9 +107,12 @@ class JournalWriter {
 
   struct PageFile {
     int fd = -1;
-    uint64_t end = 0;  // where the next page goes
+    uint64_t end = 0;      // where the next page goes
+    bool wrapped = false;  // a ring (max_cpu_bytes_) that came round: the next pages overwrite
     bool installed = false;
   };
+  int write_pages_locked(PageFile& f, uint32_t stream, uint32_t cpu, uint32_t unit, const char* c, uint64_t n,
+                         std::string* err);
 
   mutable std::mutex mu_;
   int fd_ = -1;
@@ -105,6 +120,8 @@ class JournalWriter {
   std::string output_;
   uint64_t end_ = 0;                        // under mu_
   uint64_t page_bytes_ = 0;                 // under mu_
+  uint64_t pages_dropped_ = 0;              // under mu_
+  uint64_t max_cpu_bytes_ = 0;              // set by create(): 0, or each page file is a ring of this size
   uint32_t processes_ = 0, streams_ = 0;    // under mu_
   std::vector<uint32_t> stream_page_size_;  // under mu_
   int error_ = 0;                           // under mu_: the first failure
@@ -139,6 +156,7 @@ struct Journal {
   std::vector<Process> processes;
   std::vector<Stream> streams;
   uint64_t pages = 0;
+  uint64_t pages_gone = 0;    // given up by kPagesGone (a size limit's ring)
   uint64_t bytes = 0;         // the file's size
   std::string damage;         // why the journal ended early, "" if it ended at a record's end
   std::vector<int> page_fds;  // the page files read (CpuData::fd), closed with the Journal

@@ -521,6 +521,7 @@ class Recording {
       st.bytes += s->bytes.load(std::memory_order_relaxed);
       st.lost_events += s->lost.load(std::memory_order_relaxed);
     }
+    st.pages_dropped = journal_.pages_dropped();
     return st;
   }
 

@@ -473,6 +473,7 @@ RecordStats ProcessTreeRecording::stats() const {
     st.bytes += s.bytes;
     st.lost_events += s.lost_events;
   }
+  st.pages_dropped = journal_.pages_dropped();  // one journal for all
   return st;
 }
 
@@ -516,6 +517,7 @@ RecordStats RemoteRecording::stats() const {
   st.pages = pages_.load(std::memory_order_relaxed);
   st.bytes = bytes_.load(std::memory_order_relaxed);
   st.lost_events = lost_.load(std::memory_order_relaxed);
+  st.pages_dropped = journal_ ? journal_->pages_dropped() : 0;
   return st;
 }
 

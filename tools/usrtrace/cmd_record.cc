@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -67,6 +68,17 @@ void add_file_options(CLI::App* sub, FileOptions* f) {
 }
 
 void report(const std::string& verb, const RecordStats& st, const std::string& file) {
+  if (st.pages_dropped > 0) {
+    fprintf(
+        stderr,
+        "usrtrace %s: %llu pages taken, the %llu oldest given up to the size limit (-m), %llu written to %s; "
+        "%llu events lost\n",
+        verb.c_str(), static_cast<unsigned long long>(st.pages),
+        static_cast<unsigned long long>(st.pages_dropped),
+        static_cast<unsigned long long>(st.pages - std::min(st.pages, st.pages_dropped)), file.c_str(),
+        static_cast<unsigned long long>(st.lost_events));
+    return;
+  }
   fprintf(stderr, "usrtrace %s: %llu pages (%llu bytes) written to %s; %llu events lost\n", verb.c_str(),
           static_cast<unsigned long long>(st.pages), static_cast<unsigned long long>(st.bytes), file.c_str(),
           static_cast<unsigned long long>(st.lost_events));
@@ -283,9 +295,6 @@ void default_buffer_sizes(Setup* s) {
 constexpr const char* kNoSleepInterval =
     "usrtrace's recorder has no sleep interval: it wakes when a CPU's buffer is buffer_percent full "
     "(the instance's buffer_percent file)";
-constexpr const char* kNoMaxSize =
-    "a size limit per CPU is not supported yet: the file keeps everything recorded "
-    "(-b sizes the buffers; `extract` takes only what they hold)";
 
 Runner add_record(CLI::App& app) {
   struct Options {
@@ -295,6 +304,7 @@ Runner add_record(CLI::App& app) {
     bool keep = false;
     bool children = false;
     bool quiet = false;
+    uint64_t max_kib = 0;
     std::vector<std::string> command;
   };
   auto o = std::make_shared<Options>();
@@ -313,9 +323,10 @@ Runner add_record(CLI::App& app) {
   sub->add_option_function<std::string>(
       "-s", [](const std::string&) { throw CLI::ValidationError("-s", kNoSleepInterval); },
       "Not taken: the recorder wakes when a buffer is buffer_percent full, not on a timer");
-  sub->add_option_function<std::string>(
-      "-m", [](const std::string&) { throw CLI::ValidationError("-m", kNoMaxSize); },
-      "Not taken yet: the file keeps all that was recorded (size the buffers with -b)");
+  sub->add_option("-m,--max-size", o->max_kib,
+                  "KiB per CPU of each instance that the file keeps: the newest pages, the older given up as "
+                  "the recording goes (whole pages, at least one), as trace-cmd's -m")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
   sub->add_option("command", o->command, "-- COMMAND ARGS: start and record this program");
   sub->positionals_at_end();
   return [o] {
@@ -415,6 +426,7 @@ Runner add_record(CLI::App& app) {
     ro.compress = o->file.compress;
     ro.pid = pid;
     ro.instances = instances;
+    ro.max_cpu_bytes = o->max_kib * 1024;
     std::string err;
     // A recording of the same output that was killed left its pages: say
     // so once, before this one adds its own journal beside them.
