@@ -38,11 +38,35 @@ unsigned long long loaded_objects() {
   return adds;
 }
 
+// Of the functions at one address (aliases: a debug file's
+// __libc_start_main_impl and the exported __libc_start_main), the one a
+// reader knows, as perf's choose_best_symbol picks it: global before
+// local, then fewer leading underscores, then the shorter name.
+bool better(const Symbol& a, const Symbol& b) {
+  const bool ga = a.type == 'T', gb = b.type == 'T';
+  if (ga != gb) return ga;
+  const size_t ua = a.name.find_first_not_of('_'), ub = b.name.find_first_not_of('_');
+  if (ua != ub) return ua < ub;
+  return a.name.size() < b.name.size();
+}
+
 std::shared_ptr<const Table> load() {
   auto t = std::make_shared<Table>();
   t->adds = loaded_objects();
-  for (Symbol& s : load_process_symbols())
-    if (s.type == 't' || s.type == 'T') t->funcs.push_back({s.addr, s.size, kallsyms_name(s.name)});
+  const Symbol* pick = nullptr;  // the best so far at its address
+  std::vector<Symbol> syms = load_process_symbols();
+  for (const Symbol& s : syms) {
+    if (s.type != 't' && s.type != 'T') continue;
+    if (pick != nullptr && pick->addr == s.addr) {
+      if (better(s, *pick)) {
+        pick = &s;
+        t->funcs.back() = {s.addr, s.size, kallsyms_name(s.name)};
+      }
+      continue;
+    }
+    pick = &s;
+    t->funcs.push_back({s.addr, s.size, kallsyms_name(s.name)});
+  }
   return t;
 }
 

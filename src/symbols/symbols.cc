@@ -9,9 +9,11 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 
 namespace usrtrace::symbols {
 namespace {
@@ -36,24 +38,123 @@ int collect(struct dl_phdr_info* info, size_t, void* arg) {
   return 0;
 }
 
-void read_object(const Object& o, std::vector<Symbol>* out) {
-  const int fd = ::open(o.path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
-  Elf* elf = elf_begin(fd, ELF_C_READ_MMAP, nullptr);
-  if (elf == nullptr) {
-    ::close(fd);
-    return;
+// The object's GNU build-id in hex ("" if it has none).
+std::string build_id(Elf* elf) {
+  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
+    GElf_Shdr sh;
+    if (gelf_getshdr(scn, &sh) == nullptr || sh.sh_type != SHT_NOTE) continue;
+    Elf_Data* d = elf_getdata(scn, nullptr);
+    if (d == nullptr || d->d_buf == nullptr) continue;
+    GElf_Nhdr nh;
+    size_t name_at = 0, desc_at = 0;
+    for (size_t off = 0; (off = gelf_getnote(d, off, &nh, &name_at, &desc_at)) > 0;) {
+      const auto* b = static_cast<const unsigned char*>(d->d_buf);
+      if (nh.n_type != NT_GNU_BUILD_ID || nh.n_namesz != 4 || std::memcmp(b + name_at, "GNU", 4) != 0)
+        continue;
+      std::string hex;
+      char two[3];
+      for (size_t i = 0; i < nh.n_descsz; ++i) {
+        snprintf(two, sizeof two, "%02x", b[desc_at + i]);
+        hex += two;
+      }
+      return hex;
+    }
   }
+  return "";
+}
+
+// The file name .gnu_debuglink gives ("" if none).
+std::string debuglink(Elf* elf) {
+  size_t shstrndx = 0;
+  if (elf_getshdrstrndx(elf, &shstrndx) != 0) return "";
+  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
+    GElf_Shdr sh;
+    if (gelf_getshdr(scn, &sh) == nullptr || sh.sh_type != SHT_PROGBITS) continue;
+    const char* name = elf_strptr(elf, shstrndx, sh.sh_name);
+    if (name == nullptr || std::strcmp(name, ".gnu_debuglink") != 0) continue;
+    Elf_Data* d = elf_getdata(scn, nullptr);
+    if (d == nullptr || d->d_buf == nullptr || d->d_size == 0) return "";
+    const char* b = static_cast<const char*>(d->d_buf);
+    const std::string link(b, strnlen(b, d->d_size));
+    return link.find('/') == std::string::npos ? link : "";  // a name, not a path
+  }
+  return "";
+}
+
+// The symbol table of `elf` and its header, .symtab if it has one, else
+// .dynsym (nullptr: neither).
+Elf_Scn* symbol_table(Elf* elf, GElf_Shdr* hdr) {
   Elf_Scn* best = nullptr;
-  GElf_Shdr best_hdr{};
   for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
     GElf_Shdr sh;
     if (gelf_getshdr(scn, &sh) == nullptr) continue;
     if (sh.sh_type == SHT_SYMTAB || (sh.sh_type == SHT_DYNSYM && best == nullptr)) {
       best = scn;
-      best_hdr = sh;
+      *hdr = sh;
     }
   }
+  return best;
+}
+
+// An ELF file open for reading, closed with it.
+struct ElfFile {
+  int fd = -1;
+  Elf* elf = nullptr;
+  explicit ElfFile(const std::string& path) {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) elf = elf_begin(fd, ELF_C_READ_MMAP, nullptr);
+  }
+  ElfFile(const ElfFile&) = delete;
+  ElfFile& operator=(const ElfFile&) = delete;
+  ~ElfFile() {
+    if (elf != nullptr) elf_end(elf);
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// Where separate debug files are looked for, as gdb's debug-file-directory:
+// USRTRACE_DEBUG_FILE_DIRECTORY if set (empty: nowhere but beside the
+// object), else /usr/lib/debug, where Debian's -dbg and -dbgsym packages
+// put them.
+std::string debug_file_directory() {
+  const char* e = getenv("USRTRACE_DEBUG_FILE_DIRECTORY");
+  return e != nullptr ? e : "/usr/lib/debug";
+}
+
+// The separate debug file of an object without .symtab (a stripped
+// library whose symbols a -dbg package installed), as gdb finds it: by
+// build-id under the debug directory, then by .gnu_debuglink beside the
+// object, in its .debug/, and under the debug directory. A candidate
+// counts when it has a .symtab and, if the object has a build-id, the same
+// one (a debug file of another build would name the wrong functions).
+std::unique_ptr<ElfFile> debug_file(const Object& o, Elf* elf) {
+  const std::string id = build_id(elf), dir = debug_file_directory();
+  std::vector<std::string> candidates;
+  if (id.size() > 2 && !dir.empty())
+    candidates.push_back(dir + "/.build-id/" + id.substr(0, 2) + "/" + id.substr(2) + ".debug");
+  if (const std::string link = debuglink(elf); !link.empty()) {
+    char real[PATH_MAX];
+    if (realpath(o.path.c_str(), real) != nullptr) {
+      std::string at(real);
+      at.resize(at.rfind('/'));
+      candidates.push_back(at + "/" + link);
+      candidates.push_back(at + "/.debug/" + link);
+      if (!dir.empty()) candidates.push_back(dir + at + "/" + link);
+    }
+  }
+  for (const std::string& c : candidates) {
+    auto f = std::make_unique<ElfFile>(c);
+    GElf_Shdr sh;
+    Elf_Scn* t = f->elf != nullptr ? symbol_table(f->elf, &sh) : nullptr;
+    if (t != nullptr && sh.sh_type == SHT_SYMTAB && (id.empty() || build_id(f->elf) == id)) return f;
+  }
+  return nullptr;
+}
+
+void read_object(const Object& o, std::vector<Symbol>* out) {
+  ElfFile file(o.path);
+  Elf* elf = file.elf;
+  if (elf == nullptr) return;
   // -finstrument-functions code calls the hook: the name is in the symbol
   // tables (undefined, or defined in a program linked with libusrtrace.a;
   // not glibc's own empty definitions). Its GOT slot comes from the dynamic
@@ -94,6 +195,19 @@ void read_object(const Object& o, std::vector<Symbol>* out) {
       }
     }
   }
+  GElf_Shdr best_hdr{};
+  Elf_Scn* best = symbol_table(elf, &best_hdr);
+  // A stripped object: its separate debug file's .symtab names its static
+  // functions too (same link-time addresses).
+  std::unique_ptr<ElfFile> debug;
+  Elf* names = elf;
+  if (best == nullptr || best_hdr.sh_type != SHT_SYMTAB) {
+    debug = debug_file(o, elf);
+    if (debug) {
+      names = debug->elf;
+      best = symbol_table(names, &best_hdr);
+    }
+  }
   Elf_Data* data = best ? elf_getdata(best, nullptr) : nullptr;
   if (data != nullptr && best_hdr.sh_entsize != 0) {
     const size_t n = best_hdr.sh_size / best_hdr.sh_entsize;
@@ -103,17 +217,19 @@ void read_object(const Object& o, std::vector<Symbol>* out) {
       const int type = GELF_ST_TYPE(sym.st_info);
       if ((type != STT_FUNC && type != STT_OBJECT) || sym.st_shndx == SHN_UNDEF || sym.st_value == 0)
         continue;
-      const char* name = elf_strptr(elf, best_hdr.sh_link, sym.st_name);
+      const char* name = elf_strptr(names, best_hdr.sh_link, sym.st_name);
       if (name == nullptr || name[0] == '\0') continue;
       const bool global = GELF_ST_BIND(sym.st_info) != STB_LOCAL;
       char t = type == STT_FUNC ? 't' : 'd';
       if (global) t = static_cast<char>(t - 'a' + 'A');
-      out->push_back({o.base + sym.st_value, sym.st_size, t, name, o.module, instrumented && type == STT_FUNC,
-                      hook_got});
+      // A .symtab spells a versioned symbol "__libc_start_main@@GLIBC_2.34";
+      // .dynsym, filters and readers say "__libc_start_main".
+      const char* at = std::strchr(name, '@');
+      out->push_back({o.base + sym.st_value, sym.st_size, t,
+                      at != nullptr && at != name ? std::string(name, at) : std::string(name), o.module,
+                      instrumented && type == STT_FUNC, hook_got});
     }
   }
-  elf_end(elf);
-  ::close(fd);
 }
 
 }  // namespace

@@ -27,7 +27,10 @@ struct Symbol {
 };
 
 // Reads the symbols of every object loaded now (dl_iterate_phdr), .symtab
-// where present, else .dynsym. Sorted by address, duplicates dropped.
+// where present, else the .symtab of its separate debug file (by build-id
+// or .gnu_debuglink, under USRTRACE_DEBUG_FILE_DIRECTORY, default
+// /usr/lib/debug, as gdb looks), else .dynsym. Sorted by address,
+// duplicates dropped.
 // Context: control plane; allocates, opens files.
 std::vector<Symbol> load_process_symbols();
 

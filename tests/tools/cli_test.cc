@@ -129,6 +129,46 @@ TEST(CliStart, AFilterHoldsFromTheEventsFirstRecord) {
   EXPECT_EQ(count(run_cli({"show", "-P", t.spid()}).out, " tick: "), 3);
 }
 
+// A user stack names every frame the process can: the program's
+// functions from its .symtab; a stripped library's from its separate debug
+// file, found by build-id under /usr/lib/debug as gdb finds it (libc's,
+// from Debian's libc6-dbg: __libc_start_call_main is a static function,
+// in no table libc.so.6 itself carries); with no debug file, the object
+// and offset, as the kernel's sym-userobj prints a frame.
+TEST(CliStart, StackFramesAreNamedFromSeparateDebugFiles) {
+  if (Proc::start({"/usr/bin/dpkg-query", "-W", "libc6-dbg"}, false).finish().rc != 0)
+    GTEST_SKIP()
+        << "libc6-dbg is not installed (scripts/install-deps.sh installs it): libc has no debug file";
+  const char* before = getenv("USRTRACE_DEBUG_FILE_DIRECTORY");
+  const std::string saved = before ? before : "";
+  for (const bool debug : {true, false}) {
+    SCOPED_TRACE(debug ? "/usr/lib/debug" : "USRTRACE_DEBUG_FILE_DIRECTORY=");
+    // The traced program's environment: it names its own frames.
+    if (debug)
+      unsetenv("USRTRACE_DEBUG_FILE_DIRECTORY");
+    else
+      setenv("USRTRACE_DEBUG_FILE_DIRECTORY", "", 1);
+    Target t;
+    Result r = run_cli({"start", "-P", t.spid(), "-e", "clitest:rare", "-T"});
+    ASSERT_EQ(r.rc, 0) << r.err;
+    t.cmd("rare 1");
+    r = run_cli({"show", "-P", t.spid()});
+    EXPECT_EQ(count(r.out, "<user stack trace>"), 1) << r.out;
+    EXPECT_EQ(count(r.out, " => main+0x"), 1) << r.out;
+    EXPECT_EQ(count(r.out, " => __libc_start_call_main+0x"), debug ? 1 : 0) << r.out;
+    EXPECT_EQ(count(r.out, "/libc.so.6[+0x"), debug ? 0 : 1) << r.out;
+    // An exported alias at the same address is the name kept, as perf
+    // keeps it (not the debug file's __libc_start_main_impl), without its
+    // symbol version.
+    EXPECT_EQ(count(r.out, " => __libc_start_main+0x"), 1) << r.out;
+    EXPECT_EQ(r.out.find("@GLIBC"), std::string::npos) << r.out;
+  }
+  if (before)
+    setenv("USRTRACE_DEBUG_FILE_DIRECTORY", saved.c_str(), 1);
+  else
+    unsetenv("USRTRACE_DEBUG_FILE_DIRECTORY");
+}
+
 // trace-cmd's event flags, with its meanings: -R a trigger for the -e
 // before it (in place before the event is on), -v turns the next -e into a
 // disable, -T a stack trace after each event of the instance's -e's (under
@@ -175,12 +215,9 @@ TEST(CliStart, TraceCmdsTriggerNegateStacktraceAndCpumaskFlags) {
   EXPECT_EQ(count(r.out, " rare: "), 2) << r.out;
   EXPECT_EQ(count(r.out, "<user stack trace>"), 2) << r.out;
   EXPECT_EQ(r.out.find("rare: n=0"), std::string::npos) << r.out;
-  // Each frame named as the process can name it: a function of the
-  // program (from its symbol table), or an object and offset, as the
-  // kernel's sym-userobj prints a frame (libc's __libc_start_call_main is
-  // in no symbol table Debian ships).
+  // Each frame named as the process can name it (the frames in libc:
+  // CliStart.StackFramesAreNamedFromSeparateDebugFiles).
   EXPECT_EQ(count(r.out, " => main+0x"), 2) << r.out;
-  EXPECT_EQ(count(r.out, "/libc.so.6[+0x"), 2) << r.out;
   EXPECT_EQ(count(r.out, " => __libc_start_main+0x"), 2) << r.out;
   // -v: the system on, then rare off again.
   r = run_cli({"show", "-P", t.spid(), "-B", "cli_neg", "--set_event"});
