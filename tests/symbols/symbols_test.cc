@@ -1,0 +1,73 @@
+// The program's symbols as the trace names functions with them
+// (src/symbols): a stripped library's static functions come from its
+// separate debug file, found as gdb finds it (.gnu_debuglink beside the
+// library here; by build-id under /usr/lib/debug, for Debian's -dbg
+// packages, in CliStart.StackFramesAreNamedFromSeparateDebugFiles).
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "symbols/resolver.h"
+#include "symbols/symbols.h"
+
+namespace {
+
+using usrtrace::symbols::load_process_symbols;
+using usrtrace::symbols::Resolver;
+using usrtrace::symbols::Symbol;
+
+// The symbol at exactly `addr`, or nullptr.
+const Symbol* at(const std::vector<Symbol>& syms, uint64_t addr) {
+  for (const Symbol& s : syms)
+    if (s.addr == addr) return &s;
+  return nullptr;
+}
+
+void* hidden_address(const char* path, void** handle) {
+  *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (*handle == nullptr) return nullptr;
+  auto fn = reinterpret_cast<void* (*)()>(dlsym(*handle, "debuglink_hidden_address"));
+  return fn ? fn() : nullptr;
+}
+
+TEST(Symbols, AStrippedLibrarysStaticFunctionsComeFromItsDebugLink) {
+  void* h = nullptr;
+  void* hidden = hidden_address(DEBUGLINK_DSO, &h);
+  ASSERT_NE(hidden, nullptr) << dlerror();
+  const std::vector<Symbol> syms = load_process_symbols();
+  const Symbol* s = at(syms, reinterpret_cast<uint64_t>(hidden));
+  ASSERT_NE(s, nullptr) << "no symbol at the static function's address";
+  EXPECT_EQ(s->name, "hidden_work");
+  EXPECT_EQ(s->type, 't');
+  EXPECT_GT(s->size, 0u);
+  EXPECT_EQ(s->module, "libdebuglink_dso.so");
+  Resolver::invalidate();
+  std::string name;
+  uint64_t off = 1;
+  ASSERT_TRUE(Resolver::lookup(reinterpret_cast<uint64_t>(hidden) + 2, &name, &off));
+  EXPECT_EQ(name, "hidden_work");
+  EXPECT_EQ(off, 2u);
+  dlclose(h);
+}
+
+// The same library without its debug file beside it: only .dynsym, which
+// holds no static function; and a debug file of another build (its
+// build-id differs) is not taken for it.
+TEST(Symbols, NoDebugFileOrAnotherBuildsNamesNothingStatic) {
+  for (const char* path : {DEBUGLINK_DSO_ALONE, DEBUGLINK_DSO_WRONG}) {
+    SCOPED_TRACE(path);
+    void* h = nullptr;
+    void* hidden = hidden_address(path, &h);
+    ASSERT_NE(hidden, nullptr) << dlerror();
+    const std::vector<Symbol> syms = load_process_symbols();
+    const Symbol* s = at(syms, reinterpret_cast<uint64_t>(hidden));
+    EXPECT_EQ(s, nullptr) << s->name;
+    bool exported = false;  // .dynsym was read
+    for (const Symbol& e : syms) exported |= e.name == "debuglink_call";
+    EXPECT_TRUE(exported);
+    dlclose(h);
+  }
+}
+
+}  // namespace
