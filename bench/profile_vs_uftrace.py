@@ -8,7 +8,7 @@ recorded with `usrtrace record -p function_graph` and with `uftrace record`
 each round. For every function both report:
 
 - calls must be equal (the script exits 1 if any differ: that is a bug, not
-  noise);
+  noise), but for the few that differ between any two runs of Lua;
 - times differ by what each tool adds to every call it measures. Both take
   a time stamp in the entry hook and one in the exit hook; what a hook does
   before its entry stamp and after its exit stamp counts in the caller's
@@ -37,6 +37,11 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import whole_job  # noqa: E402  (the Lua build and the launcher)
 
+# Calls that differ between any two runs of Lua, traced or not: tests/realworld/
+# realworld_test.sh's nondeterministic() says why (pointer keys hashed by
+# address, which ASLR moves). They need only be named by both tools.
+NONDETERMINISTIC = re.compile(r"^(mainposition.*|getfreepos.*|luaH_newkey.*|getgeneric.*|equalkey.*|hashint|"
+                              r"l_hashfloat|luaS_hashlongstr|internshrstr.*|luaS_newlstr.*|luaS_hash)$")
 UNITS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9, "m": 60e9}
 TIME = r"(\d+(?:\.\d+)?) (ns|us|ms|s|m)"
 
@@ -94,14 +99,14 @@ def main():
             wall[n] = w
             if n == "usrtrace":
                 ours = parse(subprocess.run([cli, "report", "--profile", "-i", g], capture_output=True, text=True,
-                                            check=True).stdout, 2)
+                                            check=True).stdout)
             elif n == "uftrace":
                 theirs = parse(subprocess.run(["uftrace", "report", "-d", u], capture_output=True, text=True,
                                               check=True).stdout)
         if r == 0:
             continue
         both = sorted(set(ours) & set(theirs))
-        differ = [f for f in both if ours[f][2] != theirs[f][2]]
+        differ = [f for f in both if ours[f][2] != theirs[f][2] and not NONDETERMINISTIC.match(f)]
         if differ:
             for f in differ[:20]:
                 print(f"calls differ: {f}: usrtrace {ours[f][2]}, uftrace {theirs[f][2]}", file=sys.stderr)
@@ -121,6 +126,7 @@ def main():
     last = rounds[-1]
     print(f"Lua 5.4.4 (gcc -O2 -finstrument-functions), tests/realworld's workload once: "
           f"{last['calls']} calls in {len(last['ours'])} functions, equal per function in every round "
+          f"(but for those Lua's hashing of addresses moves, tests/realworld/realworld_test.sh) "
           f"({a.rounds} rounds; medians).\n")
     print("| function | calls | total usrtrace | total uftrace | ratio | self usrtrace | self uftrace |")
     print("|---|---|---|---|---|---|---|")

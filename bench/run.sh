@@ -642,6 +642,14 @@ if cmake --build "$BUILD" --target usrtrace_cli usrtrace_preload >"$TMP/cli-buil
   echo "## The whole job: recording a real program (whole_job.py)"
   echo
   python3 "$ROOT/bench/whole_job.py" --cli "$BUILD/tools/usrtrace" --rounds "$WHOLE_ROUNDS"
+  # 14. The views' numbers (profile_vs_uftrace.py): `usrtrace report
+  # --profile` beside `uftrace report` on the same binary, calls checked
+  # equal, times set side by side.
+  log "profile: usrtrace report --profile beside uftrace report ($WHOLE_ROUNDS rounds)"
+  echo
+  echo "## report --profile beside uftrace report (profile_vs_uftrace.py)"
+  echo
+  python3 "$ROOT/bench/profile_vs_uftrace.py" --cli "$BUILD/tools/usrtrace" --rounds "$WHOLE_ROUNDS"
 else
   log "whole job: skipped, the usrtrace command did not build: $(tail -1 "$TMP/cli-build.log")"
 fi
