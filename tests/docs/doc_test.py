@@ -18,7 +18,8 @@ Markdown file, in a scratch directory of its own:
   anything; a line that is only `...` stands for lines left out.
 - `<!-- doc-test: COMMAND -->` lines right before a console block run
   first, unseen by readers (starting and waiting for a service, say; the
-  man pages leave them out).
+  man pages leave them out). $USRTRACE_SOURCE_DIR is the repository, for
+  one that copies a test input the page uses.
 
 The files the first Markdown file names (README.md's app.cc) are in every
 scratch directory, so that other pages can run the README's program.
@@ -200,6 +201,8 @@ def main():
         # on the loader's path.
         env["LD_LIBRARY_PATH"] = libdir
         env.pop("USRTRACE_PRELOAD", None)
+        # For a hidden command that copies a test input the page uses.
+        env["USRTRACE_SOURCE_DIR"] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         total = errors = 0
         shared = named_files(args.files[0])
         for k, md in enumerate(args.files):

@@ -5,6 +5,7 @@
 #include <dirent.h>
 
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <regex>
 #include <set>
@@ -771,6 +772,129 @@ TEST(CliReport, ProfileGraphAndFlameGraphOfAFunctionGraph) {
 }
 
 // Without function_graph records, --profile counts the events.
+// A Perfetto trace as protoc reads it with Perfetto's own schema
+// (tests/output/perfetto/perfetto_trace.proto, pinned): its text, or ""
+// with *why set when protoc is missing or refuses the bytes.
+std::string perfetto_text(const std::string& trace, std::string* why) {
+  if (::access("/usr/bin/protoc", X_OK) != 0) {
+    *why = "protoc is not installed (apt-get install protobuf-compiler; scripts/install-deps.sh does)";
+    return "";
+  }
+  const std::string cmd = "/usr/bin/protoc -I" PERFETTO_DIR " --decode=perfetto.protos.Trace " PERFETTO_DIR
+                          "/perfetto_trace.proto < '" +
+                          trace + "' 2>&1";
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[65536];
+    for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+    if (pclose(p) != 0) {
+      *why = "protoc refused it: " + out.substr(0, 2000);
+      return "";
+    }
+  }
+  return out;
+}
+
+// The interned names of a decoded trace: iid -> name, of one kind
+// ("event_names", "debug_annotation_names").
+std::map<unsigned, std::string> interned(const std::string& text, const std::string& kind) {
+  std::map<unsigned, std::string> names;
+  const std::regex entry(kind + R"re( \{\s*iid: (\d+)\s*name: "([^"]*)")re");
+  for (std::sregex_iterator it(text.begin(), text.end(), entry), end; it != end; ++it)
+    names[static_cast<unsigned>(std::stoul((*it)[1]))] = (*it)[2];
+  return names;
+}
+
+// report --format perfetto: a function_graph recording as slices per
+// thread, each begun and ended, named by the function, as many as the
+// program's calls; the process and thread described; decoded by protoc
+// with Perfetto's schema; and a third of the JSON's size at most.
+TEST(CliReport, PerfettoTraceOfAFunctionGraphDecodesWithPerfettosSchema) {
+  const std::string dir = temp_dir(), file = dir + "/p.dat", pf = dir + "/p.pftrace", js = dir + "/p.json";
+  Result r = run_cli({"record", "-p", "function_graph", "-o", file, "--", GRAPH_TARGET});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.err, m, std::regex("recording process (\\d+)"))) << r.err;
+  const std::string pid = m[1];
+  r = run_cli({"report", "--format", "perfetto", "-o", pf, file});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "") << "the trace goes to -o";
+  std::string why;
+  const std::string text = perfetto_text(pf, &why);
+  if (text.empty()) GTEST_SKIP() << why;
+  const std::map<unsigned, std::string> names = interned(text, "event_names");
+  std::map<std::string, int> begins;
+  const std::regex begin(R"(type: TYPE_SLICE_BEGIN\s*name_iid: (\d+))");
+  for (std::sregex_iterator it(text.begin(), text.end(), begin), end; it != end; ++it)
+    begins[names.at(static_cast<unsigned>(std::stoul((*it)[1])))]++;
+  EXPECT_EQ(begins["main"], 1);
+  EXPECT_EQ(begins["pkg_middle"], 25);
+  EXPECT_EQ(begins["pkg_leaf"], 100);
+  EXPECT_EQ(count(text, "type: TYPE_SLICE_BEGIN"), count(text, "type: TYPE_SLICE_END"));
+  EXPECT_NE(text.find("process {\n      pid: " + pid + "\n      process_name: \"graph_target\""),
+            std::string::npos)
+      << text.substr(0, 3000);
+  EXPECT_NE(text.find("pid: " + pid + "\n      tid: " + pid + "\n      thread_name: \"graph_target\""),
+            std::string::npos);
+  EXPECT_EQ(count(text, "name: \"pkg_leaf\""), 1) << "interned once";
+  r = run_cli({"report", "--format", "json", "-o", js, file});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  struct stat a, b;
+  ASSERT_EQ(::stat(pf.c_str(), &a), 0);
+  ASSERT_EQ(::stat(js.c_str(), &b), 0);
+  EXPECT_LE(a.st_size * 3, b.st_size) << "perfetto " << a.st_size << " bytes, json " << b.st_size;
+  // A binary trace is not written to a terminal, and -o is for exports.
+  r = run_cli({"report", "-o", pf, file});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("-o is for --format json or perfetto"), std::string::npos) << r.err;
+  r = run_cli({"report", "--format", "protobuf", file});
+  EXPECT_NE(r.rc, 0);
+  for (const std::string& f : {file, pf, js}) ::unlink(f.c_str());
+  ::rmdir(dir.c_str());
+}
+
+// The golden trace: typed events on the counter clock (time stamps 4, 5,
+// ... whatever the machine), as protoc decodes them, equal to
+// tests/output/perfetto/counter_events.txt once the pid and the CPU are
+// named: instant events named SYSTEM:EVENT with their fields as debug
+// annotations, strings interned, the file's own clock mapped to BOOTTIME.
+TEST(CliReport, PerfettoTraceOfTypedEventsEqualsTheGolden) {
+  const std::string dir = temp_dir(), file = dir + "/c.dat", pf = dir + "/c.pftrace";
+  Proc rec = Proc::start(
+      {USRTRACE_CLI, "record", "-C", "counter", "-e", "clitest", "-o", file, "--", CLI_TARGET}, true);
+  const std::string script = "tick 3\nrare 2\nexit 0\n";
+  ASSERT_EQ(::write(rec.in, script.data(), script.size()), static_cast<ssize_t>(script.size()));
+  const Result rr = rec.finish();
+  ASSERT_EQ(rr.rc, 0) << rr.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(rr.err, m, std::regex("recording process (\\d+)"))) << rr.err;
+  const std::string pid = m[1];
+  const Result r = run_cli({"report", "--format", "perfetto", "-o", pf, file});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::string why;
+  const std::string text = perfetto_text(pf, &why);
+  if (text.empty()) GTEST_SKIP() << why;
+  // The pid (also the tid and the tick's tid field), and the CPU (the
+  // first debug annotation, "cpu", iid 1), are the run's.
+  std::string norm;
+  std::istringstream in(text);
+  bool cpu_next = false;
+  for (std::string line; std::getline(in, line);) {
+    line = std::regex_replace(line, std::regex("\\b" + pid + "\\b"), "PID");
+    if (cpu_next && line.find("uint_value: ") != std::string::npos)
+      line = line.substr(0, line.find("uint_value: ")) + "uint_value: CPU";
+    cpu_next = line == "      name_iid: 1";
+    norm += line + "\n";
+  }
+  std::ifstream golden(PERFETTO_DIR "/counter_events.txt");
+  std::stringstream want;
+  want << golden.rdbuf();
+  EXPECT_EQ(norm, want.str()) << "to update: write this to tests/output/perfetto/counter_events.txt:\n"
+                              << norm;
+  for (const std::string& f : {file, pf}) ::unlink(f.c_str());
+  ::rmdir(dir.c_str());
+}
+
 TEST(CliReport, ProfileCountsEventsOfAnEventTrace) {
   const std::string dir = temp_dir(), file = dir + "/events.dat";
   Proc rec = Proc::start({USRTRACE_CLI, "record", "-q", "-e", "clitest", "-o", file, "--", CLI_TARGET}, true);

@@ -1,11 +1,14 @@
 // usrtrace report [-i FILE | FILE] [--cpu N]... [-F FILTER]... [-B NAME]...
-//                 [--stat] [-l] [-t] [-R] [--format text|json]
+//                 [--stat] [-l] [-t] [-R] [--format text|json|perfetto] [-o OUT]
 // Prints a trace.dat (ours or the kernel's) as `trace-cmd report` does:
 // the same line layout, through the same libtraceevent printers, so the two
 // print the same text for the same file. --format=json writes the
-// Chrome/Perfetto trace-event JSON instead.
+// Chrome/Perfetto trace-event JSON instead, --format=perfetto Perfetto's
+// protobuf trace.
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +19,7 @@
 #include "commands.h"
 #include "remote.h"
 #include "report_json.h"
+#include "report_perfetto.h"
 #include "report_views.h"
 #include "tep_session.h"
 #include "usrtrace/tracedat.h"
@@ -31,6 +35,7 @@ struct Options {
   std::vector<std::string> buffers;
   bool stat = false, latency = false, nsec = false, raw = false;
   std::string format = "text";
+  std::string output;  // -o: the export's file
   bool profile = false, graph = false, flame = false;
   std::string sort = "total", threshold;
 };
@@ -152,8 +157,16 @@ int run(Options o) {
     o.input = o.positional;
   }
   if (o.input.empty()) o.input = "trace.dat";
-  if (o.format != "text" && o.format != "json") {
-    fprintf(stderr, "usrtrace report: --format must be text or json\n");
+  if (o.format != "text" && o.format != "json" && o.format != "perfetto") {
+    fprintf(stderr, "usrtrace report: --format must be text, json or perfetto\n");
+    return 2;
+  }
+  if (!o.output.empty() && o.format == "text") {
+    fprintf(stderr, "usrtrace report: -o is for --format json or perfetto (the text goes to stdout)\n");
+    return 2;
+  }
+  if (o.format == "perfetto" && o.output.empty() && isatty(STDOUT_FILENO)) {
+    fprintf(stderr, "usrtrace report: a Perfetto trace is binary: give -o FILE, or redirect stdout\n");
     return 2;
   }
   std::string err;
@@ -230,16 +243,40 @@ int run(Options o) {
     return r;
   }
 
-  if (o.format == "json") {
+  if (o.format == "json" || o.format == "perfetto") {
+    // The export goes to -o FILE (a new file, written whole, then put in
+    // place: base::install_file's rules), else to stdout.
+    FILE* out = stdout;
+    std::string tmp;
+    if (!o.output.empty()) {
+      tmp = o.output + ".usrtrace-report-XXXXXX";
+      const int fd = mkostemp(tmp.data(), O_CLOEXEC);
+      if (fd < 0 || (out = fdopen(fd, "w")) == nullptr) {
+        fprintf(stderr, "usrtrace report: cannot create %s: %s\n", tmp.c_str(), std::strerror(errno));
+        if (fd >= 0) ::close(fd);
+        return 1;
+      }
+    }
     TraceFile::Cursor cur(f, bufs, o.cpus);
     uint64_t done = 0, total = 0;
     cur.progress(&done, &total);
-    // On a terminal, unless the JSON itself goes there.
-    Progress progress(isatty(STDERR_FILENO) != 0 && isatty(STDOUT_FILENO) == 0, o.input, total);
-    int r = write_json(
-        f, *session, cur, in_ns,
-        [&](const TraceFile::Record& rec, const char* comm) { return shown(filters, rec, comm); }, stdout,
-        &progress);
+    // On a terminal, unless the export itself goes there.
+    Progress progress(isatty(STDERR_FILENO) != 0 && (out != stdout || isatty(STDOUT_FILENO) == 0), o.input,
+                      total);
+    auto keep = [&](const TraceFile::Record& rec, const char* comm) { return shown(filters, rec, comm); };
+    int r = o.format == "json" ? write_json(f, *session, cur, in_ns, keep, out, &progress)
+                               : write_perfetto(f, *session, cur, clock, keep, out, &progress);
+    if (out != stdout) {
+      if (fclose(out) != 0 && r == 0) r = 1;
+      if (r == 0 && ::rename(tmp.c_str(), o.output.c_str()) != 0) {
+        fprintf(stderr, "usrtrace report: cannot write %s: %s\n", o.output.c_str(), std::strerror(errno));
+        r = 1;
+      }
+      if (r != 0) {
+        ::unlink(tmp.c_str());
+        fprintf(stderr, "usrtrace report: %s not written\n", o.output.c_str());
+      }
+    }
     for (const std::string& w : f.warnings()) fprintf(stderr, "usrtrace report: warning: %s\n", w.c_str());
     return r;
   }
@@ -329,7 +366,11 @@ Runner add_report(CLI::App& app) {
   sub->add_flag("-l,--latency", o->latency, "print the latency columns (flags, preempt depth)");
   sub->add_flag("-t,--nsec", o->nsec, "print timestamps in nanoseconds");
   sub->add_flag("-R,--raw", o->raw, "print the raw fields instead of the events' print formats");
-  sub->add_option("--format", o->format, "text (as trace-cmd report) or json (Chrome/Perfetto trace events)");
+  sub->add_option(
+         "--format", o->format,
+         "text (as trace-cmd report), json (Chrome trace events) or perfetto (Perfetto's protobuf trace)")
+      ->check(CLI::IsMember({"text", "json", "perfetto"}));
+  sub->add_option("-o,--output", o->output, "--format json or perfetto: write to FILE instead of stdout");
   sub->add_flag(
       "--profile", o->profile,
       "per function: total and self time, calls, avg, min, max (uftrace report's view; per event: counts)");

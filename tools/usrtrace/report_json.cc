@@ -5,6 +5,8 @@
 #include <map>
 #include <string>
 
+#include "report_fields.h"
+
 namespace usrtrace::tool {
 namespace {
 
@@ -45,48 +47,24 @@ void escape(std::string* out, const std::string& s) { escape(out, s.data(), s.si
 // One field's value as JSON.
 void field_value(std::string* out, tep_handle* tep, const tep_format_field* fl, const uint8_t* data,
                  uint32_t len) {
-  uint32_t off = static_cast<uint32_t>(fl->offset), size = static_cast<uint32_t>(fl->size);
-  if (fl->flags & TEP_FIELD_IS_DYNAMIC) {
-    if (off + 4 > len) return (void)(*out += "null");
-    uint32_t loc;
-    std::memcpy(&loc, data + off, 4);
-    off = loc & 0xffff;
-    size = loc >> 16;
-    if (fl->flags & TEP_FIELD_IS_RELATIVE) off += static_cast<uint32_t>(fl->offset + fl->size);
-  } else if (size == 0 && (fl->flags & TEP_FIELD_IS_ARRAY)) {
-    size = off < len ? len - off : 0;  // char buf[]: the rest of the record
-  }
-  if (off > len || size > len - off) return (void)(*out += "null");
-  const char* p = reinterpret_cast<const char*>(data + off);
-  const bool chars = (fl->flags & TEP_FIELD_IS_STRING) || std::strstr(fl->type, "char") != nullptr;
-  if ((fl->flags & (TEP_FIELD_IS_ARRAY | TEP_FIELD_IS_DYNAMIC)) != 0) {
-    if (chars) {
-      size_t n = strnlen(p, size);
-      while (n > 0 && p[n - 1] == '\n') --n;  // print's buf ends in a newline
-      return escape(out, p, n);
-    }
-    std::string hex;
-    char b[4];
-    for (uint32_t i = 0; i < size; ++i) {
-      snprintf(b, sizeof b, "%02x", static_cast<unsigned char>(p[i]));
-      hex += b;
-    }
-    return escape(out, hex);
-  }
-  if (size != 1 && size != 2 && size != 4 && size != 8) return (void)(*out += "null");
-  const unsigned long long v = tep_read_number(tep, p, static_cast<int>(size));
+  const FieldValue v = read_field(tep, fl, data, len);
   char b[32];
-  if (fl->flags & TEP_FIELD_IS_POINTER) {
-    snprintf(b, sizeof b, "\"0x%llx\"", v);
-  } else if (fl->flags & TEP_FIELD_IS_SIGNED) {
-    long long sv = static_cast<long long>(v);
-    if (size < 8) {
-      const int shift = static_cast<int>(64 - 8 * size);
-      sv = static_cast<long long>(v << shift) >> shift;
-    }
-    snprintf(b, sizeof b, "%lld", sv);
-  } else {
-    snprintf(b, sizeof b, "%llu", v);
+  switch (v.kind) {
+    case FieldValue::kNone:
+      *out += "null";
+      return;
+    case FieldValue::kString:
+    case FieldValue::kBytes:
+      return escape(out, v.text);
+    case FieldValue::kPointer:
+      snprintf(b, sizeof b, "\"0x%llx\"", static_cast<unsigned long long>(v.u));
+      break;
+    case FieldValue::kInt:
+      snprintf(b, sizeof b, "%lld", static_cast<long long>(v.i));
+      break;
+    case FieldValue::kUint:
+      snprintf(b, sizeof b, "%llu", static_cast<unsigned long long>(v.u));
+      break;
   }
   *out += b;
 }
@@ -99,24 +77,8 @@ int write_json(const TraceFile& f, const TepSession& session, TraceFile::Cursor&
   tep_handle* tep = session.tep();
   std::string buf = "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
   std::map<std::pair<int, int>, std::string> threads;  // (pid, tid) -> comm, for the metadata events
-  // The process each buffer's threads are in: usrtrace records one process
-  // per buffer, named by the PROCMAPS options it writes (the first is the
-  // recorded process; `record -c` names the others' buffers "COMM-PID" or
-  // "COMM-PID:INSTANCE"). A file without them (the kernel's) gets pid 0.
-  std::map<int, std::string> processes;  // pid -> name
-  for (const TraceFile::ProcMap& pm : f.procmaps()) processes.emplace(pm.pid, pm.comm);
-  std::vector<int> buffer_pid;
-  for (const TraceFile::Buffer& b : f.buffers()) {
-    int pid = f.procmaps().empty() ? 0 : f.procmaps()[0].pid;
-    const std::string name = b.name.substr(0, b.name.find(':'));
-    const size_t dash = name.rfind('-');
-    if (dash != std::string::npos && dash + 1 < name.size() &&
-        name.find_first_not_of("0123456789", dash + 1) == std::string::npos) {
-      const int p = std::atoi(name.c_str() + dash + 1);
-      if (processes.count(p)) pid = p;
-    }
-    buffer_pid.push_back(pid);
-  }
+  std::map<int, std::string> processes;                // pid -> name
+  const std::vector<int> buffer_pid = buffer_processes(f, &processes);
   bool first = true;
   TraceFile::Record r;
   trace_seq s;

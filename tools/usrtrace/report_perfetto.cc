@@ -1,0 +1,370 @@
+#include "report_perfetto.h"
+
+#include <cstring>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "report_fields.h"
+
+namespace usrtrace::tool {
+namespace {
+
+// Field numbers, from Perfetto's protos/perfetto/trace/perfetto_trace.proto
+// (tests/output/perfetto/ keeps the copy the tests decode with).
+namespace pb {
+constexpr uint32_t kTracePacket = 1;  // Trace.packet
+// TracePacket
+constexpr uint32_t kClockSnapshot = 6;
+constexpr uint32_t kTimestamp = 8;
+constexpr uint32_t kTrustedPacketSequenceId = 10;
+constexpr uint32_t kTrackEvent = 11;
+constexpr uint32_t kInternedData = 12;
+constexpr uint32_t kSequenceFlags = 13;
+constexpr uint32_t kTracePacketDefaults = 59;
+constexpr uint32_t kTrackDescriptor = 60;
+constexpr uint32_t kSeqIncrementalStateCleared = 1;
+constexpr uint32_t kSeqNeedsIncrementalState = 2;
+// TracePacketDefaults, and TracePacket's own
+constexpr uint32_t kTimestampClockId = 58;
+// ClockSnapshot, ClockSnapshot.Clock
+constexpr uint32_t kClocks = 1;
+constexpr uint32_t kPrimaryTraceClock = 2;
+constexpr uint32_t kClockId = 1;
+constexpr uint32_t kClockTimestamp = 2;
+// BuiltinClock
+constexpr uint32_t kMonotonic = 3;
+constexpr uint32_t kMonotonicRaw = 5;
+constexpr uint32_t kBoottime = 6;
+constexpr uint32_t kFileClock = 64;  // sequence-scoped, the file's own
+// TrackDescriptor, ProcessDescriptor, ThreadDescriptor
+constexpr uint32_t kUuid = 1;
+constexpr uint32_t kTrackName = 2;
+constexpr uint32_t kProcess = 3;
+constexpr uint32_t kThread = 4;
+constexpr uint32_t kParentUuid = 5;
+constexpr uint32_t kPid = 1;
+constexpr uint32_t kProcessName = 6;
+constexpr uint32_t kTid = 2;
+constexpr uint32_t kThreadName = 5;
+// TrackEvent
+constexpr uint32_t kCategoryIids = 3;
+constexpr uint32_t kDebugAnnotations = 4;
+constexpr uint32_t kType = 9;
+constexpr uint32_t kNameIid = 10;
+constexpr uint32_t kTrackUuid = 11;
+constexpr uint32_t kSliceBegin = 1;
+constexpr uint32_t kSliceEnd = 2;
+constexpr uint32_t kInstant = 3;
+// DebugAnnotation
+constexpr uint32_t kAnnotationNameIid = 1;
+constexpr uint32_t kUintValue = 3;
+constexpr uint32_t kIntValue = 4;
+constexpr uint32_t kStringValue = 6;
+constexpr uint32_t kPointerValue = 7;
+// InternedData; each entry is {iid = 1, name = 2}
+constexpr uint32_t kEventCategories = 1;
+constexpr uint32_t kEventNames = 2;
+constexpr uint32_t kDebugAnnotationNames = 3;
+constexpr uint32_t kIid = 1;
+constexpr uint32_t kName = 2;
+}  // namespace pb
+
+// A message being encoded (protobuf's wire format: a key of field << 3 |
+// wire type, then a varint or a length and bytes). Nested messages are
+// encoded into a Msg of their own and appended whole with their length.
+class Msg {
+ public:
+  void varint(uint32_t field, uint64_t v) {
+    key(field, 0);
+    put(v);
+  }
+  // int64: a negative value is its 64-bit two's complement (10 bytes).
+  void int64(uint32_t field, int64_t v) { varint(field, static_cast<uint64_t>(v)); }
+  void bytes(uint32_t field, const char* p, size_t n) {
+    key(field, 2);
+    put(n);
+    b_.append(p, n);
+  }
+  void bytes(uint32_t field, const std::string& s) { bytes(field, s.data(), s.size()); }
+  void msg(uint32_t field, const Msg& m) { bytes(field, m.b_); }
+  // Fields already encoded (another Msg's), appended as they are.
+  void raw(const std::string& fields) { b_ += fields; }
+  bool empty() const { return b_.empty(); }
+  const std::string& data() const { return b_; }
+  void clear() { b_.clear(); }
+
+ private:
+  void key(uint32_t field, uint32_t wire) { put(uint64_t{field} << 3 | wire); }
+  void put(uint64_t v) {
+    while (v >= 0x80) {
+      b_.push_back(static_cast<char>((v & 0x7f) | 0x80));
+      v >>= 7;
+    }
+    b_.push_back(static_cast<char>(v));
+  }
+  std::string b_;
+};
+
+// Strings interned per kind: the iid of each, and the entries new since
+// the last packet, which that packet's InternedData carries.
+class Interned {
+ public:
+  explicit Interned(uint32_t field) : field_(field) {}
+  uint64_t iid(const std::string& s) {
+    auto [it, added] = ids_.emplace(s, ids_.size() + 1);
+    if (added) {
+      Msg e;
+      e.varint(pb::kIid, it->second);
+      e.bytes(pb::kName, s);
+      fresh_.msg(field_, e);
+    }
+    return it->second;
+  }
+  void flush(Msg* interned_data) {
+    interned_data->raw(fresh_.data());
+    fresh_.clear();
+  }
+
+ private:
+  uint32_t field_;
+  std::unordered_map<std::string, uint64_t> ids_;
+  Msg fresh_;
+};
+
+// The Perfetto clock a file's clock is given as: builtin where it is one,
+// else the file's own (see the header).
+uint32_t perfetto_clock(const std::string& clock) {
+  if (clock == "boot") return pb::kBoottime;
+  if (clock == "mono") return pb::kMonotonic;
+  if (clock == "mono_raw" || clock == "local" || clock == "global" || clock == "perf")
+    return pb::kMonotonicRaw;
+  return pb::kFileClock;
+}
+
+constexpr uint32_t kSequence = 1;  // every packet is on one sequence
+
+class Writer {
+ public:
+  Writer(FILE* out, uint32_t clock) : out_(out), clock_(clock) {}
+
+  // The first packet: the sequence's state cleared, the clock every
+  // packet's time stamp is in, and that clock as the trace's.
+  void start() {
+    Msg p, defaults, snapshot, c;
+    p.varint(pb::kTrustedPacketSequenceId, kSequence);
+    p.varint(pb::kSequenceFlags, pb::kSeqIncrementalStateCleared);
+    defaults.varint(pb::kTimestampClockId, clock_);
+    p.msg(pb::kTracePacketDefaults, defaults);
+    c.varint(pb::kClockId, clock_);
+    c.varint(pb::kClockTimestamp, 0);
+    snapshot.msg(pb::kClocks, c);
+    if (clock_ == pb::kFileClock) {  // 1:1 with BOOTTIME
+      Msg b;
+      b.varint(pb::kClockId, pb::kBoottime);
+      b.varint(pb::kClockTimestamp, 0);
+      snapshot.msg(pb::kClocks, b);
+      snapshot.varint(pb::kPrimaryTraceClock, pb::kBoottime);
+    } else {
+      snapshot.varint(pb::kPrimaryTraceClock, clock_);
+    }
+    p.msg(pb::kClockSnapshot, snapshot);
+    emit(p);
+  }
+
+  // The track of (pid, tid), described the first time it is used.
+  // Track uuids are numbered from 1 in the order of first use: small
+  // varints in every event.
+  uint64_t track(int pid, int tid, const std::string& process, const std::string& comm) {
+    auto [it, added] = threads_.emplace(std::make_pair(pid, tid), 0);
+    if (!added) return it->second;
+    auto [pit, padded] = processes_.emplace(pid, 0);
+    if (padded) {
+      pit->second = ++uuids_;
+      Msg p, d, proc;
+      p.varint(pb::kTrustedPacketSequenceId, kSequence);
+      d.varint(pb::kUuid, pit->second);
+      proc.int64(pb::kPid, pid);
+      proc.bytes(pb::kProcessName, process);
+      d.msg(pb::kProcess, proc);
+      p.msg(pb::kTrackDescriptor, d);
+      emit(p);
+    }
+    const uint64_t uuid = it->second = ++uuids_;
+    Msg p, d, th;
+    p.varint(pb::kTrustedPacketSequenceId, kSequence);
+    d.varint(pb::kUuid, uuid);
+    d.varint(pb::kParentUuid, pit->second);
+    th.int64(pb::kPid, pid);
+    th.int64(pb::kTid, tid);
+    th.bytes(pb::kThreadName, comm);
+    d.msg(pb::kThread, th);
+    d.bytes(pb::kTrackName, comm);
+    p.msg(pb::kTrackDescriptor, d);
+    emit(p);
+    return uuid;
+  }
+
+  uint64_t name(const std::string& s) { return names_.iid(s); }
+  uint64_t category(const std::string& s) { return categories_.iid(s); }
+  uint64_t annotation(const std::string& s) { return annotations_.iid(s); }
+
+  // One TrackEvent at `ts`, with the strings interned since the last one.
+  void event(uint64_t ts, const Msg& track_event) {
+    Msg p, interned;
+    p.varint(pb::kTimestamp, ts);
+    p.varint(pb::kTrustedPacketSequenceId, kSequence);
+    p.varint(pb::kSequenceFlags, pb::kSeqNeedsIncrementalState);
+    names_.flush(&interned);
+    categories_.flush(&interned);
+    annotations_.flush(&interned);
+    if (!interned.empty()) p.msg(pb::kInternedData, interned);
+    p.msg(pb::kTrackEvent, track_event);
+    emit(p);
+  }
+
+  int finish() {
+    fwrite(buf_.data(), 1, buf_.size(), out_);
+    buf_.clear();
+    return fflush(out_) == 0 && !ferror(out_) ? 0 : 1;
+  }
+
+ private:
+  void emit(const Msg& packet) {
+    Msg t;
+    t.msg(pb::kTracePacket, packet);
+    buf_ += t.data();
+    if (buf_.size() > (1u << 20)) {
+      fwrite(buf_.data(), 1, buf_.size(), out_);
+      buf_.clear();
+    }
+  }
+
+  FILE* out_;
+  uint32_t clock_;
+  std::string buf_;
+  uint64_t uuids_ = 0;
+  std::map<std::pair<int, int>, uint64_t> threads_;  // (pid, tid) -> track uuid
+  std::map<int, uint64_t> processes_;                // pid -> track uuid
+  Interned names_{pb::kEventNames}, categories_{pb::kEventCategories},
+      annotations_{pb::kDebugAnnotationNames};
+};
+
+void annotate(Writer& w, Msg* ev, const std::string& key, const FieldValue& v) {
+  Msg a;
+  a.varint(pb::kAnnotationNameIid, w.annotation(key));
+  switch (v.kind) {
+    case FieldValue::kNone:
+      return;
+    case FieldValue::kString:
+    case FieldValue::kBytes:
+      a.bytes(pb::kStringValue, v.text);
+      break;
+    case FieldValue::kPointer:
+      a.varint(pb::kPointerValue, v.u);
+      break;
+    case FieldValue::kInt:
+      a.int64(pb::kIntValue, v.i);
+      break;
+    case FieldValue::kUint:
+      a.varint(pb::kUintValue, v.u);
+      break;
+  }
+  ev->msg(pb::kDebugAnnotations, a);
+}
+
+}  // namespace
+
+int write_perfetto(const TraceFile& f, const TepSession& session, TraceFile::Cursor& cursor,
+                   const std::string& clock,
+                   const std::function<bool(const TraceFile::Record&, const char*)>& keep, FILE* out,
+                   Progress* progress) {
+  tep_handle* tep = session.tep();
+  std::map<int, std::string> processes;
+  const std::vector<int> buffer_pid = buffer_processes(f, &processes);
+  Writer w(out, perfetto_clock(clock));
+  w.start();
+  // Slices open per thread track: an exit with none open is one whose
+  // entry was not recorded (tracing_thresh keeps exits only), given as a
+  // whole slice from its calltime.
+  std::unordered_map<uint64_t, uint64_t> open;
+  TraceFile::Record r;
+  uint64_t nrec = 0, done = 0, total = 0;
+  if (progress) {
+    cursor.progress(&done, &total);
+    progress->update(done);
+  }
+  while (cursor.next(&r)) {
+    if (progress && (++nrec & 0xfff) == 0) {
+      cursor.progress(&done, &total);
+      progress->update(done);
+    }
+    tep_record rec = session.make_record(r);
+    const int tid = r.len >= 8 ? tep_data_pid(tep, &rec) : -1;
+    const char* comm = tep_data_comm_from_pid(tep, tid);
+    if (!keep(r, comm)) continue;
+    const int pid = buffer_pid[static_cast<size_t>(r.buffer)];
+    auto pit = processes.find(pid);
+    const uint64_t track =
+        w.track(pid, tid, pit != processes.end() ? pit->second : std::string("trace"), comm ? comm : "<...>");
+    tep_event* ev = tep_find_event_by_record(tep, &rec);
+    Msg te;
+    te.varint(pb::kTrackUuid, track);
+    const bool graph =
+        ev && std::strcmp(ev->system, "ftrace") == 0 &&
+        (std::strcmp(ev->name, "funcgraph_entry") == 0 || std::strcmp(ev->name, "funcgraph_exit") == 0);
+    if (graph) {
+      unsigned long long func = 0;
+      if (tep_format_field* ff = tep_find_field(ev, "func"); ff) tep_read_number_field(ff, r.data, &func);
+      const bool entry = ev->name[10] == 'e' && ev->name[11] == 'n';
+      uint64_t& n = open[track];
+      if (entry || n == 0) {
+        const char* fname = tep_find_function(tep, func);
+        char hex[32];
+        snprintf(hex, sizeof hex, "0x%llx", func);
+        Msg begin = te;
+        begin.varint(pb::kType, pb::kSliceBegin);
+        begin.varint(pb::kNameIid, w.name(fname ? fname : hex));
+        uint64_t at = r.ts;
+        if (!entry) {  // the whole call, from the exit's calltime
+          unsigned long long calltime = r.ts;
+          if (tep_format_field* ct = tep_find_field(ev, "calltime"); ct)
+            tep_read_number_field(ct, r.data, &calltime);
+          at = calltime;
+        }
+        w.event(at, begin);
+        if (entry) {
+          ++n;
+          continue;
+        }
+      } else {
+        --n;
+      }
+      te.varint(pb::kType, pb::kSliceEnd);
+      w.event(r.ts, te);
+      continue;
+    }
+    te.varint(pb::kType, pb::kInstant);
+    te.varint(pb::kNameIid, w.name(ev ? std::string(ev->system) + ":" + ev->name : std::string("unknown")));
+    te.varint(pb::kCategoryIids, w.category(ev ? ev->system : "unknown"));
+    FieldValue cpu;
+    cpu.kind = FieldValue::kUint;
+    cpu.u = static_cast<uint64_t>(r.cpu);
+    annotate(w, &te, "cpu", cpu);
+    if (ev)
+      for (tep_format_field* fl = ev->format.fields; fl; fl = fl->next)
+        annotate(w, &te, fl->name, read_field(tep, fl, r.data, r.len));
+    if (r.missed != 0) {
+      FieldValue lost;
+      lost.kind = FieldValue::kInt;  // -1: some, the count unknown
+      lost.i = r.missed;
+      annotate(w, &te, "events_lost_before", lost);
+    }
+    w.event(r.ts, te);
+  }
+  if (progress) progress->done();
+  return w.finish();
+}
+
+}  // namespace usrtrace::tool
