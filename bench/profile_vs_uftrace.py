@@ -24,7 +24,6 @@ each round. For every function both report:
 Printed: per round, then the median over rounds, as Markdown. Usage:
   profile_vs_uftrace.py --cli BUILD/tools/usrtrace [--rounds N] [--work DIR]
 """
-import argparse
 import os
 import random
 import re
@@ -32,7 +31,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import whole_job  # noqa: E402  (the Lua build and the launcher)
@@ -62,19 +60,7 @@ def parse(text):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--cli", required=True, help="the usrtrace command")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--work", help="a directory to build and record in (default: a temporary one)")
-    a = ap.parse_args()
-    if not shutil.which("uftrace"):
-        sys.exit("profile_vs_uftrace: uftrace is not installed (apt-get install uftrace)")
-    work = a.work or tempfile.mkdtemp(prefix="usrtrace-profile-")
-    os.makedirs(work, exist_ok=True)
-    lua = whole_job.build_lua(work)
-    launch = os.path.join(work, "whole_job_launch")
-    subprocess.run(["gcc", "-O2", "-Wall", "-Werror", os.path.join(whole_job.ROOT, "bench/whole_job_launch.c"),
-                    "-o", launch], check=True)
+    a, work, lua, launch = whole_job.setup("profile_vs_uftrace")
     env = dict(os.environ, RW_NO_ERRORS="1")
     cli = os.path.abspath(a.cli)
     g, u = os.path.join(work, "g.dat"), os.path.join(work, "u.data")

@@ -100,20 +100,27 @@ def uftrace_calls(data):
     return calls
 
 
-def main():
+def setup(prog):
+    """The command line (--cli, --rounds, --work), the work directory, Lua built in it and the
+    launcher: what this benchmark and profile_vs_uftrace.py start with."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--cli", required=True, help="the usrtrace command")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--work", help="a directory to build and record in (default: a temporary one)")
     a = ap.parse_args()
     if not shutil.which("uftrace"):
-        sys.exit("whole_job: uftrace is not installed (apt-get install uftrace)")
-    work = a.work or tempfile.mkdtemp(prefix="usrtrace-whole-job-")
+        sys.exit(f"{prog}: uftrace is not installed (apt-get install uftrace)")
+    work = a.work or tempfile.mkdtemp(prefix=f"usrtrace-{prog}-")
     os.makedirs(work, exist_ok=True)
     lua = build_lua(work)
     launch = os.path.join(work, "whole_job_launch")
     subprocess.run(["gcc", "-O2", "-Wall", "-Werror", os.path.join(ROOT, "bench/whole_job_launch.c"), "-o", launch],
                    check=True)
+    return a, work, lua, launch
+
+
+def main():
+    a, work, lua, launch = setup("whole_job")
     job = os.path.join(work, "job.lua")
     with open(job, "w") as f:
         f.write("local w = os.getenv('WJ_WORKLOAD')\nfor i = 1, 5 do dofile(w) end\n")

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "report_views.h"
+#include "tep_session.h"
 #include "usrtrace/tracedat.h"
 
 namespace usrtrace::tool {
@@ -30,5 +32,32 @@ FieldValue read_field(tep_handle* tep, const tep_format_field* fl, const uint8_t
 // buffers "COMM-PID" or "COMM-PID:INSTANCE"). A file without them (the
 // kernel's) gives pid 0. *names gets each pid's command name.
 std::vector<int> buffer_processes(const TraceFile& f, std::map<int, std::string>* names);
+
+// What the exports do with every record `cursor` gives: `keep` says
+// whether it is shown; each kept one goes to fn(record, tep record, tid,
+// comm, pid of its buffer's process). `progress` is updated as it goes.
+template <typename Keep, typename Fn>
+void for_each_kept(const TepSession& session, TraceFile::Cursor& cursor, const std::vector<int>& buffer_pid,
+                   const Keep& keep, Progress* progress, const Fn& fn) {
+  tep_handle* tep = session.tep();
+  TraceFile::Record r;
+  uint64_t nrec = 0, done = 0, total = 0;
+  if (progress) {
+    cursor.progress(&done, &total);
+    progress->update(done);
+  }
+  while (cursor.next(&r)) {
+    if (progress && (++nrec & 0xfff) == 0) {
+      cursor.progress(&done, &total);
+      progress->update(done);
+    }
+    tep_record rec = session.make_record(r);
+    const int tid = r.len >= 8 ? tep_data_pid(tep, &rec) : -1;
+    const char* comm = tep_data_comm_from_pid(tep, tid);
+    if (!keep(r, comm)) continue;
+    fn(r, rec, tid, comm, buffer_pid[static_cast<size_t>(r.buffer)]);
+  }
+  if (progress) progress->done();
+}
 
 }  // namespace usrtrace::tool

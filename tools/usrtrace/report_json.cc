@@ -80,84 +80,71 @@ int write_json(const TraceFile& f, const TepSession& session, TraceFile::Cursor&
   std::map<int, std::string> processes;                // pid -> name
   const std::vector<int> buffer_pid = buffer_processes(f, &processes);
   bool first = true;
-  TraceFile::Record r;
   trace_seq s;
   trace_seq_init(&s);
-  uint64_t nrec = 0, done = 0, total = 0;
-  if (progress) {
-    cursor.progress(&done, &total);
-    progress->update(done);
-  }
-  while (cursor.next(&r)) {
-    if (progress && (++nrec & 0xfff) == 0) {
-      cursor.progress(&done, &total);
-      progress->update(done);
-    }
-    tep_record rec = session.make_record(r);
-    const int tid = r.len >= 8 ? tep_data_pid(tep, &rec) : -1;
-    const char* comm = tep_data_comm_from_pid(tep, tid);
-    if (!keep(r, comm)) continue;
-    const int pid = buffer_pid[static_cast<size_t>(r.buffer)];
-    tep_event* ev = tep_find_event_by_record(tep, &rec);
-    threads.emplace(std::make_pair(pid, tid), comm ? comm : "<...>");
-    if (!first) buf += ",\n";
-    first = false;
-    // function_graph's entries and exits become begin/end slices named by
-    // the function (they nest per thread); every other event is an instant.
-    const char* ph = "\"i\",\"s\":\"t\"";
-    std::string name = ev ? ev->name : "unknown";
-    if (ev && std::strcmp(ev->system, "ftrace") == 0 &&
-        (std::strcmp(ev->name, "funcgraph_entry") == 0 || std::strcmp(ev->name, "funcgraph_exit") == 0)) {
-      unsigned long long func = 0;
-      if (tep_format_field* ff = tep_find_field(ev, "func");
-          ff && tep_read_number_field(ff, r.data, &func) == 0) {
-        const char* fname = tep_find_function(tep, func);
-        char hex[32];
-        snprintf(hex, sizeof hex, "0x%llx", func);
-        name = fname ? fname : hex;
-        ph = ev->name[10] == 'e' && ev->name[11] == 'n' ? "\"B\"" : "\"E\"";
-      }
-    }
-    buf += "{\"name\":";
-    escape(&buf, name);
-    buf += ",\"cat\":";
-    escape(&buf, ev ? ev->system : "unknown");
-    char head[160];
-    const std::string& bname = f.buffers()[static_cast<size_t>(r.buffer)].name;
-    if (in_ns)
-      snprintf(head, sizeof head, ",\"ph\":%s,\"ts\":%" PRIu64 ".%03" PRIu64 ",\"pid\":%d,\"tid\":%d", ph,
-               r.ts / 1000, r.ts % 1000, pid, tid);
-    else
-      snprintf(head, sizeof head, ",\"ph\":%s,\"ts\":%" PRIu64 ",\"pid\":%d,\"tid\":%d", ph, r.ts, pid, tid);
-    buf += head;
-    buf += ",\"args\":{\"cpu\":" + std::to_string(r.cpu);
-    if (!bname.empty()) {
-      buf += ",\"instance\":";
-      escape(&buf, bname);
-    }
-    if (ev) {
-      for (tep_format_field* fl = ev->format.fields; fl; fl = fl->next) {
-        buf += ',';
-        escape(&buf, fl->name);
-        buf += ':';
-        field_value(&buf, tep, fl, r.data, r.len);
-      }
-      trace_seq_reset(&s);
-      tep_print_event(tep, &s, &rec, "%s", TEP_PRINT_INFO);
-      unsigned int n = s.len;
-      while (n > 0 && s.buffer[n - 1] == '\n') --n;
-      buf += ",\"print\":";
-      escape(&buf, s.buffer, n);
-    }
-    if (r.missed != 0) buf += ",\"events_lost_before\":" + std::to_string(r.missed);
-    buf += "}}";
-    if (buf.size() > (1u << 20)) {
-      fwrite(buf.data(), 1, buf.size(), out);
-      buf.clear();
-    }
-  }
+  for_each_kept(
+      session, cursor, buffer_pid, keep, progress,
+      [&](const TraceFile::Record& r, tep_record& rec, int tid, const char* comm, int pid) {
+        tep_event* ev = tep_find_event_by_record(tep, &rec);
+        threads.emplace(std::make_pair(pid, tid), comm ? comm : "<...>");
+        if (!first) buf += ",\n";
+        first = false;
+        // function_graph's entries and exits become begin/end slices named by
+        // the function (they nest per thread); every other event is an instant.
+        const char* ph = "\"i\",\"s\":\"t\"";
+        std::string name = ev ? ev->name : "unknown";
+        if (ev && std::strcmp(ev->system, "ftrace") == 0 &&
+            (std::strcmp(ev->name, "funcgraph_entry") == 0 || std::strcmp(ev->name, "funcgraph_exit") == 0)) {
+          unsigned long long func = 0;
+          if (tep_format_field* ff = tep_find_field(ev, "func");
+              ff && tep_read_number_field(ff, r.data, &func) == 0) {
+            const char* fname = tep_find_function(tep, func);
+            char hex[32];
+            snprintf(hex, sizeof hex, "0x%llx", func);
+            name = fname ? fname : hex;
+            ph = ev->name[10] == 'e' && ev->name[11] == 'n' ? "\"B\"" : "\"E\"";
+          }
+        }
+        buf += "{\"name\":";
+        escape(&buf, name);
+        buf += ",\"cat\":";
+        escape(&buf, ev ? ev->system : "unknown");
+        char head[160];
+        const std::string& bname = f.buffers()[static_cast<size_t>(r.buffer)].name;
+        if (in_ns)
+          snprintf(head, sizeof head, ",\"ph\":%s,\"ts\":%" PRIu64 ".%03" PRIu64 ",\"pid\":%d,\"tid\":%d", ph,
+                   r.ts / 1000, r.ts % 1000, pid, tid);
+        else
+          snprintf(head, sizeof head, ",\"ph\":%s,\"ts\":%" PRIu64 ",\"pid\":%d,\"tid\":%d", ph, r.ts, pid,
+                   tid);
+        buf += head;
+        buf += ",\"args\":{\"cpu\":" + std::to_string(r.cpu);
+        if (!bname.empty()) {
+          buf += ",\"instance\":";
+          escape(&buf, bname);
+        }
+        if (ev) {
+          for (tep_format_field* fl = ev->format.fields; fl; fl = fl->next) {
+            buf += ',';
+            escape(&buf, fl->name);
+            buf += ':';
+            field_value(&buf, tep, fl, r.data, r.len);
+          }
+          trace_seq_reset(&s);
+          tep_print_event(tep, &s, &rec, "%s", TEP_PRINT_INFO);
+          unsigned int n = s.len;
+          while (n > 0 && s.buffer[n - 1] == '\n') --n;
+          buf += ",\"print\":";
+          escape(&buf, s.buffer, n);
+        }
+        if (r.missed != 0) buf += ",\"events_lost_before\":" + std::to_string(r.missed);
+        buf += "}}";
+        if (buf.size() > (1u << 20)) {
+          fwrite(buf.data(), 1, buf.size(), out);
+          buf.clear();
+        }
+      });
   trace_seq_destroy(&s);
-  if (progress) progress->done();
   // Process and thread names (Perfetto and chrome://tracing group the
   // tracks by them).
   std::map<int, bool> named;

@@ -289,81 +289,68 @@ int write_perfetto(const TraceFile& f, const TepSession& session, TraceFile::Cur
   // entry was not recorded (tracing_thresh keeps exits only), given as a
   // whole slice from its calltime.
   std::unordered_map<uint64_t, uint64_t> open;
-  TraceFile::Record r;
-  uint64_t nrec = 0, done = 0, total = 0;
-  if (progress) {
-    cursor.progress(&done, &total);
-    progress->update(done);
-  }
-  while (cursor.next(&r)) {
-    if (progress && (++nrec & 0xfff) == 0) {
-      cursor.progress(&done, &total);
-      progress->update(done);
-    }
-    tep_record rec = session.make_record(r);
-    const int tid = r.len >= 8 ? tep_data_pid(tep, &rec) : -1;
-    const char* comm = tep_data_comm_from_pid(tep, tid);
-    if (!keep(r, comm)) continue;
-    const int pid = buffer_pid[static_cast<size_t>(r.buffer)];
-    auto pit = processes.find(pid);
-    const uint64_t track =
-        w.track(pid, tid, pit != processes.end() ? pit->second : std::string("trace"), comm ? comm : "<...>");
-    tep_event* ev = tep_find_event_by_record(tep, &rec);
-    Msg te;
-    te.varint(pb::kTrackUuid, track);
-    const bool graph =
-        ev && std::strcmp(ev->system, "ftrace") == 0 &&
-        (std::strcmp(ev->name, "funcgraph_entry") == 0 || std::strcmp(ev->name, "funcgraph_exit") == 0);
-    if (graph) {
-      unsigned long long func = 0;
-      if (tep_format_field* ff = tep_find_field(ev, "func"); ff) tep_read_number_field(ff, r.data, &func);
-      const bool entry = ev->name[10] == 'e' && ev->name[11] == 'n';
-      uint64_t& n = open[track];
-      if (entry || n == 0) {
-        const char* fname = tep_find_function(tep, func);
-        char hex[32];
-        snprintf(hex, sizeof hex, "0x%llx", func);
-        Msg begin = te;
-        begin.varint(pb::kType, pb::kSliceBegin);
-        begin.varint(pb::kNameIid, w.name(fname ? fname : hex));
-        uint64_t at = r.ts;
-        if (!entry) {  // the whole call, from the exit's calltime
-          unsigned long long calltime = r.ts;
-          if (tep_format_field* ct = tep_find_field(ev, "calltime"); ct)
-            tep_read_number_field(ct, r.data, &calltime);
-          at = calltime;
+  for_each_kept(
+      session, cursor, buffer_pid, keep, progress,
+      [&](const TraceFile::Record& r, tep_record& rec, int tid, const char* comm, int pid) {
+        auto pit = processes.find(pid);
+        const uint64_t track = w.track(pid, tid, pit != processes.end() ? pit->second : std::string("trace"),
+                                       comm ? comm : "<...>");
+        tep_event* ev = tep_find_event_by_record(tep, &rec);
+        Msg te;
+        te.varint(pb::kTrackUuid, track);
+        const bool graph =
+            ev && std::strcmp(ev->system, "ftrace") == 0 &&
+            (std::strcmp(ev->name, "funcgraph_entry") == 0 || std::strcmp(ev->name, "funcgraph_exit") == 0);
+        if (graph) {
+          unsigned long long func = 0;
+          if (tep_format_field* ff = tep_find_field(ev, "func"); ff) tep_read_number_field(ff, r.data, &func);
+          const bool entry = ev->name[10] == 'e' && ev->name[11] == 'n';
+          uint64_t& n = open[track];
+          if (entry || n == 0) {
+            const char* fname = tep_find_function(tep, func);
+            char hex[32];
+            snprintf(hex, sizeof hex, "0x%llx", func);
+            Msg begin = te;
+            begin.varint(pb::kType, pb::kSliceBegin);
+            begin.varint(pb::kNameIid, w.name(fname ? fname : hex));
+            uint64_t at = r.ts;
+            if (!entry) {  // the whole call, from the exit's calltime
+              unsigned long long calltime = r.ts;
+              if (tep_format_field* ct = tep_find_field(ev, "calltime"); ct)
+                tep_read_number_field(ct, r.data, &calltime);
+              at = calltime;
+            }
+            w.event(at, begin);
+            if (entry) {
+              ++n;
+              return;
+            }
+          } else {
+            --n;
+          }
+          te.varint(pb::kType, pb::kSliceEnd);
+          w.event(r.ts, te);
+          return;
         }
-        w.event(at, begin);
-        if (entry) {
-          ++n;
-          continue;
+        te.varint(pb::kType, pb::kInstant);
+        te.varint(pb::kNameIid,
+                  w.name(ev ? std::string(ev->system) + ":" + ev->name : std::string("unknown")));
+        te.varint(pb::kCategoryIids, w.category(ev ? ev->system : "unknown"));
+        FieldValue cpu;
+        cpu.kind = FieldValue::kUint;
+        cpu.u = static_cast<uint64_t>(r.cpu);
+        annotate(w, &te, "cpu", cpu);
+        if (ev)
+          for (tep_format_field* fl = ev->format.fields; fl; fl = fl->next)
+            annotate(w, &te, fl->name, read_field(tep, fl, r.data, r.len));
+        if (r.missed != 0) {
+          FieldValue lost;
+          lost.kind = FieldValue::kInt;  // -1: some, the count unknown
+          lost.i = r.missed;
+          annotate(w, &te, "events_lost_before", lost);
         }
-      } else {
-        --n;
-      }
-      te.varint(pb::kType, pb::kSliceEnd);
-      w.event(r.ts, te);
-      continue;
-    }
-    te.varint(pb::kType, pb::kInstant);
-    te.varint(pb::kNameIid, w.name(ev ? std::string(ev->system) + ":" + ev->name : std::string("unknown")));
-    te.varint(pb::kCategoryIids, w.category(ev ? ev->system : "unknown"));
-    FieldValue cpu;
-    cpu.kind = FieldValue::kUint;
-    cpu.u = static_cast<uint64_t>(r.cpu);
-    annotate(w, &te, "cpu", cpu);
-    if (ev)
-      for (tep_format_field* fl = ev->format.fields; fl; fl = fl->next)
-        annotate(w, &te, fl->name, read_field(tep, fl, r.data, r.len));
-    if (r.missed != 0) {
-      FieldValue lost;
-      lost.kind = FieldValue::kInt;  // -1: some, the count unknown
-      lost.i = r.missed;
-      annotate(w, &te, "events_lost_before", lost);
-    }
-    w.event(r.ts, te);
-  }
-  if (progress) progress->done();
+        w.event(r.ts, te);
+      });
   return w.finish();
 }
 
