@@ -4,6 +4,8 @@
 //   tick N        N clitest:tick events (seq 0..N-1) from this thread
 //   rare N        N clitest:rare events
 //   marker TEXT   TEXT into the top instance's trace_marker (printk)
+//   write PATH TEXT  TEXT written to the file PATH (a kernel instance's
+//                 trace_marker: a reference point on the kernel's timeline)
 //   spin          a thread writing clitest:tick without pause until "stop"
 //                 (answered once its first tick is written)
 //   stop          ends the spinning thread
@@ -78,6 +80,15 @@ int main() {
       usrtrace_array* top = usrtrace_array_lookup(nullptr);
       usrtrace_array_printk(top, "%s\n", arg.c_str());
       usrtrace_array_put(top);
+    } else if (cmd == "write") {
+      const size_t at = arg.find(' ');
+      const std::string path = arg.substr(0, at), text = at == std::string::npos ? "" : arg.substr(at + 1);
+      const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+      if (fd < 0 || ::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+        perror(path.c_str());
+        return 5;
+      }
+      ::close(fd);
     } else if (cmd == "spin") {
       if (!spinner.joinable()) {
         g_spin.store(true);
