@@ -131,16 +131,18 @@ TEST_F(KernelClockTest, LocalIsNotTheKernelsAndHowFarSays) {
   const std::vector<Sample> s = samples("local", 50);
   ASSERT_EQ(s.size(), 50u);
   std::vector<int64_t> off;
-  for (const Sample& x : s)
-    off.push_back(static_cast<int64_t>(x.kernel) - static_cast<int64_t>(x.before / 2 + x.after / 2));
+  for (const Sample& x : s)  // not the writes that were preempted: their midpoint says little
+    if (x.after - x.before < 50'000)
+      off.push_back(static_cast<int64_t>(x.kernel) - static_cast<int64_t>(x.before / 2 + x.after / 2));
+  ASSERT_GE(off.size(), 10u) << "most writes took 50 us or more";
   std::sort(off.begin(), off.end());
   const int64_t median = off[off.size() / 2];
   // What it is on this machine, for the docs; not a property to assert.
   RecordProperty("kernel_local_minus_ours_ns", std::to_string(median));
-  printf("kernel local - our local: %lld ns (median of 50)\n", static_cast<long long>(median));
-  // The spread is one write(2)'s: our two readings bracket the kernel's
-  // however far the two clocks are apart.
-  EXPECT_LT(off.back() - off.front(), 1'000'000) << "the offset is constant within a recording";
+  printf("kernel local - our local: %lld ns (median of %zu)\n", static_cast<long long>(median), off.size());
+  // The spread is at most one write(2)'s (50 us): the offset is the same
+  // all along, however far the two clocks are apart.
+  EXPECT_LT(off.back() - off.front(), 50'000) << "the offset is constant within a recording";
 }
 
 }  // namespace
