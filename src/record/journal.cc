@@ -40,6 +40,7 @@ constexpr uint64_t kMaxSmallRecord = 1 << 16;  // every record but kMeta and kPa
 constexpr uint64_t kMaxMeta = 1ull << 30;      // kallsyms of a very big program
 constexpr uint32_t kMaxCpus = 4096;
 constexpr uint32_t kMaxIds = 1 << 16;  // processes, streams
+constexpr size_t kMaxRuns = 64;        // runs of one page file (CpuData::extents)
 
 void put32(std::string* s, uint32_t v) { s->append(reinterpret_cast<const char*>(&v), 4); }
 void put64(std::string* s, uint64_t v) { s->append(reinterpret_cast<const char*>(&v), 8); }
@@ -615,6 +616,12 @@ int read_journal(int fd, Journal* out, std::string* err, const std::string& path
       const bool follows = !c.extents.empty() && off == c.extents.back().offset + c.extents.back().size;
       if ((!c.extents.empty() && c.fd != f.first) || (!follows && overlaps(c.extents, off, n))) {
         damaged("a page record over pages its page file still holds");
+        break;
+      }
+      // A ring that comes round is two or three runs; many more is not a
+      // recorder's (and would make each cut cost as much).
+      if (!follows && c.extents.size() >= kMaxRuns) {
+        damaged("a page file in more than " + std::to_string(kMaxRuns) + " runs");
         break;
       }
       const uint64_t have = f.second > off ? std::min(n, (f.second - off) / s.page_size * s.page_size) : 0;
