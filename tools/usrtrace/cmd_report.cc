@@ -244,8 +244,9 @@ int run(Options o) {
   }
 
   if (o.format == "json" || o.format == "perfetto") {
-    // The export goes to -o FILE (a new file, written whole, then put in
-    // place: base::install_file's rules), else to stdout.
+    // The export goes to -o FILE: a new file beside it (mkostemp: 0600,
+    // never through another's symlink), renamed over FILE once complete,
+    // so a failure leaves FILE as it was. Else to stdout.
     FILE* out = stdout;
     std::string tmp;
     if (!o.output.empty()) {
