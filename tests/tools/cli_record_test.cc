@@ -874,7 +874,9 @@ std::map<unsigned, std::string> interned(const std::string& text, const std::str
 // with Perfetto's schema; and a third of the JSON's size at most.
 TEST(CliReport, PerfettoTraceOfAFunctionGraphDecodesWithPerfettosSchema) {
   const std::string dir = temp_dir(), file = dir + "/p.dat", pf = dir + "/p.pftrace", js = dir + "/p.json";
-  Result r = run_cli({"record", "-p", "function_graph", "-o", file, "--", GRAPH_TARGET});
+  const std::string direct = dir + "/direct.pftrace";  // record --perfetto's
+  Result r =
+      run_cli({"record", "-p", "function_graph", "-o", file, "--perfetto", direct, "--", GRAPH_TARGET});
   ASSERT_EQ(r.rc, 0) << r.err;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(r.err, m, std::regex("recording process (\\d+)"))) << r.err;
@@ -882,6 +884,13 @@ TEST(CliReport, PerfettoTraceOfAFunctionGraphDecodesWithPerfettosSchema) {
   r = run_cli({"report", "--format", "perfetto", "-o", pf, file});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.out, "") << "the trace goes to -o";
+  // record --perfetto wrote the same conversion of the same file.
+  std::ifstream a_in(pf, std::ios::binary), b_in(direct, std::ios::binary);
+  std::stringstream a_bytes, b_bytes;
+  a_bytes << a_in.rdbuf();
+  b_bytes << b_in.rdbuf();
+  EXPECT_GT(a_bytes.str().size(), 0u);
+  EXPECT_TRUE(a_bytes.str() == b_bytes.str()) << "record --perfetto and report --format perfetto differ";
   std::string why;
   const std::string text = perfetto_text(pf, &why);
   if (text.empty()) GTEST_SKIP() << why;
@@ -912,7 +921,7 @@ TEST(CliReport, PerfettoTraceOfAFunctionGraphDecodesWithPerfettosSchema) {
   EXPECT_NE(r.err.find("-o is for --format json or perfetto"), std::string::npos) << r.err;
   r = run_cli({"report", "--format", "protobuf", file});
   EXPECT_NE(r.rc, 0);
-  for (const std::string& f : {file, pf, js}) ::unlink(f.c_str());
+  for (const std::string& f : {file, pf, js, direct}) ::unlink(f.c_str());
   ::rmdir(dir.c_str());
 }
 

@@ -41,6 +41,7 @@ struct FileOptions {
   std::string compression;  // as given: "", "none", "zstd" or "any"
   bool compress_flag = false;
   bool compress = false;  // what resolve() decided
+  std::string perfetto;   // --perfetto FILE: the trace.dat converted there too
 
   // trace-cmd's flag: zstd (or "any", the one there is) compresses a version
   // 7 file's data; a version 6 file cannot be. --compress says zstd. Not the
@@ -65,6 +66,8 @@ void add_file_options(CLI::App* sub, FileOptions* f) {
          "Compression of the data (version 7), as trace-cmd's: none (the default), zstd, or any (zstd)")
       ->check(CLI::IsMember({"none", "zstd", "any"}));
   sub->add_flag("--compress", f->compress_flag, "The same as --compression zstd");
+  sub->add_option("--perfetto", f->perfetto,
+                  "Also write FILE: the trace.dat as a Perfetto trace (usrtrace report --format perfetto)");
 }
 
 void report(const std::string& verb, const RecordStats& st, const std::string& file) {
@@ -485,6 +488,8 @@ Runner add_record(CLI::App& app) {
     if (!o->keep && !rec->process_exited()) Setup::revert(*c, undo);
     if (rc < 0) return finish_child(fail("record", err));
     if (!o->quiet || st.lost_events != 0) report("record", st, ro.output);
+    if (!o->file.perfetto.empty() && export_trace(ro.output, "perfetto", o->file.perfetto) != 0)
+      return finish_child(1);
     return finish_child(0);
   };
 }
@@ -523,7 +528,7 @@ Runner add_extract(CLI::App& app) {
     RecordStats st;
     if (extract_trace(ro, &err, &st) < 0) return fail("extract", err);
     report("extract", st, ro.output);
-    return 0;
+    return o->file.perfetto.empty() ? 0 : export_trace(ro.output, "perfetto", o->file.perfetto);
   };
 }
 

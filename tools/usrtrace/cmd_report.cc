@@ -342,6 +342,14 @@ int run(Options o) {
 
 }  // namespace
 
+int export_trace(const std::string& input, const std::string& format, const std::string& output) {
+  Options o;
+  o.input = input;
+  o.format = format;
+  o.output = output;
+  return run(o);
+}
+
 Runner add_report(CLI::App& app) {
   auto o = std::make_shared<Options>();
   CLI::App* sub =

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
 
 namespace usrtrace::tool {
 
@@ -25,5 +26,9 @@ Runner add_stat(CLI::App& app);
 Runner add_stop(CLI::App& app);
 Runner add_stream(CLI::App& app);
 Runner add_umount(CLI::App& app);
+
+// `usrtrace report --format FORMAT -o OUTPUT INPUT`: what record and
+// extract run for --perfetto. The exit status.
+int export_trace(const std::string& input, const std::string& format, const std::string& output);
 
 }  // namespace usrtrace::tool
