@@ -35,7 +35,8 @@ struct Options {
   std::vector<std::string> buffers;
   bool stat = false, latency = false, nsec = false, raw = false;
   std::string format = "text";
-  std::string output;  // -o: the export's file
+  std::string output;                 // -o: the export's file
+  std::vector<std::string> counters;  // --counter SYS:EVENT:FIELD
   bool profile = false, graph = false, flame = false;
   std::string sort = "total", threshold;
 };
@@ -161,6 +162,10 @@ int run(Options o) {
     fprintf(stderr, "usrtrace report: --format must be text, json or perfetto\n");
     return 2;
   }
+  if (!o.counters.empty() && o.format != "perfetto") {
+    fprintf(stderr, "usrtrace report: --counter is for --format perfetto\n");
+    return 2;
+  }
   if (!o.output.empty() && o.format == "text") {
     fprintf(stderr, "usrtrace report: -o is for --format json or perfetto (the text goes to stdout)\n");
     return 2;
@@ -266,7 +271,7 @@ int run(Options o) {
                       total);
     auto keep = [&](const TraceFile::Record& rec, const char* comm) { return shown(filters, rec, comm); };
     int r = o.format == "json" ? write_json(f, *session, cur, in_ns, keep, out, &progress)
-                               : write_perfetto(f, *session, cur, clock, keep, out, &progress);
+                               : write_perfetto(f, *session, cur, clock, o.counters, keep, out, &progress);
     if (out != stdout) {
       if (fclose(out) != 0 && r == 0) r = 1;
       if (r == 0 && ::rename(tmp.c_str(), o.output.c_str()) != 0) {
@@ -380,6 +385,9 @@ Runner add_report(CLI::App& app) {
          "text (as trace-cmd report), json (Chrome trace events) or perfetto (Perfetto's protobuf trace)")
       ->check(CLI::IsMember({"text", "json", "perfetto"}));
   sub->add_option("-o,--output", o->output, "--format json or perfetto: write to FILE instead of stdout");
+  sub->add_option("--counter", o->counters,
+                  "--format perfetto: SYS:EVENT:FIELD as a counter track (FIELD over time; repeatable)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->add_flag(
       "--profile", o->profile,
       "per function: total and self time, calls, avg, min, max (uftrace report's view; per event: counts)");

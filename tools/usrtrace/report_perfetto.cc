@@ -44,6 +44,7 @@ constexpr uint32_t kTrackName = 2;
 constexpr uint32_t kProcess = 3;
 constexpr uint32_t kThread = 4;
 constexpr uint32_t kParentUuid = 5;
+constexpr uint32_t kCounter = 8;  // TrackDescriptor.counter: a CounterDescriptor
 constexpr uint32_t kPid = 1;
 constexpr uint32_t kProcessName = 6;
 constexpr uint32_t kTid = 2;
@@ -57,6 +58,8 @@ constexpr uint32_t kTrackUuid = 11;
 constexpr uint32_t kSliceBegin = 1;
 constexpr uint32_t kSliceEnd = 2;
 constexpr uint32_t kInstant = 3;
+constexpr uint32_t kCounterEvent = 4;
+constexpr uint32_t kCounterValue = 30;
 // DebugAnnotation
 constexpr uint32_t kAnnotationNameIid = 1;
 constexpr uint32_t kUintValue = 3;
@@ -206,6 +209,23 @@ class Writer {
     return uuid;
   }
 
+  // The counter track `name` of process `pid` (whose track exists),
+  // described the first time it is used.
+  uint64_t counter(int pid, const std::string& name) {
+    auto [it, added] = counters_.emplace(std::make_pair(pid, name), 0);
+    if (!added) return it->second;
+    it->second = ++uuids_;
+    Msg p, d, c;
+    p.varint(pb::kTrustedPacketSequenceId, kSequence);
+    d.varint(pb::kUuid, it->second);
+    d.varint(pb::kParentUuid, processes_.at(pid));
+    d.bytes(pb::kTrackName, name);
+    d.msg(pb::kCounter, c);
+    p.msg(pb::kTrackDescriptor, d);
+    emit(p);
+    return it->second;
+  }
+
   uint64_t name(const std::string& s) { return names_.iid(s); }
   uint64_t category(const std::string& s) { return categories_.iid(s); }
   uint64_t annotation(const std::string& s) { return annotations_.iid(s); }
@@ -245,10 +265,19 @@ class Writer {
   uint32_t clock_;
   std::string buf_;
   uint64_t uuids_ = 0;
-  std::map<std::pair<int, int>, uint64_t> threads_;  // (pid, tid) -> track uuid
-  std::map<int, uint64_t> processes_;                // pid -> track uuid
+  std::map<std::pair<int, int>, uint64_t> threads_;           // (pid, tid) -> track uuid
+  std::map<int, uint64_t> processes_;                         // pid -> track uuid
+  std::map<std::pair<int, std::string>, uint64_t> counters_;  // (pid, SYS:EVENT.FIELD) -> track uuid
   Interned names_{pb::kEventNames}, categories_{pb::kEventCategories},
       annotations_{pb::kDebugAnnotationNames};
+};
+
+// An event field given as a counter (--counter): its track is named
+// SYS:EVENT.FIELD under the event's process.
+struct Counter {
+  int id;
+  tep_format_field* field;
+  std::string name;
 };
 
 void annotate(Writer& w, Msg* ev, const std::string& key, const FieldValue& v) {
@@ -277,12 +306,31 @@ void annotate(Writer& w, Msg* ev, const std::string& key, const FieldValue& v) {
 }  // namespace
 
 int write_perfetto(const TraceFile& f, const TepSession& session, TraceFile::Cursor& cursor,
-                   const std::string& clock,
+                   const std::string& clock, const std::vector<std::string>& counter_specs,
                    const std::function<bool(const TraceFile::Record&, const char*)>& keep, FILE* out,
                    Progress* progress) {
   tep_handle* tep = session.tep();
   std::map<int, std::string> processes;
   const std::vector<int> buffer_pid = buffer_processes(f, &processes);
+  // SYS:EVENT:FIELD of --counter, resolved before anything is written.
+  std::vector<Counter> counters;
+  for (const std::string& spec : counter_specs) {
+    const size_t a = spec.find(':'), b = spec.rfind(':');
+    tep_event* ev =
+        a != b ? tep_find_event_by_name(tep, spec.substr(0, a).c_str(), spec.substr(a + 1, b - a - 1).c_str())
+               : nullptr;
+    tep_format_field* fl = ev ? tep_find_field(ev, spec.substr(b + 1).c_str()) : nullptr;
+    if (fl == nullptr || (fl->flags & (TEP_FIELD_IS_ARRAY | TEP_FIELD_IS_DYNAMIC | TEP_FIELD_IS_STRING)) ||
+        (fl->size != 1 && fl->size != 2 && fl->size != 4 && fl->size != 8)) {
+      fprintf(stderr, "usrtrace report: --counter %s: %s\n", spec.c_str(),
+              a == b ? "give SYS:EVENT:FIELD"
+              : !ev  ? "no such event in the file"
+              : !fl  ? "the event has no such field"
+                     : "not a number field");
+      return 2;
+    }
+    counters.push_back({ev->id, fl, spec.substr(0, b) + "." + spec.substr(b + 1)});
+  }
   Writer w(out, perfetto_clock(clock));
   w.start();
   // Slices open per thread track: an exit with none open is one whose
@@ -331,6 +379,21 @@ int write_perfetto(const TraceFile& f, const TepSession& session, TraceFile::Cur
           te.varint(pb::kType, pb::kSliceEnd);
           w.event(r.ts, te);
           return;
+        }
+        if (ev) {
+          bool counted = false;
+          for (const Counter& c : counters)
+            if (c.id == ev->id) {
+              const FieldValue v = read_field(tep, c.field, r.data, r.len);
+              if (v.kind != FieldValue::kInt && v.kind != FieldValue::kUint) continue;
+              Msg ce;
+              ce.varint(pb::kTrackUuid, w.counter(pid, c.name));
+              ce.varint(pb::kType, pb::kCounterEvent);
+              ce.int64(pb::kCounterValue, v.kind == FieldValue::kInt ? v.i : static_cast<int64_t>(v.u));
+              w.event(r.ts, ce);
+              counted = true;
+            }
+          if (counted) return;
         }
         te.varint(pb::kType, pb::kInstant);
         te.varint(pb::kNameIid,

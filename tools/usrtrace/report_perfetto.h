@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "report_views.h"
 #include "tep_session.h"
@@ -27,9 +28,12 @@
 namespace usrtrace::tool {
 
 // Writes every record `cursor` gives that `keep` accepts, the file's clock
-// being `clock` ("local", "boot", ...). Returns the exit status.
+// being `clock` ("local", "boot", ...). `counters` ("SYS:EVENT:FIELD"):
+// those events are samples of a counter track per process, FIELD's value
+// over time, instead of instant events. Returns the exit status (2: a
+// counter the file's formats do not have, said on stderr).
 int write_perfetto(const TraceFile& f, const TepSession& session, TraceFile::Cursor& cursor,
-                   const std::string& clock,
+                   const std::string& clock, const std::vector<std::string>& counters,
                    const std::function<bool(const TraceFile::Record&, const char*)>& keep, FILE* out,
                    Progress* progress = nullptr);
 
