@@ -380,10 +380,10 @@ Runner add_report(CLI::App& app) {
   sub->add_flag("-l,--latency", o->latency, "print the latency columns (flags, preempt depth)");
   sub->add_flag("-t,--nsec", o->nsec, "print timestamps in nanoseconds");
   sub->add_flag("-R,--raw", o->raw, "print the raw fields instead of the events' print formats");
+  // Checked in run(), which says what the formats are.
   sub->add_option(
-         "--format", o->format,
-         "text (as trace-cmd report), json (Chrome trace events) or perfetto (Perfetto's protobuf trace)")
-      ->check(CLI::IsMember({"text", "json", "perfetto"}));
+      "--format", o->format,
+      "text (as trace-cmd report), json (Chrome trace events) or perfetto (Perfetto's protobuf trace)");
   sub->add_option("-o,--output", o->output, "--format json or perfetto: write to FILE instead of stdout");
   sub->add_option("--counter", o->counters,
                   "--format perfetto: SYS:EVENT:FIELD as a counter track (FIELD over time; repeatable)")
