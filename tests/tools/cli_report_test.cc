@@ -1,0 +1,272 @@
+// `usrtrace report`'s views and exports of recordings made as a user makes
+// them: --profile, --graph and --flame-graph (uftrace's views) and
+// --format perfetto (decoded by protoc with Perfetto's own schema).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+
+#include "tools/cli_harness.h"
+
+using namespace cli_harness;
+
+namespace {
+
+// A time as report's views print it ("68.038 us") in ns.
+double ns_of(const std::string& value, const std::string& unit) {
+  const double v = std::stod(value);
+  return unit == "ns" ? v : unit == "us" ? v * 1e3 : unit == "ms" ? v * 1e6 : v * 1e9;
+}
+
+// The summary views on a known call tree (graph.c: main calls pkg_middle
+// 25 times, each calls pkg_leaf 4 times): calls exact, times consistent
+// with each other (self within total, a caller's total over its callees',
+// the flame graph's self times adding up to main's total).
+TEST(CliReport, ProfileGraphAndFlameGraphOfAFunctionGraph) {
+  const std::string dir = temp_dir(), file = dir + "/views.dat";
+  Result r = run_cli({"record", "-q", "-p", "function_graph", "-o", file, "--", GRAPH_TARGET});
+  ASSERT_EQ(r.rc, 0) << r.err;
+
+  r = run_cli({"report", "--profile", file});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  // "  TOTAL U  SELF U  CALLS  AVG U  MIN U  MAX U  NAME"
+  const std::regex row(
+      R"(^\s*(\S+) (\S+)\s+(\S+) (\S+)\s+(\d+)\s+(\S+) (\S+)\s+(\S+) (\S+)\s+(\S+) (\S+)\s+(\S+)$)");
+  std::map<std::string, std::vector<double>> prof;  // name -> total, self, calls, avg, min, max
+  std::vector<std::string> order;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    // graph.c's functions (a sanitizer build adds its module constructors).
+    if (!std::regex_match(line, m, row) || !std::regex_match(m[12].str(), std::regex("main|pkg_.*")))
+      continue;
+    prof[m[12]] = {ns_of(m[1], m[2]), ns_of(m[3], m[4]), std::stod(m[5]),
+                   ns_of(m[6], m[7]), ns_of(m[8], m[9]), ns_of(m[10], m[11])};
+    order.push_back(m[12]);
+  }
+  ASSERT_EQ(order, (std::vector<std::string>{"main", "pkg_middle", "pkg_leaf"})) << r.out;  // by total
+  EXPECT_EQ(prof["main"][2], 1);
+  EXPECT_EQ(prof["pkg_middle"][2], 25);
+  EXPECT_EQ(prof["pkg_leaf"][2], 100);
+  for (const auto& [fn, v] : prof) {
+    EXPECT_LE(v[1], v[0] * 1.001) << fn << ": self within total";
+    EXPECT_LE(v[4], v[3] * 1.001) << fn << ": min <= avg";
+    EXPECT_LE(v[3], v[5] * 1.001) << fn << ": avg <= max";
+  }
+  EXPECT_GE(prof["main"][0], prof["pkg_middle"][0]);
+  EXPECT_GE(prof["pkg_middle"][0] * 1.001, prof["pkg_middle"][1] + prof["pkg_leaf"][0])
+      << "self = total - callees";
+  r = run_cli({"report", "--profile", "--sort", "calls", file});
+  EXPECT_LT(r.out.find(" pkg_leaf\n"), r.out.find(" pkg_middle\n")) << r.out;
+  EXPECT_LT(r.out.find(" pkg_middle\n"), r.out.find(" main\n")) << r.out;
+  r = run_cli({"report", "--profile", "--threshold", "1000s", file});
+  EXPECT_EQ(count(r.out, "\n"), 2) << "the head only: " << r.out;
+
+  r = run_cli({"report", "--graph", file});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  // ("+-" before each root when there are several: a sanitizer build's
+  // module constructors are roots beside main.)
+  const size_t m = r.out.find("(1) main\n"), mid = r.out.find("(25) pkg_middle\n"),
+               leaf = r.out.find("(100) pkg_leaf\n");
+  EXPECT_TRUE(m != std::string::npos && mid != std::string::npos && leaf != std::string::npos && m < mid &&
+              mid < leaf)
+      << r.out;
+
+  r = run_cli({"report", "--flame-graph", file});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::map<std::string, double> folded;
+  std::istringstream fin(r.out);
+  double sum = 0;
+  for (std::string stack; fin >> stack;) {
+    double v = 0;
+    fin >> v;
+    if (stack.rfind("main", 0) != 0) continue;  // a sanitizer's module constructors
+    folded[stack] = v;
+    sum += v;
+  }
+  EXPECT_EQ(folded.size(), 3u) << r.out;
+  EXPECT_GT(folded["main;pkg_middle;pkg_leaf"], 0) << r.out;
+  EXPECT_NEAR(folded["main;pkg_middle;pkg_leaf"], prof["pkg_leaf"][1], prof["pkg_leaf"][1] * 0.001 + 1);
+  EXPECT_NEAR(sum, prof["main"][0], prof["main"][0] * 0.001 + 1) << "self times add up to the root's total";
+
+  // Progress on a terminal (script(1) gives the command one), none when
+  // stderr is not one; the floor lowered to 0 bytes for this small file.
+  if (::access("/usr/bin/script", X_OK) == 0) {
+    const std::string cmd = std::string("USRTRACE_REPORT_PROGRESS_BYTES=0 ") + USRTRACE_CLI +
+                            " report --profile " + file + " >/dev/null";
+    const Result tty = Proc::start({"/usr/bin/script", "-qec", cmd, "/dev/null"}, false).finish();
+    EXPECT_EQ(tty.rc, 0) << tty.err;
+    EXPECT_NE(tty.out.find("usrtrace report: reading " + file + ":"), std::string::npos) << tty.out;
+    EXPECT_NE(tty.out.find("\r\033[K"), std::string::npos) << "the line is erased at the end";
+    setenv("USRTRACE_REPORT_PROGRESS_BYTES", "0", 1);
+    r = run_cli({"report", "--profile", file});
+    unsetenv("USRTRACE_REPORT_PROGRESS_BYTES");
+    EXPECT_EQ(r.err, "") << "quiet when stderr is a pipe";
+  }
+
+  r = run_cli({"report", "--profile", "--graph", file});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("give one"), std::string::npos) << r.err;
+  r = run_cli({"report", "--profile", "--threshold", "soon", file});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("--threshold 'soon'"), std::string::npos) << r.err;
+  ::unlink(file.c_str());
+  ::rmdir(dir.c_str());
+}
+
+// Without function_graph records, --profile counts the events.
+// A Perfetto trace as protoc reads it with Perfetto's own schema
+// (tests/output/perfetto/perfetto_trace.proto, pinned): its text, or ""
+// with *why set when protoc is missing or refuses the bytes.
+std::string perfetto_text(const std::string& trace, std::string* why) {
+  if (::access("/usr/bin/protoc", X_OK) != 0) {
+    *why = "protoc is not installed (apt-get install protobuf-compiler; scripts/install-deps.sh does)";
+    return "";
+  }
+  const std::string cmd = "/usr/bin/protoc -I" PERFETTO_DIR " --decode=perfetto.protos.Trace " PERFETTO_DIR
+                          "/perfetto_trace.proto < '" +
+                          trace + "' 2>&1";
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[65536];
+    for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+    if (pclose(p) != 0) {
+      *why = "protoc refused it: " + out.substr(0, 2000);
+      return "";
+    }
+  }
+  return out;
+}
+
+// The interned names of a decoded trace: iid -> name, of one kind
+// ("event_names", "debug_annotation_names").
+std::map<unsigned, std::string> interned(const std::string& text, const std::string& kind) {
+  std::map<unsigned, std::string> names;
+  const std::regex entry(kind + R"re( \{\s*iid: (\d+)\s*name: "([^"]*)")re");
+  for (std::sregex_iterator it(text.begin(), text.end(), entry), end; it != end; ++it)
+    names[static_cast<unsigned>(std::stoul((*it)[1]))] = (*it)[2];
+  return names;
+}
+
+// report --format perfetto: a function_graph recording as slices per
+// thread, each begun and ended, named by the function, as many as the
+// program's calls; the process and thread described; decoded by protoc
+// with Perfetto's schema; and a third of the JSON's size at most.
+TEST(CliReport, PerfettoTraceOfAFunctionGraphDecodesWithPerfettosSchema) {
+  const std::string dir = temp_dir(), file = dir + "/p.dat", pf = dir + "/p.pftrace", js = dir + "/p.json";
+  const std::string direct = dir + "/direct.pftrace";  // record --perfetto's
+  Result r =
+      run_cli({"record", "-p", "function_graph", "-o", file, "--perfetto", direct, "--", GRAPH_TARGET});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.err, m, std::regex("recording process (\\d+)"))) << r.err;
+  const std::string pid = m[1];
+  r = run_cli({"report", "--format", "perfetto", "-o", pf, file});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "") << "the trace goes to -o";
+  // record --perfetto wrote the same conversion of the same file.
+  std::ifstream a_in(pf, std::ios::binary), b_in(direct, std::ios::binary);
+  std::stringstream a_bytes, b_bytes;
+  a_bytes << a_in.rdbuf();
+  b_bytes << b_in.rdbuf();
+  EXPECT_GT(a_bytes.str().size(), 0u);
+  EXPECT_TRUE(a_bytes.str() == b_bytes.str()) << "record --perfetto and report --format perfetto differ";
+  std::string why;
+  const std::string text = perfetto_text(pf, &why);
+  if (text.empty()) GTEST_SKIP() << why;
+  const std::map<unsigned, std::string> names = interned(text, "event_names");
+  std::map<std::string, int> begins;
+  const std::regex begin(R"(type: TYPE_SLICE_BEGIN\s*name_iid: (\d+))");
+  for (std::sregex_iterator it(text.begin(), text.end(), begin), end; it != end; ++it)
+    begins[names.at(static_cast<unsigned>(std::stoul((*it)[1])))]++;
+  EXPECT_EQ(begins["main"], 1);
+  EXPECT_EQ(begins["pkg_middle"], 25);
+  EXPECT_EQ(begins["pkg_leaf"], 100);
+  EXPECT_EQ(count(text, "type: TYPE_SLICE_BEGIN"), count(text, "type: TYPE_SLICE_END"));
+  EXPECT_NE(text.find("process {\n      pid: " + pid + "\n      process_name: \"graph_target\""),
+            std::string::npos)
+      << text.substr(0, 3000);
+  EXPECT_NE(text.find("pid: " + pid + "\n      tid: " + pid + "\n      thread_name: \"graph_target\""),
+            std::string::npos);
+  EXPECT_EQ(count(text, "name: \"pkg_leaf\""), 1) << "interned once";
+  r = run_cli({"report", "--format", "json", "-o", js, file});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  struct stat a, b;
+  ASSERT_EQ(::stat(pf.c_str(), &a), 0);
+  ASSERT_EQ(::stat(js.c_str(), &b), 0);
+  EXPECT_LE(a.st_size * 3, b.st_size) << "perfetto " << a.st_size << " bytes, json " << b.st_size;
+  // A binary trace is not written to a terminal, and -o is for exports.
+  r = run_cli({"report", "-o", pf, file});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("-o is for --format json or perfetto"), std::string::npos) << r.err;
+  r = run_cli({"report", "--format", "protobuf", file});
+  EXPECT_NE(r.rc, 0);
+  for (const std::string& f : {file, pf, js, direct}) ::unlink(f.c_str());
+  ::rmdir(dir.c_str());
+}
+
+// The golden trace: typed events on the counter clock (time stamps 4, 5,
+// ... whatever the machine), as protoc decodes them, equal to
+// tests/output/perfetto/counter_events.txt once the pid and the CPU are
+// named: instant events named SYSTEM:EVENT with their fields as debug
+// annotations, strings interned, the file's own clock mapped to BOOTTIME.
+TEST(CliReport, PerfettoTraceOfTypedEventsEqualsTheGolden) {
+  const std::string dir = temp_dir(), file = dir + "/c.dat", pf = dir + "/c.pftrace";
+  Proc rec = Proc::start(
+      {USRTRACE_CLI, "record", "-C", "counter", "-e", "clitest", "-o", file, "--", CLI_TARGET}, true);
+  const std::string script = "tick 3\nrare 2\nexit 0\n";
+  ASSERT_EQ(::write(rec.in, script.data(), script.size()), static_cast<ssize_t>(script.size()));
+  const Result rr = rec.finish();
+  ASSERT_EQ(rr.rc, 0) << rr.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(rr.err, m, std::regex("recording process (\\d+)"))) << rr.err;
+  const std::string pid = m[1];
+  const Result r = run_cli({"report", "--format", "perfetto", "-o", pf, file});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::string why;
+  const std::string text = perfetto_text(pf, &why);
+  if (text.empty()) GTEST_SKIP() << why;
+  // The pid (also the tid and the tick's tid field), and the CPU (the
+  // first debug annotation, "cpu", iid 1), are the run's.
+  std::string norm;
+  std::istringstream in(text);
+  bool cpu_next = false;
+  for (std::string line; std::getline(in, line);) {
+    line = std::regex_replace(line, std::regex("\\b" + pid + "\\b"), "PID");
+    if (cpu_next && line.find("uint_value: ") != std::string::npos)
+      line = line.substr(0, line.find("uint_value: ")) + "uint_value: CPU";
+    cpu_next = line == "      name_iid: 1";
+    norm += line + "\n";
+  }
+  std::ifstream golden(PERFETTO_DIR "/counter_events.txt");
+  std::stringstream want;
+  want << golden.rdbuf();
+  EXPECT_EQ(norm, want.str()) << "to update: write this to tests/output/perfetto/counter_events.txt:\n"
+                              << norm;
+  for (const std::string& f : {file, pf}) ::unlink(f.c_str());
+  ::rmdir(dir.c_str());
+}
+
+TEST(CliReport, ProfileCountsEventsOfAnEventTrace) {
+  const std::string dir = temp_dir(), file = dir + "/events.dat";
+  Proc rec = Proc::start({USRTRACE_CLI, "record", "-q", "-e", "clitest", "-o", file, "--", CLI_TARGET}, true);
+  const std::string script = "tick 7\nrare 2\n";
+  ASSERT_EQ(::write(rec.in, script.data(), script.size()), static_cast<ssize_t>(script.size()));
+  const Result done = rec.finish();
+  ASSERT_EQ(done.rc, 0) << done.err;
+  const Result r = run_cli({"report", "--profile", file});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("           7  clitest:tick\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("           2  clitest:rare\n"), std::string::npos) << r.out;
+  EXPECT_LT(r.out.find("clitest:tick"), r.out.find("clitest:rare")) << r.out;
+  const Result g = run_cli({"report", "--graph", file});
+  EXPECT_NE(g.out.find("no function_graph records"), std::string::npos) << g.out;
+  ::unlink(file.c_str());
+  ::rmdir(dir.c_str());
+}
+
+}  // namespace
