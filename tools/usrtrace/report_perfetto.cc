@@ -185,18 +185,15 @@ class Writer {
     auto [pit, padded] = processes_.emplace(pid, 0);
     if (padded) {
       pit->second = ++uuids_;
-      Msg p, d, proc;
-      p.varint(pb::kTrustedPacketSequenceId, kSequence);
+      Msg d, proc;
       d.varint(pb::kUuid, pit->second);
       proc.int64(pb::kPid, pid);
       proc.bytes(pb::kProcessName, process);
       d.msg(pb::kProcess, proc);
-      p.msg(pb::kTrackDescriptor, d);
-      emit(p);
+      describe(d);
     }
     const uint64_t uuid = it->second = ++uuids_;
-    Msg p, d, th;
-    p.varint(pb::kTrustedPacketSequenceId, kSequence);
+    Msg d, th;
     d.varint(pb::kUuid, uuid);
     d.varint(pb::kParentUuid, pit->second);
     th.int64(pb::kPid, pid);
@@ -204,8 +201,7 @@ class Writer {
     th.bytes(pb::kThreadName, comm);
     d.msg(pb::kThread, th);
     d.bytes(pb::kTrackName, comm);
-    p.msg(pb::kTrackDescriptor, d);
-    emit(p);
+    describe(d);
     return uuid;
   }
 
@@ -215,14 +211,12 @@ class Writer {
     auto [it, added] = counters_.emplace(std::make_pair(pid, name), 0);
     if (!added) return it->second;
     it->second = ++uuids_;
-    Msg p, d, c;
-    p.varint(pb::kTrustedPacketSequenceId, kSequence);
+    Msg d, c;
     d.varint(pb::kUuid, it->second);
     d.varint(pb::kParentUuid, processes_.at(pid));
     d.bytes(pb::kTrackName, name);
     d.msg(pb::kCounter, c);
-    p.msg(pb::kTrackDescriptor, d);
-    emit(p);
+    describe(d);
     return it->second;
   }
 
@@ -251,6 +245,13 @@ class Writer {
   }
 
  private:
+  // A packet of one TrackDescriptor.
+  void describe(const Msg& descriptor) {
+    Msg p;
+    p.varint(pb::kTrustedPacketSequenceId, kSequence);
+    p.msg(pb::kTrackDescriptor, descriptor);
+    emit(p);
+  }
   void emit(const Msg& packet) {
     Msg t;
     t.msg(pb::kTracePacket, packet);
