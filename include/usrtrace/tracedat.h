@@ -44,6 +44,13 @@ struct RecordOptions {
   // least one), the older ones given up as the recording goes: a flight
   // recorder on disk, as trace-cmd record -m (KiB there).
   uint64_t max_cpu_bytes = 0;
+  // Kernel tracefs events recorded into the same file (usrtrace record
+  // -K): SYS:EVENT, SYS or EVENT, globs as for -e. A kernel instance of the
+  // recorder's own records them on the clock the kernel shares with the
+  // file's, limited to the recorded process's threads and what they start,
+  // as the buffer "kernel". Needs the kernel's tracefs and root; recording
+  // another process (pid) only.
+  std::vector<std::string> kernel_events;
 };
 
 struct RecordStats {

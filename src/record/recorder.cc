@@ -444,6 +444,12 @@ class Recording {
     if (opts_.instances.empty()) opts_.instances.push_back("");
     std::string dir;
     if (int rc = check_options(opts_, &dir, err); rc < 0) return rc;
+    if (!opts_.kernel_events.empty()) {
+      *err =
+          "kernel events (RecordOptions::kernel_events) are recorded from outside the process only "
+          "(usrtrace record -K, or RecordOptions::pid)";
+      return -EINVAL;
+    }
     for (const std::string& name : opts_.instances) {
       auto s = std::make_unique<Source>();
       s->name = name;
@@ -597,6 +603,11 @@ TraceRecorder::~TraceRecorder() {
 }
 
 int extract_trace(const RecordOptions& opts, std::string* err, RecordStats* stats) {
+  if (!opts.kernel_events.empty()) {
+    // What the kernel did before now is not in an instance of ours.
+    *err = "kernel events are recorded as they happen (TraceRecorder, usrtrace record -K), not extracted";
+    return -EINVAL;
+  }
   if (is_remote(opts)) {
     tracedat::RemoteRecording rec;
     if (int e = rec.open(opts, nullptr, "", err)) return e;

@@ -432,10 +432,16 @@ int ProcessTreeRecording::open(const RecordOptions& o, std::string* err) {
   std::string dir;
   if (int rc = check_options(opts_, &dir, err); rc < 0) return rc;
   if (int rc = journal_.create(opts_, err); rc < 0) return rc;
-  return root_.open(opts_, &journal_, "", err);
+  if (int rc = root_.open(opts_, &journal_, "", err); rc < 0) return rc;
+  if (opts_.kernel_events.empty()) return 0;
+  kernel_ = std::make_unique<KernelSource>();
+  return kernel_->open(opts_.kernel_events, root_.clock(), {opts_.pid}, &journal_, err);
 }
 
-void ProcessTreeRecording::start_thread() { root_.start_thread(); }
+void ProcessTreeRecording::start_thread() {
+  root_.start_thread();
+  if (kernel_) kernel_->start_thread();
+}
 
 int ProcessTreeRecording::add_process(int pid, std::string* err) {
   RecordOptions o = opts_;
@@ -461,6 +467,14 @@ int ProcessTreeRecording::finish(std::string* err) {
       skip.push_back(f.rec->process());
     }
   }
+  if (kernel_) {
+    std::string e;
+    // Nor does the kernel's: the process's pages are the file's point.
+    if (kernel_->take_rest(&e) < 0) {
+      warnings_ += "kernel events: " + e + "\n";
+      skip.push_back(kernel_->process());
+    }
+  }
   return finish_journal(journal_, skip, err);
 }
 
@@ -469,6 +483,12 @@ RecordStats ProcessTreeRecording::stats() const {
   std::lock_guard<std::mutex> l(mu_);
   for (const Followed& f : followed_) {
     const RecordStats s = f.rec->stats();
+    st.pages += s.pages;
+    st.bytes += s.bytes;
+    st.lost_events += s.lost_events;
+  }
+  if (kernel_) {
+    const RecordStats s = kernel_->stats();
     st.pages += s.pages;
     st.bytes += s.bytes;
     st.lost_events += s.lost_events;
@@ -505,11 +525,18 @@ std::string ProcessTreeRecording::warnings() const {
     w += "process " + std::to_string(opts_.pid) +
          " went away before its last pages were taken: the end of its trace is missing (killed, or its exit "
          "wait, USRTRACE_EXIT_WAIT_MS, ran out)\n";
+  if (kernel_) w += kernel_->warnings();
   std::lock_guard<std::mutex> l(mu_);
   for (const Followed& f : followed_)
     if (const std::string lost = f.rec->lost_where(); !lost.empty())
       w += "process " + std::to_string(f.pid) + ": events lost: " + lost + "\n";
   return w + warnings_;
+}
+
+std::string RemoteRecording::clock() const {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!meta_.instances.empty() && !meta_.instances[0].clock.empty()) return meta_.instances[0].clock;
+  return clock_name(meta_.meta.trace_clock);
 }
 
 RecordStats RemoteRecording::stats() const {

@@ -13,6 +13,7 @@
 #include "control/connection.h"
 #include "control/meta.h"
 #include "record/journal.h"
+#include "record/kernel_source.h"
 #include "tracedat/writer.h"
 #include "usrtrace/tracedat.h"
 
@@ -35,6 +36,8 @@ class RemoteRecording {
   // written by the journal's owner. 0 or -errno with *err.
   int take_rest(std::string* err);
   uint32_t process() const { return process_; }
+  // The clock of the first instance (trace_clock name), once open.
+  std::string clock() const;
   RecordStats stats() const;
   // The process exited (or was killed): what it had is taken.
   bool process_gone() const { return gone_.load(std::memory_order_acquire); }
@@ -104,6 +107,7 @@ class ProcessTreeRecording {
   RecordOptions opts_;
   JournalWriter journal_;  // outlives the recordings that write to it
   RemoteRecording root_;
+  std::unique_ptr<KernelSource> kernel_;  // -K
   mutable std::mutex mu_;
   std::vector<Followed> followed_;  // under mu_
   std::string warnings_;            // under mu_

@@ -308,6 +308,7 @@ Runner add_record(CLI::App& app) {
     bool children = false;
     bool quiet = false;
     uint64_t max_kib = 0;
+    std::vector<std::string> kernel_events;
     std::vector<std::string> command;
   };
   auto o = std::make_shared<Options>();
@@ -322,6 +323,11 @@ Runner add_record(CLI::App& app) {
   sub->add_flag("-c,--children", o->children,
                 "With -- COMMAND: also record the programs it starts, and theirs (into the same file)");
   sub->add_flag("-q,--quiet", o->quiet, "Say nothing but errors and lost events");
+  sub->add_option(
+         "-K,--kernel-event", o->kernel_events,
+         "Kernel event to record too, into the buffer \"kernel\" of the same file: SYS:EVENT, SYS or "
+         "EVENT (globs work; repeatable), limited to the process's threads; needs root and tracefs")
+      ->allow_extra_args(false);
   // trace-cmd's flags that have no meaning here: said, not ignored.
   sub->add_option_function<std::string>(
       "-s", [](const std::string&) { throw CLI::ValidationError("-s", kNoSleepInterval); },
@@ -430,6 +436,7 @@ Runner add_record(CLI::App& app) {
     ro.pid = pid;
     ro.instances = instances;
     ro.max_cpu_bytes = o->max_kib * 1024;
+    ro.kernel_events = o->kernel_events;
     std::string err;
     // A recording of the same output that was killed left its pages: say
     // so once, before this one adds its own journal beside them.

@@ -1,0 +1,435 @@
+// record -K: the kernel's events into the recording's journal; see
+// kernel_source.h.
+//
+// What the kernel's pages need before they join ours:
+//   * their ids: remapped page by page as they are taken (remap_page_ids),
+//     and the formats' "ID:" lines with them, so that one set of formats
+//     describes every buffer of the file;
+//   * their time stamps: nothing. The instance runs on the kernel clock
+//     whose raw values are ours (kernel_clock_for), so the file's one
+//     conversion (TSC2NSEC and OFFSET for the TSC clocks) turns both into
+//     the same nanoseconds, and the kernel's records fall between ours
+//     exactly where they happened.
+#include "record/kernel_source.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <utility>
+
+#include "base/sys.h"
+#include "control/meta.h"
+#include "record/recorder.h"
+#include "ring_buffer/page_format.h"
+
+namespace usrtrace::tracedat {
+
+namespace {
+
+constexpr long kTracefsMagic = 0x74726163;  // TRACEFS_MAGIC
+constexpr const char* kInstancePrefix = "usrtrace-";
+
+bool is_tracefs(const std::string& dir) {
+  struct statfs s;
+  return ::statfs(dir.c_str(), &s) == 0 && static_cast<long>(s.f_type) == kTracefsMagic;
+}
+
+// Whole file, "" if it cannot be read. tracefs files say st_size 0:
+// read until EOF.
+std::string slurp(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  std::string s;
+  char buf[8192];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) s.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return s;
+}
+
+// 0 or -errno; *err says which file refused what.
+int put_file(const std::string& path, const std::string& text, std::string* err) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW);
+  int e = 0;
+  if (fd < 0) {
+    e = errno;
+  } else {
+    if (::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) e = errno ? errno : EIO;
+    ::close(fd);
+  }
+  if (e == 0) return 0;
+  *err = "writing '" + text + "' to " + path + ": " + std::strerror(e);
+  return -e;
+}
+
+std::vector<std::string> subdirs(const std::string& dir) {
+  std::vector<std::string> out;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    struct stat st;
+    if (::fstatat(::dirfd(d), e->d_name, &st, 0) == 0 && S_ISDIR(st.st_mode)) out.emplace_back(e->d_name);
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool matches(const std::string& spec, const std::string& sys, const std::string& ev) {
+  const size_t colon = spec.find(':');
+  if (colon != std::string::npos)
+    return fnmatch(spec.substr(0, colon).c_str(), sys.c_str(), 0) == 0 &&
+           fnmatch(spec.substr(colon + 1).c_str(), ev.c_str(), 0) == 0;
+  if (spec == "all") return true;
+  return fnmatch(spec.c_str(), sys.c_str(), 0) == 0 || fnmatch(spec.c_str(), ev.c_str(), 0) == 0;
+}
+
+// The "ID: N" line of a format file: N, or -1.
+long format_id(const std::string& fmt) {
+  const size_t at = fmt.find("\nID: ");
+  if (at == std::string::npos) return -1;
+  char* end = nullptr;
+  const long id = std::strtol(fmt.c_str() + at + 5, &end, 10);
+  return end != fmt.c_str() + at + 5 && id > 0 && id < 65536 ? id : -1;
+}
+
+std::string with_id(const std::string& fmt, uint16_t id) {
+  const size_t at = fmt.find("\nID: ") + 5;
+  const size_t end = fmt.find('\n', at);
+  return fmt.substr(0, at) + std::to_string(id) + fmt.substr(end);
+}
+
+// Instances a recorder left when it was killed (usrtrace-PID, PID gone):
+// they would go on recording into nobody's buffer.
+void remove_abandoned(const std::string& instances) {
+  for (const std::string& name : subdirs(instances)) {
+    if (name.rfind(kInstancePrefix, 0) != 0) continue;
+    const long pid = std::strtol(name.c_str() + std::strlen(kInstancePrefix), nullptr, 10);
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+      (void)::rmdir((instances + "/" + name).c_str());
+  }
+}
+
+}  // namespace
+
+bool remap_page_ids(uint8_t* page, uint32_t page_size, const std::vector<uint16_t>& ids) {
+  if (page_size < rb::kPageHeaderSize || ids.size() < 65536) return false;
+  uint64_t commit;
+  std::memcpy(&commit, page + 8, 8);
+  const uint64_t len = commit & rb::kCommitLengthMask;
+  if (len > page_size - rb::kPageHeaderSize) return false;
+  uint8_t* data = page + rb::kPageHeaderSize;
+  rb::PageWalker w(data, static_cast<uint32_t>(len), 0);
+  rb::Entry e;
+  for (;;) {
+    const rb::PageWalker::Step s = w.next(&e);
+    if (s == rb::PageWalker::Step::kEnd) return true;
+    if (s == rb::PageWalker::Step::kCorrupt) return false;
+    if (s != rb::PageWalker::Step::kData || e.payload_len < 2) continue;
+    uint8_t* type = data + e.offset + (e.size - e.payload_len);
+    uint16_t id;
+    std::memcpy(&id, type, 2);
+    std::memcpy(type, &ids[id], 2);
+  }
+}
+
+std::string kernel_clock_for(const std::string& ours) {
+  if (ours == "local" || ours == "global" || ours == "perf" || ours == "x86-tsc") return "x86-tsc";
+  if (ours == "mono" || ours == "mono_raw" || ours == "boot" || ours == "tai") return ours;
+  return "";
+}
+
+KernelSource::~KernelSource() {
+  {
+    std::lock_guard<std::mutex> l(wake_mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  remove_instance();
+}
+
+void KernelSource::remove_instance() {
+  for (int& fd : raw_fds_)
+    if (fd >= 0) ::close(std::exchange(fd, -1));
+  for (int& fd : pipe_)
+    if (fd >= 0) ::close(std::exchange(fd, -1));
+  if (dir_.empty()) return;
+  std::string ignored;
+  (void)put_file(dir_ + "/tracing_on", "0", &ignored);
+  (void)::rmdir(dir_.c_str());
+  dir_.clear();
+}
+
+int KernelSource::open(const std::vector<std::string>& specs, const std::string& clock,
+                       const std::vector<int>& pids, JournalWriter* journal, std::string* err) {
+  journal_ = journal;
+  clock_ = kernel_clock_for(clock);
+  if (clock_.empty()) {
+    *err = "-K: the file's clock, " + clock +
+           ", is not one the kernel has (kernel events need local, global, perf, x86-tsc, mono, mono_raw, "
+           "boot or "
+           "tai: -C)";
+    return -EINVAL;
+  }
+  for (const char* d : {"/sys/kernel/tracing", "/sys/kernel/debug/tracing"})
+    if (is_tracefs(d)) {
+      tracefs_ = d;
+      break;
+    }
+  const std::string& tracefs = tracefs_;
+  if (tracefs.empty()) {
+    *err =
+        "-K needs the kernel's tracefs, and it is not mounted at /sys/kernel/tracing (as root: mount -t "
+        "tracefs nodev /sys/kernel/tracing)";
+    return -ENOENT;
+  }
+  const std::string instances = tracefs + "/instances";
+  remove_abandoned(instances);
+  // A name of our own: this recorder's pid (remove_abandoned's key), and a
+  // count for a second recording in the same process.
+  static std::atomic<unsigned> serial{0};
+  const std::string name = kInstancePrefix + std::to_string(::getpid()) + "-" + std::to_string(serial++);
+  const std::string dir = instances + "/" + name;
+  if (::mkdir(dir.c_str(), 0750) != 0) {
+    const int e = errno;
+    *err = "-K: creating the kernel instance " + dir + ": " + std::strerror(e) +
+           (e == EACCES || e == EPERM ? " (recording kernel events needs root, or CAP_SYS_ADMIN)" : "");
+    return -e;
+  }
+  dir_ = dir;
+
+  // The events, in a stable order (system, then event), each with its id.
+  ids_.assign(65536, kKernelIdUnknown);
+  // trace_marker writes into the instance: ftrace/print, whose layout is
+  // ours (events/builtin.h), keeps the kernel's id and our format.
+  ids_[5] = 5;
+  std::vector<bool> used(specs.size(), false);
+  uint32_t next = kKernelIdFirst;
+  for (const std::string& sys : subdirs(dir + "/events")) {
+    if (sys == "ftrace") continue;  // the kernel's own records, not enabled by name
+    std::vector<std::string> formats;
+    for (const std::string& ev : subdirs(dir + "/events/" + sys)) {
+      bool want = false;
+      for (size_t i = 0; i < specs.size(); ++i)
+        if (matches(specs[i], sys, ev)) want = used[i] = true;
+      if (!want) continue;
+      const std::string fmt = slurp(dir + "/events/" + sys + "/" + ev + "/format");
+      const long id = format_id(fmt);
+      if (id < 0) continue;  // a format we cannot read: not recorded
+      if (next >= kKernelIdUnknown) {
+        *err = "-K names more kernel events than a file can hold beside ours (" +
+               std::to_string(kKernelIdUnknown - kKernelIdFirst) + ")";
+        return -E2BIG;
+      }
+      ids_[static_cast<size_t>(id)] = static_cast<uint16_t>(next);
+      formats.push_back(with_id(fmt, static_cast<uint16_t>(next++)));
+      if (int rc = put_file(dir + "/events/" + sys + "/" + ev + "/enable", "1", err); rc < 0) return rc;
+    }
+    if (!formats.empty()) systems_.emplace_back(sys, std::move(formats));
+  }
+  for (size_t i = 0; i < specs.size(); ++i)
+    if (!used[i]) {
+      *err = "-K " + specs[i] + ": no such kernel event (" + tracefs + "/available_events lists them)";
+      return -ENOENT;
+    }
+
+  // Off while it is set up; the clock before any event is written.
+  if (int rc = put_file(dir + "/tracing_on", "0", err); rc < 0) return rc;
+  if (int rc = put_file(dir + "/trace_clock", clock_, err); rc < 0) {
+    *err = "-K: the kernel has no " + clock_ + " clock for the file's " + clock + " (" + *err + ")";
+    return rc;
+  }
+  // The process's threads, and (event-fork) every task they start. The
+  // kernel applies set_event_pid to the task the event is about where it
+  // knows one (sched_switch: either side; sched_wakeup: the woken), else
+  // to the one running.
+  std::string list;
+  for (int pid : pids) {
+    bool any = false;
+    for (const std::string& tid : subdirs("/proc/" + std::to_string(pid) + "/task")) {
+      list += tid + " ";
+      any = true;
+    }
+    if (!any) list += std::to_string(pid) + " ";
+  }
+  if (!list.empty()) {
+    if (int rc = put_file(dir + "/set_event_pid", list, err); rc < 0) return rc;
+    if (int rc = put_file(dir + "/options/event-fork", "1", err); rc < 0) return rc;
+  }
+
+  // The page size: header_page's data field ends the page.
+  {
+    const std::string hp = slurp(tracefs + "/events/header_page");
+    const size_t at = hp.find("char data;");
+    unsigned off = 0, size = 0;
+    if (at != std::string::npos &&
+        std::sscanf(hp.c_str() + at, "char data;\toffset:%u;\tsize:%u;", &off, &size) == 2 &&
+        off + size >= rb::kMinPageSize && off + size <= rb::kMaxPageSize)
+      page_size_ = off + size;
+  }
+  const int nr_cpus = base::nr_possible_cpus();
+  for (int cpu = 0; cpu < nr_cpus; ++cpu) {
+    const std::string raw = dir + "/per_cpu/cpu" + std::to_string(cpu) + "/trace_pipe_raw";
+    const int fd = ::open(raw.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+      const int e = errno;
+      *err = "-K: opening " + raw + ": " + std::strerror(e);
+      return -e;
+    }
+    raw_fds_.push_back(fd);
+  }
+  if (::pipe2(pipe_, O_NONBLOCK | O_CLOEXEC) != 0) {
+    const int e = errno;
+    *err = std::string("-K: pipe: ") + std::strerror(e);
+    return -e;
+  }
+
+  if (int rc = journal_->add_process(0, "kernel", &process_, err); rc < 0) return rc;
+  if (int rc = journal_->add_stream(process_, "", page_size_, static_cast<uint32_t>(nr_cpus), &stream_, err);
+      rc < 0)
+    return rc;
+  if (int rc = journal_->put_meta(process_, meta(false), err); rc < 0) return rc;
+  return put_file(dir + "/tracing_on", "1", err);
+}
+
+// What the file needs of the kernel besides its pages: the formats (with
+// our ids), the kernel's thread names (saved_cmdlines: the names of the
+// tasks its events were about), the clock and, at the end, the per-CPU
+// stats (their overruns).
+control::RemoteMeta KernelSource::meta(bool with_stats) const {
+  control::RemoteMeta km;
+  km.meta.page_size = page_size_;
+  km.meta.nr_cpus = static_cast<int>(raw_fds_.size());
+  km.meta.systems = systems_;
+  km.meta.cmdlines = slurp(tracefs_ + "/saved_cmdlines");
+  km.meta.trace_clock = slurp(dir_ + "/trace_clock");
+  control::InstanceMeta im;
+  im.clock = clock_;
+  im.page_size = page_size_;
+  im.nr_cpus = km.meta.nr_cpus;
+  for (int cpu = 0; with_stats && cpu < im.nr_cpus; ++cpu)
+    im.stats.push_back(slurp(dir_ + "/per_cpu/cpu" + std::to_string(cpu) + "/stats"));
+  km.instances.push_back(im);
+  return km;
+}
+
+void KernelSource::start_thread() {
+  thread_ = std::thread([this] {
+    base::name_own_thread("usrtrace-kernel");
+    std::unique_lock<std::mutex> l(wake_mu_);
+    while (!stop_) {
+      l.unlock();
+      std::string e;
+      if (drain(false, &e) < 0) return;  // kept in error_ for take_rest
+      l.lock();
+      // Not a sleep-and-hope: the kernel's buffer keeps what comes
+      // meanwhile, and take_rest() takes the rest.
+      wake_.wait_for(l, std::chrono::milliseconds(100), [this] { return stop_; });
+    }
+  });
+}
+
+int KernelSource::put(int cpu, uint8_t* pages, size_t bytes, std::string* err) {
+  for (size_t at = 0; at + page_size_ <= bytes; at += page_size_) {
+    uint8_t* p = pages + at;
+    uint64_t commit;
+    std::memcpy(&commit, p + 8, 8);
+    const uint64_t len = commit & rb::kCommitLengthMask;
+    if (commit & rb::kMissedEvents) {
+      uint64_t n = 1;  // the kernel did not say how many: at least one
+      if ((commit & rb::kMissedStored) && rb::kPageHeaderSize + len + 8 <= page_size_)
+        std::memcpy(&n, p + rb::kPageHeaderSize + len, 8);
+      lost_.fetch_add(n, std::memory_order_relaxed);
+    }
+    (void)remap_page_ids(p, page_size_, ids_);
+  }
+  pages_.fetch_add(bytes / page_size_, std::memory_order_relaxed);
+  bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  return journal_->put_pages(stream_, static_cast<uint32_t>(cpu), pages, bytes - bytes % page_size_, err);
+}
+
+// Full pages of each CPU (splice hands out only those); with `flush`, then
+// what is left of each, one partial page per read.
+int KernelSource::drain(bool flush, std::string* err) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (error_ < 0) {
+    *err = error_text_;
+    return error_;
+  }
+  constexpr size_t kBatch = 16;  // a pipe's default capacity, in 4 KiB pages
+  std::unique_ptr<uint8_t[]> buf(new uint8_t[page_size_ * kBatch]);
+  int rc = 0;
+  for (size_t cpu = 0; cpu < raw_fds_.size() && rc == 0; ++cpu) {
+    for (;;) {
+      const ssize_t n = ::splice(raw_fds_[cpu], nullptr, pipe_[1], nullptr, page_size_ * kBatch,
+                                 SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
+      if (n <= 0) break;
+      size_t got = 0;
+      while (got < static_cast<size_t>(n)) {
+        const ssize_t r = ::read(pipe_[0], buf.get() + got, static_cast<size_t>(n) - got);
+        if (r <= 0) break;
+        got += static_cast<size_t>(r);
+      }
+      if ((rc = put(static_cast<int>(cpu), buf.get(), got, err)) < 0) break;
+    }
+    while (flush && rc == 0) {
+      std::memset(buf.get(), 0, page_size_);
+      const ssize_t n = ::read(raw_fds_[cpu], buf.get(), page_size_);
+      if (n <= 0) break;
+      uint64_t commit;
+      std::memcpy(&commit, buf.get() + 8, 8);
+      if ((commit & rb::kCommitLengthMask) == 0) break;
+      rc = put(static_cast<int>(cpu), buf.get(), page_size_, err);
+    }
+  }
+  if (rc < 0) {
+    error_ = rc;
+    error_text_ = *err;
+  }
+  return rc;
+}
+
+int KernelSource::take_rest(std::string* err) {
+  {
+    std::lock_guard<std::mutex> l(wake_mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  if (dir_.empty()) return 0;
+  std::string ignored;
+  (void)put_file(dir_ + "/tracing_on", "0", &ignored);
+  int rc = drain(true, err);
+  if (rc == 0) rc = journal_->put_meta(process_, meta(true), err);
+  remove_instance();
+  return rc;
+}
+
+RecordStats KernelSource::stats() const {
+  RecordStats st;
+  st.pages = pages_.load(std::memory_order_relaxed);
+  st.bytes = bytes_.load(std::memory_order_relaxed);
+  st.lost_events = lost_.load(std::memory_order_relaxed);
+  return st;
+}
+
+std::string KernelSource::warnings() const {
+  const uint64_t lost = lost_.load(std::memory_order_relaxed);
+  if (lost == 0) return {};
+  return "kernel events lost: " + std::to_string(lost) +
+         " (the kernel instance's buffer filled between two takes; fewer -K events, or a narrower glob)\n";
+}
+
+}  // namespace usrtrace::tracedat

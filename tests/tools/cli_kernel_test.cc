@@ -1,0 +1,178 @@
+// `usrtrace record -K`: the kernel's events (a kernel tracefs instance of
+// the recorder's own) in the same file as the process's, read back by
+// trace-cmd report, with trace_marker writes into that instance as
+// reference points on the kernel's side. Needs root and the kernel's
+// tracefs; skips without them.
+#include <dirent.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "tools/cli_harness.h"
+
+using namespace cli_harness;
+
+namespace {
+
+constexpr const char* kInstances = "/sys/kernel/tracing/instances";
+
+bool have_kernel_tracefs() {
+  struct stat st;
+  if (::stat(kInstances, &st) != 0) {
+    ::mkdir("/sys/kernel/tracing", 0755);
+    ::mount("nodev", "/sys/kernel/tracing", "tracefs", 0, nullptr);
+  }
+  return ::geteuid() == 0 && ::stat(kInstances, &st) == 0;
+}
+
+// The kernel instances named usrtrace-PID-N of recorder `pid`.
+std::vector<std::string> instances_of(int pid) {
+  std::vector<std::string> out;
+  const std::string prefix = "usrtrace-" + std::to_string(pid) + "-";
+  if (DIR* d = ::opendir(kInstances)) {
+    while (dirent* e = ::readdir(d))
+      if (std::string(e->d_name).rfind(prefix, 0) == 0)
+        out.push_back(std::string(kInstances) + "/" + e->d_name);
+    ::closedir(d);
+  }
+  return out;
+}
+
+std::set<int> threads_of(int pid) {
+  std::set<int> out;
+  if (DIR* d = ::opendir(("/proc/" + std::to_string(pid) + "/task").c_str())) {
+    while (dirent* e = ::readdir(d))
+      if (e->d_name[0] != '.') out.insert(std::atoi(e->d_name));
+    ::closedir(d);
+  }
+  return out;
+}
+
+// One command records the program and the kernel's scheduling of its
+// threads into one file, on the default clock and on mono: trace-cmd
+// report prints them interleaved, in seconds, in the order they happened
+// (the program's tick events around the trace_marker writes it makes into
+// the kernel instance), with the kernel's records limited to the
+// program's threads; usrtrace report prints the same.
+class CliKernel : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CliKernel, RecordDashKInterleavesTheKernelsEventsWithTheProcesssInOneFile) {
+  if (!have_trace_cmd() || !have_kernel_tracefs())
+    GTEST_SKIP() << "needs trace-cmd, root and the kernel's tracefs";
+  const std::string clock = GetParam();
+  const std::string dir = temp_dir(), file = dir + "/k.dat";
+  Proc rec = Proc::start({USRTRACE_CLI, "record", "-C", clock, "-e", "clitest:tick", "-K",
+                          "sched:sched_switch", "-K", "sched_wakeup", "-o", file, "--", CLI_TARGET},
+                         true);
+  ASSERT_TRUE(recording(rec)) << rec.err_text;
+  const std::vector<std::string> inst = instances_of(rec.pid);
+  ASSERT_EQ(inst.size(), 1u) << "one kernel instance of its own";
+  const size_t at = rec.wait_for("ready ");
+  ASSERT_NE(at, std::string::npos);
+  const int target = std::atoi(rec.out_text.c_str() + at);
+  std::string script;
+  for (int i = 0; i < 3; ++i)
+    script += "tick 1\nwrite " + inst[0] + "/trace_marker kernel-" + std::to_string(i) + "\n";
+  script += "tick 1\n";
+  ASSERT_EQ(::write(rec.in, script.data(), script.size()), static_cast<ssize_t>(script.size()));
+  ASSERT_NE(rec.wait_for("ok\nok\nok\nok\nok\nok\nok\n"), std::string::npos);
+  const std::set<int> tids = threads_of(target);  // its threads, usrtrace's own among them
+  ASSERT_FALSE(tids.empty());
+  const std::string end = "exit 0\n";
+  ASSERT_EQ(::write(rec.in, end.data(), end.size()), static_cast<ssize_t>(end.size()));
+  const Result r = rec.finish();
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(instances_of(rec.pid).empty()) << "the kernel instance is removed";
+
+  const Result rep = Proc::start({"/usr/bin/trace-cmd", "report", "-i", file}, false).finish();
+  ASSERT_EQ(rep.rc, 0) << rep.err;
+  std::vector<std::string> order;
+  std::vector<double> times;
+  int lines = 0, switches = 0, foreign = 0;
+  std::istringstream in(rep.out);
+  const std::regex stamp(R"(\s(\d+\.\d{6}):\s)");
+  const std::regex sw(R"(sched_switch: +.*:(\d+) \[\d+\] \S+ ==> .*:(\d+) \[\d+\])");
+  const std::regex wake(R"(sched_wakeup: +.*:(\d+) \[\d+\])");
+  const std::regex current(R"(^kernel: +.*-(\d+) +\[)");
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (line.rfind("cpus=", 0) == 0) continue;
+    ++lines;
+    if (std::regex_search(line, m, stamp)) times.push_back(std::stod(m[1]));
+    if (line.find(" tick: ") != std::string::npos) order.push_back("tick");
+    for (int i = 0; i < 3; ++i)
+      if (line.find("kernel-" + std::to_string(i)) != std::string::npos) {
+        order.push_back("k" + std::to_string(i));
+        EXPECT_EQ(line.rfind("kernel:", 0), 0u) << "the kernel buffer's line: " << line;
+      }
+    // The kernel keeps a record when a thread of the program is what it
+    // is about (either side of a switch, the woken) or is running.
+    std::smatch cur;
+    const bool by_ours = std::regex_search(line, cur, current) && tids.count(std::stoi(cur[1]));
+    if (std::regex_search(line, m, sw)) {
+      ++switches;
+      if (!by_ours && !tids.count(std::stoi(m[1])) && !tids.count(std::stoi(m[2]))) ++foreign;
+    } else if (std::regex_search(line, m, wake)) {
+      if (!by_ours && !tids.count(std::stoi(m[1]))) ++foreign;
+    }
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"tick", "k0", "tick", "k1", "tick", "k2", "tick"})) << rep.out;
+  EXPECT_GT(switches, 0) << rep.out.substr(0, 3000);
+  EXPECT_EQ(foreign, 0) << "kernel records about other tasks than the program's threads:\n" << rep.out;
+  EXPECT_EQ(static_cast<int>(times.size()), lines) << "every line in seconds:\n" << rep.out.substr(0, 3000);
+  EXPECT_TRUE(std::is_sorted(times.begin(), times.end())) << "one timeline";
+
+  const Result ours = run_cli({"report", "-i", file});
+  ASSERT_EQ(ours.rc, 0) << ours.err;
+  EXPECT_EQ(ours.out, rep.out);
+  ::unlink(file.c_str());
+  ::rmdir(dir.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Clocks, CliKernel, ::testing::Values("local", "mono"));
+
+// What cannot be recorded is said before the program runs far, and leaves
+// no kernel instance behind: an event the kernel lacks, a clock it does
+// not share, and a user who may not create instances.
+TEST(CliKernelErrors, WhatCannotBeRecordedIsRefusedAndLeavesNoInstance) {
+  if (!have_kernel_tracefs()) GTEST_SKIP() << "needs root and the kernel's tracefs";
+  const std::string dir = temp_dir(), file = dir + "/bad.dat";
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"-K", "sched:no_such_event"}, "-K sched:no_such_event: no such kernel event"},
+      {{"-C", "counter", "-K", "sched:sched_switch"}, "the file's clock, counter, is not one the kernel has"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> argv = {USRTRACE_CLI, "record", "-e", "clitest:tick", "-o", file};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    argv.insert(argv.end(), {"--", CLI_TARGET});
+    Proc p = Proc::start(argv, false);
+    const Result r = p.finish();
+    EXPECT_NE(r.rc, 0) << r.err;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
+    EXPECT_TRUE(instances_of(p.pid).empty()) << c.says;
+    struct stat st;
+    EXPECT_NE(::stat(file.c_str(), &st), 0) << "no file written";
+  }
+  // Not root: setpriv to nobody, in a directory nobody may write.
+  if (::access("/usr/bin/setpriv", X_OK) == 0) {
+    ::chmod(dir.c_str(), 0777);
+    Proc p = Proc::start({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                          USRTRACE_CLI, "record", "-K", "sched:sched_switch", "-o", file, "--", CLI_TARGET},
+                         false);
+    const Result r = p.finish();
+    EXPECT_NE(r.rc, 0) << r.err;
+    EXPECT_NE(r.err.find("needs root"), std::string::npos) << r.err;
+  }
+  ::rmdir(dir.c_str());
+}
+
+}  // namespace
