@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <fnmatch.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
@@ -188,11 +189,16 @@ int KernelSource::open(const std::vector<std::string>& specs, const std::string&
       tracefs_ = d;
       break;
     }
+  // Not mounted: mounted, as libtracefs and trace-cmd do (root only).
+  if (tracefs_.empty() && ::mount("nodev", "/sys/kernel/tracing", "tracefs", 0, nullptr) == 0 &&
+      is_tracefs("/sys/kernel/tracing"))
+    tracefs_ = "/sys/kernel/tracing";
   const std::string& tracefs = tracefs_;
   if (tracefs.empty()) {
-    *err =
-        "-K needs the kernel's tracefs, and it is not mounted at /sys/kernel/tracing (as root: mount -t "
-        "tracefs nodev /sys/kernel/tracing)";
+    const int e = errno;
+    *err = std::string("-K needs the kernel's tracefs: it is not mounted at /sys/kernel/tracing, and mounting "
+                       "it there failed: ") +
+           std::strerror(e) + " (as root: mount -t tracefs nodev /sys/kernel/tracing)";
     return -ENOENT;
   }
   const std::string instances = tracefs + "/instances";
