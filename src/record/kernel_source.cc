@@ -196,8 +196,9 @@ int KernelSource::open(const std::vector<std::string>& specs, const std::string&
   const std::string& tracefs = tracefs_;
   if (tracefs.empty()) {
     const int e = errno;
-    *err = std::string("-K needs the kernel's tracefs: it is not mounted at /sys/kernel/tracing, and mounting "
-                       "it there failed: ") +
+    *err = std::string(
+               "-K needs the kernel's tracefs: it is not mounted at /sys/kernel/tracing, and mounting "
+               "it there failed: ") +
            std::strerror(e) + " (as root: mount -t tracefs nodev /sys/kernel/tracing)";
     return -ENOENT;
   }

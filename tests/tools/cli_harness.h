@@ -253,4 +253,29 @@ std::vector<unsigned> seqs(const std::string& report, const std::string& event) 
 
 bool have_trace_cmd() { return ::access("/usr/bin/trace-cmd", X_OK) == 0; }
 
+#ifdef PERFETTO_DIR
+// A Perfetto trace as protoc reads it with Perfetto's own schema
+// (tests/output/perfetto/perfetto_trace.proto, pinned): its text, or ""
+// with *why set when protoc is missing or refuses the bytes.
+std::string perfetto_text(const std::string& trace, std::string* why) {
+  if (::access("/usr/bin/protoc", X_OK) != 0) {
+    *why = "protoc is not installed (apt-get install protobuf-compiler; scripts/install-deps.sh does)";
+    return "";
+  }
+  const std::string cmd = "/usr/bin/protoc -I" PERFETTO_DIR " --decode=perfetto.protos.Trace " PERFETTO_DIR
+                          "/perfetto_trace.proto < '" +
+                          trace + "' 2>&1";
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[65536];
+    for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+    if (pclose(p) != 0) {
+      *why = "protoc refused it: " + out.substr(0, 2000);
+      return "";
+    }
+  }
+  return out;
+}
+#endif
+
 }  // namespace cli_harness

@@ -130,6 +130,34 @@ TEST_P(CliKernel, RecordDashKInterleavesTheKernelsEventsWithTheProcesssInOneFile
   const Result ours = run_cli({"report", "-i", file});
   ASSERT_EQ(ours.rc, 0) << ours.err;
   EXPECT_EQ(ours.out, rep.out);
+
+  // As a Perfetto trace: on the default clock (MONOTONIC_RAW there) the
+  // kernel's records are ftrace events, sched_switch typed, one per kernel
+  // line; on mono (which Perfetto's ftrace cannot be on) track events.
+  const std::string pf = dir + "/k.pftrace";
+  const Result conv = run_cli({"report", "--format", "perfetto", "-o", pf, file});
+  ASSERT_EQ(conv.rc, 0) << conv.err;
+  std::string why;
+  const std::string text = perfetto_text(pf, &why);
+  ::unlink(pf.c_str());
+  if (text.empty()) GTEST_SKIP() << why;
+  const int kernel_lines = count(rep.out, "\nkernel:");
+  if (clock == "local") {
+    EXPECT_EQ(count(text, "ftrace_events {"), kernel_lines);
+    EXPECT_EQ(count(text, "sched_switch {"), switches);
+    EXPECT_EQ(count(text, "ftrace_clock: FTRACE_CLOCK_MONO_RAW"), kernel_lines);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(count(text, "buf: \"kernel-" + std::to_string(i)), 1) << i;
+  } else {
+    EXPECT_EQ(count(text, "ftrace_events {"), 0);
+    EXPECT_EQ(count(text, "name: \"sched:sched_switch\""), 1) << "interned once";
+  }
+  // Packets in time order, the kernel's among the process's.
+  std::vector<uint64_t> stamps;
+  const std::regex ts(R"(\btimestamp: (\d+))");
+  for (std::sregex_iterator it(text.begin(), text.end(), ts), e; it != e; ++it)
+    stamps.push_back(std::stoull((*it)[1]));
+  EXPECT_GT(stamps.size(), static_cast<size_t>(kernel_lines));
+  EXPECT_TRUE(std::is_sorted(stamps.begin(), stamps.end()));
   ::unlink(file.c_str());
   ::rmdir(dir.c_str());
 }

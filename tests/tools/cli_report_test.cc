@@ -119,29 +119,6 @@ TEST(CliReport, ProfileGraphAndFlameGraphOfAFunctionGraph) {
 }
 
 // Without function_graph records, --profile counts the events.
-// A Perfetto trace as protoc reads it with Perfetto's own schema
-// (tests/output/perfetto/perfetto_trace.proto, pinned): its text, or ""
-// with *why set when protoc is missing or refuses the bytes.
-std::string perfetto_text(const std::string& trace, std::string* why) {
-  if (::access("/usr/bin/protoc", X_OK) != 0) {
-    *why = "protoc is not installed (apt-get install protobuf-compiler; scripts/install-deps.sh does)";
-    return "";
-  }
-  const std::string cmd = "/usr/bin/protoc -I" PERFETTO_DIR " --decode=perfetto.protos.Trace " PERFETTO_DIR
-                          "/perfetto_trace.proto < '" +
-                          trace + "' 2>&1";
-  std::string out;
-  if (FILE* p = popen(cmd.c_str(), "r")) {
-    char buf[65536];
-    for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-    if (pclose(p) != 0) {
-      *why = "protoc refused it: " + out.substr(0, 2000);
-      return "";
-    }
-  }
-  return out;
-}
-
 // The interned names of a decoded trace: iid -> name, of one kind
 // ("event_names", "debug_annotation_names").
 std::map<unsigned, std::string> interned(const std::string& text, const std::string& kind) {

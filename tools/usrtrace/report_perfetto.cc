@@ -72,7 +72,53 @@ constexpr uint32_t kEventNames = 2;
 constexpr uint32_t kDebugAnnotationNames = 3;
 constexpr uint32_t kIid = 1;
 constexpr uint32_t kName = 2;
+// TracePacket.ftrace_events: a FtraceEventBundle
+constexpr uint32_t kFtraceEvents = 1;
+constexpr uint32_t kBundleCpu = 1;
+constexpr uint32_t kBundleEvent = 2;
+constexpr uint32_t kBundleFtraceClock = 5;
+constexpr uint32_t kFtraceClockMonoRaw = 4;  // FtraceClock.FTRACE_CLOCK_MONO_RAW
+// FtraceEvent, and the events of its oneof that are given typed
+constexpr uint32_t kFtraceTimestamp = 1;
+constexpr uint32_t kFtracePid = 2;
+constexpr uint32_t kFtraceGeneric = 327;  // GenericFtraceEvent
+constexpr uint32_t kGenericEventName = 1;
+constexpr uint32_t kGenericField = 2;
+constexpr uint32_t kGenericFieldName = 1;
+constexpr uint32_t kGenericStr = 3;
+constexpr uint32_t kGenericInt = 4;
+constexpr uint32_t kGenericUint = 5;
 }  // namespace pb
+
+// The kernel's events Perfetto knows by type (FtraceEvent's oneof), with
+// their fields' numbers; the rest go as GenericFtraceEvent.
+struct FtraceKind {
+  const char* system;
+  const char* name;
+  uint32_t field;  // in FtraceEvent
+  std::vector<std::pair<const char*, uint32_t>> fields;
+};
+const std::vector<FtraceKind>& ftrace_kinds() {
+  static const std::vector<std::pair<const char*, uint32_t>> wakeup = {
+      {"comm", 1}, {"pid", 2}, {"prio", 3}, {"success", 4}, {"target_cpu", 5}};
+  static const std::vector<FtraceKind> kinds = {
+      {"sched",
+       "sched_switch",
+       4,
+       {{"prev_comm", 1},
+        {"prev_pid", 2},
+        {"prev_prio", 3},
+        {"prev_state", 4},
+        {"next_comm", 5},
+        {"next_pid", 6},
+        {"next_prio", 7}}},
+      {"sched", "sched_wakeup", 17, wakeup},
+      {"sched", "sched_waking", 20, wakeup},
+      {"sched", "sched_wakeup_new", 114, wakeup},
+      {"ftrace", "print", 3, {{"ip", 1}, {"buf", 2}}},
+  };
+  return kinds;
+}
 
 // A message being encoded (protobuf's wire format: a key of field << 3 |
 // wire type, then a varint or a length and bytes). Nested messages are
@@ -146,7 +192,19 @@ uint32_t perfetto_clock(const std::string& clock) {
   return pb::kFileClock;
 }
 
-constexpr uint32_t kSequence = 1;  // every packet is on one sequence
+constexpr uint32_t kSequence = 1;        // every track event packet is on one sequence
+constexpr uint32_t kFtraceSequence = 2;  // the kernel's events, as traced_probes writes them
+
+// The FtraceClock the kernel buffer's time stamps are given in: 0 for
+// BOOTTIME (Perfetto's default, the field left out), kFtraceClockMonoRaw,
+// or -1 when the file's clock is neither (then the kernel's events are
+// track events like the process's: ftrace's other clocks are sequence-scoped
+// in Perfetto and need BOOTTIME pairs the file does not have).
+int ftrace_clock(uint32_t perfetto_clock) {
+  if (perfetto_clock == pb::kBoottime) return 0;
+  if (perfetto_clock == pb::kMonotonicRaw) return static_cast<int>(pb::kFtraceClockMonoRaw);
+  return -1;
+}
 
 class Writer {
  public:
@@ -238,6 +296,18 @@ class Writer {
     emit(p);
   }
 
+  // One kernel event as an FtraceEventBundle of its own (one CPU's,
+  // in the clock `clock`: ftrace_clock()).
+  void ftrace(int cpu, int clock, const Msg& ftrace_event) {
+    Msg p, bundle;
+    p.varint(pb::kTrustedPacketSequenceId, kFtraceSequence);
+    bundle.varint(pb::kBundleCpu, static_cast<uint64_t>(cpu));
+    bundle.msg(pb::kBundleEvent, ftrace_event);
+    if (clock > 0) bundle.varint(pb::kBundleFtraceClock, static_cast<uint64_t>(clock));
+    p.msg(pb::kFtraceEvents, bundle);
+    emit(p);
+  }
+
   int finish() {
     fwrite(buf_.data(), 1, buf_.size(), out_);
     buf_.clear();
@@ -304,6 +374,55 @@ void annotate(Writer& w, Msg* ev, const std::string& key, const FieldValue& v) {
   ev->msg(pb::kDebugAnnotations, a);
 }
 
+// A field's value as protobuf: a string, or a varint (int64 for signed).
+void put_value(Msg* m, uint32_t field, const FieldValue& v) {
+  switch (v.kind) {
+    case FieldValue::kNone:
+      return;
+    case FieldValue::kString:
+    case FieldValue::kBytes:
+      m->bytes(field, v.text);
+      return;
+    case FieldValue::kInt:
+      m->int64(field, v.i);
+      return;
+    case FieldValue::kPointer:
+    case FieldValue::kUint:
+      m->varint(field, v.u);
+      return;
+  }
+}
+
+// A kernel record as an FtraceEvent: typed where Perfetto has the type
+// (ftrace_kinds), else generic, with every field of its format.
+Msg ftrace_event(tep_handle* tep, tep_event* ev, const TraceFile::Record& r, int tid) {
+  Msg fe, body;
+  fe.varint(pb::kFtraceTimestamp, r.ts);
+  fe.varint(pb::kFtracePid, static_cast<uint32_t>(tid));
+  for (const FtraceKind& k : ftrace_kinds())
+    if (std::strcmp(ev->system, k.system) == 0 && std::strcmp(ev->name, k.name) == 0) {
+      for (const auto& [name, number] : k.fields)
+        if (tep_format_field* fl = tep_find_field(ev, name))
+          put_value(&body, number, read_field(tep, fl, r.data, r.len));
+      fe.msg(k.field, body);
+      return fe;
+    }
+  body.bytes(pb::kGenericEventName, ev->name);
+  for (tep_format_field* fl = ev->format.fields; fl; fl = fl->next) {
+    const FieldValue v = read_field(tep, fl, r.data, r.len);
+    Msg f;
+    f.bytes(pb::kGenericFieldName, fl->name);
+    put_value(&f,
+              v.kind == FieldValue::kInt                                      ? pb::kGenericInt
+              : v.kind == FieldValue::kString || v.kind == FieldValue::kBytes ? pb::kGenericStr
+                                                                              : pb::kGenericUint,
+              v);
+    body.msg(pb::kGenericField, f);
+  }
+  fe.msg(pb::kFtraceGeneric, body);
+  return fe;
+}
+
 }  // namespace
 
 int write_perfetto(const TraceFile& f, const TepSession& session, TraceFile::Cursor& cursor,
@@ -334,6 +453,11 @@ int write_perfetto(const TraceFile& f, const TepSession& session, TraceFile::Cur
   }
   Writer w(out, perfetto_clock(clock));
   w.start();
+  // The kernel's buffer (record -K) goes as ftrace events where the clock
+  // allows: Perfetto then draws its CPU and thread-state tracks.
+  const int kclock = ftrace_clock(perfetto_clock(clock));
+  std::vector<bool> kernel_buffer;
+  for (const TraceFile::Buffer& b : f.buffers()) kernel_buffer.push_back(kclock >= 0 && b.name == "kernel");
   // Slices open per thread track: an exit with none open is one whose
   // entry was not recorded (tracing_thresh keeps exits only), given as a
   // whole slice from its calltime.
@@ -341,6 +465,12 @@ int write_perfetto(const TraceFile& f, const TepSession& session, TraceFile::Cur
   for_each_kept(
       session, cursor, buffer_pid, keep, progress,
       [&](const TraceFile::Record& r, tep_record& rec, int tid, const char* comm, int pid) {
+        if (kernel_buffer[static_cast<size_t>(r.buffer)]) {
+          if (tep_event* ev = tep_find_event_by_record(tep, &rec)) {
+            w.ftrace(r.cpu, kclock, ftrace_event(tep, ev, r, tid));
+            return;
+          }
+        }
         auto pit = processes.find(pid);
         const uint64_t track = w.track(pid, tid, pit != processes.end() ? pit->second : std::string("trace"),
                                        comm ? comm : "<...>");
