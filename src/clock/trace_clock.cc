@@ -101,6 +101,12 @@ uint64_t read_raw(ClockId id) {
 
 void start_calibration() { (void)early(); }
 
+TscSample sample_tsc() {
+  TscSample s;
+  sample(&s.tsc, &s.ns);
+  return s;
+}
+
 const TscCalibration& tsc_calibration() {
   static const TscCalibration cal = [] {
     constexpr uint64_t kMinInterval = 20'000'000;  // 20 ms: ~5 ppm with ~100 ns jitter

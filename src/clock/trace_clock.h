@@ -66,6 +66,14 @@ struct TscCalibration {
   uint64_t mult;
 };
 const TscCalibration& tsc_calibration();
+// One (TSC, CLOCK_MONOTONIC_RAW ns) pair, the narrowest of 16 readings.
+// Two of them far apart give a TSC rate that the calibration's 20 ms
+// cannot (record refines a file's conversion with them).
+struct TscSample {
+  uint64_t tsc = 0;
+  uint64_t ns = 0;
+};
+TscSample sample_tsc();
 // Takes the calibration's first sample now (buffer creation calls it).
 void start_calibration();
 

@@ -205,6 +205,12 @@ Metadata::Tsc2Nsec tsc2nsec_from(const clock::TscCalibration& c) {
   return t;
 }
 
+Metadata::Tsc2Nsec tsc2nsec_between(const clock::TscSample& a, const clock::TscSample& b) {
+  if (b.ns < a.ns + kMinRefineNs || b.tsc <= a.tsc) return {};
+  const auto mult = static_cast<uint64_t>((static_cast<u128>(b.ns - a.ns) << 32) / (b.tsc - a.tsc));
+  return tsc2nsec_from(clock::TscCalibration{a.tsc, a.ns, mult});
+}
+
 std::string clock_name(const std::string& trace_clock_text) {
   const size_t a = trace_clock_text.find('['), b = trace_clock_text.find(']');
   if (a == std::string::npos || b == std::string::npos || b < a) return "local";

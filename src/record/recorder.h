@@ -29,6 +29,10 @@ Metadata::Tsc2Nsec tsc2nsec_for(clock::ClockId id);
 // The same from a given calibration: mult below 2^31, since trace-cmd reads
 // it into an int.
 Metadata::Tsc2Nsec tsc2nsec_from(const clock::TscCalibration& c);
+// The conversion through two samples (a before b), or mult 0 when they are
+// less than kMinRefineNs apart (no better than the calibration's own).
+inline constexpr uint64_t kMinRefineNs = 200'000'000;
+Metadata::Tsc2Nsec tsc2nsec_between(const clock::TscSample& a, const clock::TscSample& b);
 
 // One page of `cpu` as trace_pipe_raw hands it out, into `page`
 // (page_size bytes) with its unwritten tail zeroed; *missed gets the events

@@ -97,6 +97,7 @@ int RemoteRecording::open(const RecordOptions& o, JournalWriter* journal, const 
   if (opts_.instances.empty()) opts_.instances.push_back("");
   std::string dir;
   if (int rc = check_options(opts_, &dir, err); rc < 0) return rc;
+  first_sample_ = clock::sample_tsc();
   conn_ = control::Connection::open(o.pid, err);
   if (!conn_) return -ESRCH;
   if (!journal) {
@@ -417,6 +418,18 @@ int RemoteRecording::take_rest(std::string* err) {
   if (!have_meta_) {
     *err = "no metadata from process " + std::to_string(opts_.pid);
     return -EPROTO;
+  }
+  // The TSC clocks' conversion: the process calibrated it over 20 ms or
+  // so (about 0.5-5 ppm, microseconds after a few seconds); a line through
+  // a sample at the recording's start and one now meets CLOCK_MONOTONIC_RAW
+  // at both ends, and in between (it is linear in the TSC) to within the
+  // samples' jitter. The last metadata wins, so it is journaled again.
+  if (meta_.meta.tsc2nsec.mult != 0) {
+    const Metadata::Tsc2Nsec line = tsc2nsec_between(first_sample_, clock::sample_tsc());
+    if (line.mult != 0) {
+      meta_.meta.tsc2nsec = line;
+      if (int rc = journal_->put_meta(process_, meta_, err); rc < 0) return rc;
+    }
   }
   return 0;
 }

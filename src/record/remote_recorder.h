@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "clock/trace_clock.h"
 #include "control/connection.h"
 #include "control/meta.h"
 #include "record/journal.h"
@@ -72,6 +73,7 @@ class RemoteRecording {
   std::vector<std::unique_ptr<Instance>> instances_;
   control::RemoteMeta meta_;
   bool have_meta_ = false;
+  clock::TscSample first_sample_;  // at open(): the start of the TSC line (take_rest)
   std::thread thread_;
   std::atomic<bool> stop_{false}, gone_{false}, cut_short_{false}, exiting_{false};
   std::atomic<uint64_t> pages_{0}, bytes_{0}, lost_{0};

@@ -569,68 +569,6 @@ TEST(CliRecord, AKilledRecorderWithASizeLimitRecoversTheNewestInOrder) {
   ::rmdir(dir.c_str());
 }
 
-// One timeline with the kernel, the two-file way: a kernel instance on
-// the clock the process is recorded with (mono), extracted by trace-cmd,
-// and `trace-cmd report -i k.dat -i u.dat` interleaves them by time. The
-// program writes its own event, then the kernel's trace_marker, then its
-// own again: the kernel's line must come out between them, with the
-// kernel's sched_switch lines in the same listing, and all in order.
-TEST(CliRecord, AKernelRecordingOnTheSameClockMergesInTraceCmdReport) {
-  const char* inst = "/sys/kernel/tracing/instances/usrtrace_two_files";
-  struct stat st;
-  if (::stat("/sys/kernel/tracing/instances", &st) != 0) {
-    ::mkdir("/sys/kernel/tracing", 0755);
-    ::mount("nodev", "/sys/kernel/tracing", "tracefs", 0, nullptr);
-  }
-  ::rmdir(inst);
-  if (!have_trace_cmd() || ::mkdir(inst, 0755) != 0)
-    GTEST_SKIP() << "needs trace-cmd and a kernel tracefs instance (root)";
-  auto put = [&](const std::string& file, const std::string& text) {
-    const int fd = ::open((std::string(inst) + "/" + file).c_str(), O_WRONLY | O_TRUNC);
-    const bool ok = fd >= 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-    if (fd >= 0) ::close(fd);
-    return ok;
-  };
-  ASSERT_TRUE(put("trace_clock", "mono"));
-  ASSERT_TRUE(put("events/sched/sched_switch/enable", "1"));
-  const std::string dir = temp_dir(), u = dir + "/u.dat", k = dir + "/k.dat";
-  Proc rec = Proc::start(
-      {USRTRACE_CLI, "record", "-C", "mono", "-e", "clitest:tick", "-o", u, "--", CLI_TARGET}, true);
-  std::string script;
-  for (int i = 0; i < 3; ++i)
-    script += "tick 1\nwrite " + std::string(inst) + "/trace_marker kernel-" + std::to_string(i) + "\n";
-  script += "tick 1\nexit 0\n";
-  ASSERT_EQ(::write(rec.in, script.data(), script.size()), static_cast<ssize_t>(script.size()));
-  const Result r = rec.finish();
-  ASSERT_EQ(r.rc, 0) << r.err;
-  const Result ex =
-      Proc::start({"/usr/bin/trace-cmd", "extract", "-B", "usrtrace_two_files", "-o", k}, false).finish();
-  put("events/sched/sched_switch/enable", "0");
-  ::rmdir(inst);
-  ASSERT_EQ(ex.rc, 0) << ex.err;
-  const Result rep = Proc::start({"/usr/bin/trace-cmd", "report", "-i", k, "-i", u}, false).finish();
-  ASSERT_EQ(rep.rc, 0) << rep.err;
-  // In the listing's order: tick seq=0, kernel-0, tick seq=0 (the next
-  // "tick 1"), kernel-1, ... (each "tick 1" writes seq 0).
-  std::vector<std::string> order;
-  std::vector<double> times;
-  std::istringstream in(rep.out);
-  const std::regex stamp(R"(\s(\d+\.\d+):\s)");
-  for (std::string line; std::getline(in, line);) {
-    std::smatch m;
-    if (std::regex_search(line, m, stamp)) times.push_back(std::stod(m[1]));
-    if (line.find(" tick: ") != std::string::npos) order.push_back("tick");
-    for (int i = 0; i < 3; ++i)
-      if (line.find("kernel-" + std::to_string(i)) != std::string::npos)
-        order.push_back("k" + std::to_string(i));
-  }
-  EXPECT_EQ(order, (std::vector<std::string>{"tick", "k0", "tick", "k1", "tick", "k2", "tick"})) << rep.out;
-  EXPECT_GT(count(rep.out, "sched_switch:"), 0) << rep.out.substr(0, 3000);
-  EXPECT_TRUE(std::is_sorted(times.begin(), times.end())) << "one timeline, in seconds";
-  for (const std::string& f : {u, k}) ::unlink(f.c_str());
-  ::rmdir(dir.c_str());
-}
-
 TEST(CliRecord, ACommandThatSurvivesCtrlCIsKilledAfterTenSeconds) {
   const std::string dir = temp_dir(), file = dir + "/stubborn.dat";
   Proc rec = Proc::start({USRTRACE_CLI, "record", "-e", "clitest:tick", "-o", file, "--", CLI_TARGET}, true);

@@ -6,6 +6,8 @@
 //   marker TEXT   TEXT into the top instance's trace_marker (printk)
 //   write PATH TEXT  TEXT written to the file PATH (a kernel instance's
 //                 trace_marker: a reference point on the kernel's timeline)
+//   stamp         8 times clitest:rare n=A why=stamp, then n=B why=stamp-end:
+//                 the first was written between A and B (CLOCK_MONOTONIC_RAW, ns)
 //   spin          a thread writing clitest:tick without pause until "stop"
 //                 (answered once its first tick is written)
 //   stop          ends the spinning thread
@@ -76,6 +78,20 @@ int main() {
     } else if (cmd == "rare") {
       const unsigned n = static_cast<unsigned>(std::strtoul(arg.c_str(), nullptr, 10));
       for (unsigned i = 0; i < n; ++i) trace_clitest_rare(i, "because");
+    } else if (cmd == "stamp") {
+      // rare(n = A, "stamp"), then rare(n = B, "stamp-end"): the first
+      // event was written between A and B, CLOCK_MONOTONIC_RAW readings.
+      auto raw_ns = [] {
+        timespec t;
+        clock_gettime(CLOCK_MONOTONIC_RAW, &t);
+        return static_cast<uint64_t>(t.tv_sec) * 1000000000ull + static_cast<uint64_t>(t.tv_nsec);
+      };
+      for (int i = 0; i < 8; ++i) {  // the reader takes the narrowest
+        const uint64_t a = raw_ns();
+        trace_clitest_rare(a, "stamp");
+        const uint64_t b = raw_ns();
+        trace_clitest_rare(b, "stamp-end");
+      }
     } else if (cmd == "marker") {
       usrtrace_array* top = usrtrace_array_lookup(nullptr);
       usrtrace_array_printk(top, "%s\n", arg.c_str());
