@@ -151,6 +151,47 @@ std::string kernel_clock_for(const std::string& ours) {
   return "";
 }
 
+int KernelSource::check(const std::vector<std::string>& specs, std::string* tracefs, std::string* err) {
+  tracefs->clear();
+  for (const char* d : {"/sys/kernel/tracing", "/sys/kernel/debug/tracing"})
+    if (is_tracefs(d)) {
+      *tracefs = d;
+      break;
+    }
+  // Not mounted: mounted, as libtracefs and trace-cmd do (root only).
+  if (tracefs->empty() && ::mount("nodev", "/sys/kernel/tracing", "tracefs", 0, nullptr) == 0 &&
+      is_tracefs("/sys/kernel/tracing"))
+    *tracefs = "/sys/kernel/tracing";
+  if (tracefs->empty()) {
+    const int e = errno;
+    *err = std::string(
+               "-K needs the kernel's tracefs: it is not mounted at /sys/kernel/tracing, and mounting "
+               "it there failed: ") +
+           std::strerror(e) + " (as root: mount -t tracefs nodev /sys/kernel/tracing)";
+    return -ENOENT;
+  }
+  const std::string instances = *tracefs + "/instances";
+  if (::access(instances.c_str(), W_OK) != 0) {
+    const int e = errno;
+    *err = "-K: " + instances + ": " + std::strerror(e) +
+           (e == EACCES || e == EPERM ? " (recording kernel events needs root, or CAP_SYS_ADMIN)" : "");
+    return -e;
+  }
+  std::vector<bool> used(specs.size(), false);
+  for (const std::string& sys : subdirs(*tracefs + "/events")) {
+    if (sys == "ftrace") continue;
+    for (const std::string& ev : subdirs(*tracefs + "/events/" + sys))
+      for (size_t i = 0; i < specs.size(); ++i)
+        if (matches(specs[i], sys, ev)) used[i] = true;
+  }
+  for (size_t i = 0; i < specs.size(); ++i)
+    if (!used[i]) {
+      *err = "-K " + specs[i] + ": no such kernel event (" + *tracefs + "/available_events lists them)";
+      return -ENOENT;
+    }
+  return 0;
+}
+
 KernelSource::~KernelSource() {
   {
     std::lock_guard<std::mutex> l(wake_mu_);
@@ -184,24 +225,8 @@ int KernelSource::open(const std::vector<std::string>& specs, const std::string&
            "tai: -C)";
     return -EINVAL;
   }
-  for (const char* d : {"/sys/kernel/tracing", "/sys/kernel/debug/tracing"})
-    if (is_tracefs(d)) {
-      tracefs_ = d;
-      break;
-    }
-  // Not mounted: mounted, as libtracefs and trace-cmd do (root only).
-  if (tracefs_.empty() && ::mount("nodev", "/sys/kernel/tracing", "tracefs", 0, nullptr) == 0 &&
-      is_tracefs("/sys/kernel/tracing"))
-    tracefs_ = "/sys/kernel/tracing";
+  if (int rc = check(specs, &tracefs_, err); rc < 0) return rc;
   const std::string& tracefs = tracefs_;
-  if (tracefs.empty()) {
-    const int e = errno;
-    *err = std::string(
-               "-K needs the kernel's tracefs: it is not mounted at /sys/kernel/tracing, and mounting "
-               "it there failed: ") +
-           std::strerror(e) + " (as root: mount -t tracefs nodev /sys/kernel/tracing)";
-    return -ENOENT;
-  }
   const std::string instances = tracefs + "/instances";
   remove_abandoned(instances);
   // A name of our own: this recorder's pid (remove_abandoned's key), and a
@@ -216,41 +241,6 @@ int KernelSource::open(const std::vector<std::string>& specs, const std::string&
     return -e;
   }
   dir_ = dir;
-
-  // The events, in a stable order (system, then event), each with its id.
-  ids_.assign(65536, kKernelIdUnknown);
-  // trace_marker writes into the instance: ftrace/print, whose layout is
-  // ours (events/builtin.h), keeps the kernel's id and our format.
-  ids_[5] = 5;
-  std::vector<bool> used(specs.size(), false);
-  uint32_t next = kKernelIdFirst;
-  for (const std::string& sys : subdirs(dir + "/events")) {
-    if (sys == "ftrace") continue;  // the kernel's own records, not enabled by name
-    std::vector<std::string> formats;
-    for (const std::string& ev : subdirs(dir + "/events/" + sys)) {
-      bool want = false;
-      for (size_t i = 0; i < specs.size(); ++i)
-        if (matches(specs[i], sys, ev)) want = used[i] = true;
-      if (!want) continue;
-      const std::string fmt = slurp(dir + "/events/" + sys + "/" + ev + "/format");
-      const long id = format_id(fmt);
-      if (id < 0) continue;  // a format we cannot read: not recorded
-      if (next >= kKernelIdUnknown) {
-        *err = "-K names more kernel events than a file can hold beside ours (" +
-               std::to_string(kKernelIdUnknown - kKernelIdFirst) + ")";
-        return -E2BIG;
-      }
-      ids_[static_cast<size_t>(id)] = static_cast<uint16_t>(next);
-      formats.push_back(with_id(fmt, static_cast<uint16_t>(next++)));
-      if (int rc = put_file(dir + "/events/" + sys + "/" + ev + "/enable", "1", err); rc < 0) return rc;
-    }
-    if (!formats.empty()) systems_.emplace_back(sys, std::move(formats));
-  }
-  for (size_t i = 0; i < specs.size(); ++i)
-    if (!used[i]) {
-      *err = "-K " + specs[i] + ": no such kernel event (" + tracefs + "/available_events lists them)";
-      return -ENOENT;
-    }
 
   // Off while it is set up; the clock before any event is written.
   if (int rc = put_file(dir + "/tracing_on", "0", err); rc < 0) return rc;
@@ -276,33 +266,9 @@ int KernelSource::open(const std::vector<std::string>& specs, const std::string&
     if (int rc = put_file(dir + "/options/event-fork", "1", err); rc < 0) return rc;
   }
 
-  // The page size: header_page's data field ends the page.
-  {
-    const std::string hp = slurp(tracefs + "/events/header_page");
-    const size_t at = hp.find("char data;");
-    unsigned off = 0, size = 0;
-    if (at != std::string::npos &&
-        std::sscanf(hp.c_str() + at, "char data;\toffset:%u;\tsize:%u;", &off, &size) == 2 &&
-        off + size >= rb::kMinPageSize && off + size <= rb::kMaxPageSize)
-      page_size_ = off + size;
-  }
-  const int nr_cpus = base::nr_possible_cpus();
-  for (int cpu = 0; cpu < nr_cpus; ++cpu) {
-    const std::string raw = dir + "/per_cpu/cpu" + std::to_string(cpu) + "/trace_pipe_raw";
-    const int fd = ::open(raw.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) {
-      const int e = errno;
-      *err = "-K: opening " + raw + ": " + std::strerror(e);
-      return -e;
-    }
-    raw_fds_.push_back(fd);
-  }
-  if (::pipe2(pipe_, O_NONBLOCK | O_CLOEXEC) != 0) {
-    const int e = errno;
-    *err = std::string("-K: pipe: ") + std::strerror(e);
-    return -e;
-  }
-
+  if (int rc = enable_events(specs, err); rc < 0) return rc;
+  if (int rc = open_readers(err); rc < 0) return rc;
+  const int nr_cpus = static_cast<int>(raw_fds_.size());
   if (int rc = journal_->add_process(0, "kernel", &process_, err); rc < 0) return rc;
   if (int rc = journal_->add_stream(process_, "", page_size_, static_cast<uint32_t>(nr_cpus), &stream_, err);
       rc < 0)
@@ -330,6 +296,76 @@ control::RemoteMeta KernelSource::meta(bool with_stats) const {
     im.stats.push_back(slurp(dir_ + "/per_cpu/cpu" + std::to_string(cpu) + "/stats"));
   km.instances.push_back(im);
   return km;
+}
+
+// Enables the events `specs` name in the instance, in a stable order
+// (system, then event), each with its id in the file (ids_, systems_).
+int KernelSource::enable_events(const std::vector<std::string>& specs, std::string* err) {
+  ids_.assign(65536, kKernelIdUnknown);
+  // trace_marker writes into the instance: ftrace/print, whose layout is
+  // ours (events/builtin.h), keeps the kernel's id and our format.
+  ids_[5] = 5;
+  std::vector<bool> used(specs.size(), false);
+  uint32_t next = kKernelIdFirst;
+  for (const std::string& sys : subdirs(dir_ + "/events")) {
+    if (sys == "ftrace") continue;  // the kernel's own records, not enabled by name
+    std::vector<std::string> formats;
+    for (const std::string& ev : subdirs(dir_ + "/events/" + sys)) {
+      bool want = false;
+      for (size_t i = 0; i < specs.size(); ++i)
+        if (matches(specs[i], sys, ev)) want = used[i] = true;
+      if (!want) continue;
+      const std::string fmt = slurp(dir_ + "/events/" + sys + "/" + ev + "/format");
+      const long id = format_id(fmt);
+      if (id < 0) continue;  // a format we cannot read: not recorded
+      if (next >= kKernelIdUnknown) {
+        *err = "-K names more kernel events than a file can hold beside ours (" +
+               std::to_string(kKernelIdUnknown - kKernelIdFirst) + ")";
+        return -E2BIG;
+      }
+      ids_[static_cast<size_t>(id)] = static_cast<uint16_t>(next);
+      formats.push_back(with_id(fmt, static_cast<uint16_t>(next++)));
+      if (int rc = put_file(dir_ + "/events/" + sys + "/" + ev + "/enable", "1", err); rc < 0) return rc;
+    }
+    if (!formats.empty()) systems_.emplace_back(sys, std::move(formats));
+  }
+  for (size_t i = 0; i < specs.size(); ++i)
+    if (!used[i]) {  // check() found it: gone since
+      *err = "-K " + specs[i] + ": no such kernel event in " + dir_;
+      return -ENOENT;
+    }
+  return 0;
+}
+
+// The per-CPU trace_pipe_raw descriptors, the pipe splice goes through,
+// and the page size (header_page's data field ends the page).
+int KernelSource::open_readers(std::string* err) {
+  {
+    const std::string hp = slurp(tracefs_ + "/events/header_page");
+    const size_t at = hp.find("char data;");
+    unsigned off = 0, size = 0;
+    if (at != std::string::npos &&
+        std::sscanf(hp.c_str() + at, "char data;\toffset:%u;\tsize:%u;", &off, &size) == 2 &&
+        off + size >= rb::kMinPageSize && off + size <= rb::kMaxPageSize)
+      page_size_ = off + size;
+  }
+  const int nr_cpus = base::nr_possible_cpus();
+  for (int cpu = 0; cpu < nr_cpus; ++cpu) {
+    const std::string raw = dir_ + "/per_cpu/cpu" + std::to_string(cpu) + "/trace_pipe_raw";
+    const int fd = ::open(raw.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+      const int e = errno;
+      *err = "-K: opening " + raw + ": " + std::strerror(e);
+      return -e;
+    }
+    raw_fds_.push_back(fd);
+  }
+  if (::pipe2(pipe_, O_NONBLOCK | O_CLOEXEC) != 0) {
+    const int e = errno;
+    *err = std::string("-K: pipe: ") + std::strerror(e);
+    return -e;
+  }
+  return 0;
 }
 
 void KernelSource::start_thread() {

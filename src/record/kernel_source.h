@@ -56,6 +56,12 @@ class KernelSource {
   // Removes the kernel instance if take_rest() did not.
   ~KernelSource();
 
+  // What open() needs before it starts, checked without changing anything
+  // (but mounting tracefs where nothing is): tracefs (its mount point in
+  // *tracefs), the right to create instances, and an event for each of
+  // `specs`. 0, or -errno with *err saying what is missing.
+  static int check(const std::vector<std::string>& specs, std::string* tracefs, std::string* err);
+
   // Creates the instance, sets it up (clock `clock`, the file's; events
   // `specs`: SYS:EVENT, SYS or EVENT, globs as -e; pids `pids` and what they
   // start), journals the kernel as a process with its formats, and turns
@@ -74,6 +80,8 @@ class KernelSource {
   std::string warnings() const;
 
  private:
+  int enable_events(const std::vector<std::string>& specs, std::string* err);
+  int open_readers(std::string* err);
   int drain(bool flush, std::string* err);
   int put(int cpu, uint8_t* pages, size_t bytes, std::string* err);
   void remove_instance();

@@ -5,6 +5,7 @@
 #include "base/files.h"
 #include "output/trace_output.h"
 #include "record/journal.h"
+#include "record/kernel_source.h"
 
 namespace usrtrace::toolkit {
 
@@ -17,6 +18,11 @@ void put_flag_columns(std::string* out, uint8_t flags, uint8_t preempt_count) {
 }
 
 bool is_journal(const void* p, size_t n) { return tracedat::is_journal(p, n); }
+
+int check_kernel_events(const std::vector<std::string>& specs, std::string* err) {
+  std::string tracefs;
+  return tracedat::KernelSource::check(specs, &tracefs, err);
+}
 
 std::vector<std::string> abandoned_journals(const std::string& output) {
   return tracedat::abandoned_journals(output);

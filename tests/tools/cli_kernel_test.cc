@@ -311,10 +311,13 @@ TEST(CliKernelErrors, WhatCannotBeRecordedIsRefusedAndLeavesNoInstance) {
   struct Case {
     std::vector<std::string> args;
     std::string says;
+    bool command_runs;  // refused before the command starts, or only once its clock is known
   };
   const std::vector<Case> cases = {
-      {{"-K", "sched:no_such_event"}, "-K sched:no_such_event: no such kernel event"},
-      {{"-C", "counter", "-K", "sched:sched_switch"}, "the file's clock, counter, is not one the kernel has"},
+      {{"-K", "sched:no_such_event"}, "-K sched:no_such_event: no such kernel event", false},
+      {{"-C", "counter", "-K", "sched:sched_switch"},
+       "the file's clock, counter, is not one the kernel has",
+       true},
   };
   for (const Case& c : cases) {
     std::vector<std::string> argv = {USRTRACE_CLI, "record", "-e", "clitest:tick", "-o", file};
@@ -324,6 +327,7 @@ TEST(CliKernelErrors, WhatCannotBeRecordedIsRefusedAndLeavesNoInstance) {
     const Result r = p.finish();
     EXPECT_NE(r.rc, 0) << r.err;
     EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find("ready ") != std::string::npos, c.command_runs) << c.says;
     EXPECT_TRUE(instances_of(p.pid).empty()) << c.says;
     struct stat st;
     EXPECT_NE(::stat(file.c_str(), &st), 0) << "no file written";
@@ -337,6 +341,7 @@ TEST(CliKernelErrors, WhatCannotBeRecordedIsRefusedAndLeavesNoInstance) {
     const Result r = p.finish();
     EXPECT_NE(r.rc, 0) << r.err;
     EXPECT_NE(r.err.find("needs root"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find("ready "), std::string::npos) << "refused before the command starts";
   }
   ::rmdir(dir.c_str());
 }

@@ -346,6 +346,10 @@ Runner add_record(CLI::App& app) {
     if (o->children && o->command.empty())
       return fail("record", "-c follows the programs a COMMAND starts: give -- COMMAND ARGS");
     o->setup.missing_events_ok = o->children;
+    if (!o->kernel_events.empty()) {  // before the command starts or the process is touched
+      std::string err;
+      if (toolkit::check_kernel_events(o->kernel_events, &err) < 0) return fail("record", err);
+    }
     Child child;
     Follower follower;
     int pid = o->pid;

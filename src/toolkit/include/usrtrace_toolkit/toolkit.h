@@ -51,6 +51,11 @@ void put_flag_columns(std::string* out, uint8_t flags, uint8_t preempt_count);
 // True if the `n` bytes at `p` begin a journal.
 bool is_journal(const void* p, size_t n);
 
+// record -K's checks before anything starts (src/record/kernel_source.h):
+// the kernel's tracefs (mounted if nothing is), the right to create an
+// instance, an event for each of `specs`. 0, or -errno with *err.
+int check_kernel_events(const std::vector<std::string>& specs, std::string* err);
+
 // The journals beside `output` that no live recording holds: what killed
 // or failed recordings of that output left.
 std::vector<std::string> abandoned_journals(const std::string& output);
