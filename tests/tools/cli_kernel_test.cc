@@ -152,6 +152,22 @@ TEST_P(CliKernel, RecordDashKInterleavesTheKernelsEventsWithTheProcesssInOneFile
   ASSERT_EQ(ours.rc, 0) << ours.err;
   EXPECT_EQ(ours.out, rep.out);
 
+  // As Chrome JSON: the kernel's records under a process of their own,
+  // "kernel" (pid 0), each on its task's thread.
+  const Result json = run_cli({"report", "--format", "json", file});
+  ASSERT_EQ(json.rc, 0) << json.err;
+  int kernel_events = 0, on_pid0 = 0;
+  std::istringstream jl(json.out);
+  for (std::string l; std::getline(jl, l);)
+    if (l.find("\"instance\":\"kernel\"") != std::string::npos) {
+      ++kernel_events;
+      on_pid0 += l.find("\"pid\":0,") != std::string::npos;
+    }
+  EXPECT_EQ(on_pid0, kernel_events);
+  EXPECT_EQ(kernel_events, count(rep.out, "\nkernel:"));
+  EXPECT_EQ(count(json.out, R"({"name":"process_name","ph":"M","pid":0,"tid":0,"args":{"name":"kernel"}})"),
+            1);
+
   // As a Perfetto trace: on the default clock (MONOTONIC_RAW there) the
   // kernel's records are ftrace events, sched_switch typed, one per kernel
   // line; on mono (which Perfetto's ftrace cannot be on) track events.
@@ -171,6 +187,7 @@ TEST_P(CliKernel, RecordDashKInterleavesTheKernelsEventsWithTheProcesssInOneFile
   } else {
     EXPECT_EQ(count(text, "ftrace_events {"), 0);
     EXPECT_EQ(count(text, "name: \"sched:sched_switch\""), 1) << "interned once";
+    EXPECT_EQ(count(text, "process_name: \"kernel\""), 1) << "the kernel's records on a process of their own";
   }
   // Packets in time order, the kernel's among the process's.
   std::vector<uint64_t> stamps;

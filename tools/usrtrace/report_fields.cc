@@ -62,6 +62,11 @@ std::vector<int> buffer_processes(const TraceFile& f, std::map<int, std::string>
   for (const TraceFile::ProcMap& pm : f.procmaps()) names->emplace(pm.pid, pm.comm);
   std::vector<int> buffer_pid;
   for (const TraceFile::Buffer& b : f.buffers()) {
+    if (b.name == "kernel" && !f.procmaps().empty()) {
+      names->emplace(0, "kernel");
+      buffer_pid.push_back(0);
+      continue;
+    }
     int pid = f.procmaps().empty() ? 0 : f.procmaps()[0].pid;
     const std::string name = b.name.substr(0, b.name.find(':'));
     const size_t dash = name.rfind('-');

@@ -30,7 +30,9 @@ FieldValue read_field(tep_handle* tep, const tep_format_field* fl, const uint8_t
 // records one process per buffer, named by the PROCMAPS options it writes
 // (the first is the recorded process; `record -c` names the others'
 // buffers "COMM-PID" or "COMM-PID:INSTANCE"). A file without them (the
-// kernel's) gives pid 0. *names gets each pid's command name.
+// kernel's) gives pid 0, and so does the buffer "kernel" (`record -K`: the
+// kernel's records are about any task), named "kernel". *names gets each
+// pid's command name.
 std::vector<int> buffer_processes(const TraceFile& f, std::map<int, std::string>* names);
 
 // What the exports do with every record `cursor` gives: `keep` says
