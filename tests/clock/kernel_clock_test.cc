@@ -34,7 +34,8 @@ namespace usrtrace::clock {
 namespace {
 
 constexpr const char* kTracefs = "/sys/kernel/tracing";
-constexpr const char* kInstance = "/sys/kernel/tracing/instances/usrtrace_clock_test";
+// One per test process: ctest runs the cases of this file side by side.
+const std::string kInstance = "/sys/kernel/tracing/instances/usrtrace_clock_test_" + std::to_string(::getpid());
 
 bool write_file(const std::string& path, const std::string& text) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
@@ -48,7 +49,7 @@ bool write_file(const std::string& path, const std::string& text) {
 // order (the ring's raw values: ns, or TSC counts for x86-tsc).
 std::vector<uint64_t> kernel_stamps(int cpu) {
   std::vector<uint64_t> ts;
-  const std::string path = std::string(kInstance) + "/per_cpu/cpu" + std::to_string(cpu) + "/trace_pipe_raw";
+  const std::string path = kInstance + "/per_cpu/cpu" + std::to_string(cpu) + "/trace_pipe_raw";
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return ts;
   std::vector<char> page(static_cast<size_t>(getpagesize()));
@@ -71,9 +72,9 @@ class KernelClockTest : public ::testing::Test {
       ::mkdir(kTracefs, 0755);
       ::mount("nodev", kTracefs, "tracefs", 0, nullptr);
     }
-    ::rmdir(kInstance);  // a previous run's
-    if (::mkdir(kInstance, 0755) != 0) GTEST_SKIP() << "no kernel tracefs instance (needs root and tracefs)";
-    marker_ = ::open((std::string(kInstance) + "/trace_marker").c_str(), O_WRONLY | O_CLOEXEC);
+    ::rmdir(kInstance.c_str());  // a previous run's
+    if (::mkdir(kInstance.c_str(), 0755) != 0) GTEST_SKIP() << "no kernel tracefs instance (needs root and tracefs)";
+    marker_ = ::open((kInstance + "/trace_marker").c_str(), O_WRONLY | O_CLOEXEC);
     ASSERT_GE(marker_, 0);
     cpu_set_t one;
     CPU_ZERO(&one);
@@ -83,7 +84,7 @@ class KernelClockTest : public ::testing::Test {
   }
   void TearDown() override {
     if (marker_ >= 0) ::close(marker_);
-    ::rmdir(kInstance);
+    ::rmdir(kInstance.c_str());
   }
 
   // Markers written between our readings of `name`: {ours before, the
@@ -93,8 +94,8 @@ class KernelClockTest : public ::testing::Test {
   };
   std::vector<Sample> samples(const std::string& name, int n) {
     std::vector<Sample> out;
-    if (!write_file(std::string(kInstance) + "/trace_clock", name)) return out;
-    write_file(std::string(kInstance) + "/trace", "");  // empties the buffers
+    if (!write_file(kInstance + "/trace_clock", name)) return out;
+    write_file(kInstance + "/trace", "");  // empties the buffers
     const ClockId id = *clock_from_name(name);
     (void)raw_to_ns(id, read_raw(id));  // a TSC clock's calibration (20 ms) done before the first
     std::vector<std::pair<uint64_t, uint64_t>> ours;
