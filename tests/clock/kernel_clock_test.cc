@@ -35,7 +35,8 @@ namespace {
 
 constexpr const char* kTracefs = "/sys/kernel/tracing";
 // One per test process: ctest runs the cases of this file side by side.
-const std::string kInstance = "/sys/kernel/tracing/instances/usrtrace_clock_test_" + std::to_string(::getpid());
+const std::string kInstance =
+    "/sys/kernel/tracing/instances/usrtrace_clock_test_" + std::to_string(::getpid());
 
 bool write_file(const std::string& path, const std::string& text) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
@@ -73,7 +74,8 @@ class KernelClockTest : public ::testing::Test {
       ::mount("nodev", kTracefs, "tracefs", 0, nullptr);
     }
     ::rmdir(kInstance.c_str());  // a previous run's
-    if (::mkdir(kInstance.c_str(), 0755) != 0) GTEST_SKIP() << "no kernel tracefs instance (needs root and tracefs)";
+    if (::mkdir(kInstance.c_str(), 0755) != 0)
+      GTEST_SKIP() << "no kernel tracefs instance (needs root and tracefs)";
     marker_ = ::open((kInstance + "/trace_marker").c_str(), O_WRONLY | O_CLOEXEC);
     ASSERT_GE(marker_, 0);
     cpu_set_t one;
