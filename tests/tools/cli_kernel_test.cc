@@ -202,6 +202,36 @@ TEST_P(CliKernel, RecordDashKInterleavesTheKernelsEventsWithTheProcesssInOneFile
 
 INSTANTIATE_TEST_SUITE_P(Clocks, CliKernel, ::testing::Values("local", "mono"));
 
+// A recorder killed with -K leaves its kernel instance recording into
+// nobody's buffer: the next record -K removes it (its pid is gone), and
+// leaves a live recorder's alone.
+TEST(CliKernelErrors, AnInstanceAKilledRecorderLeftIsRemovedByTheNext) {
+  if (!have_kernel_tracefs()) GTEST_SKIP() << "needs root and the kernel's tracefs";
+  const pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  ASSERT_GT(dead, 0);
+  ASSERT_EQ(::waitpid(dead, nullptr, 0), dead);
+  const std::string left = std::string(kInstances) + "/usrtrace-" + std::to_string(dead) + "-0";
+  const std::string live = std::string(kInstances) + "/usrtrace-" + std::to_string(::getpid()) + "-0";
+  ASSERT_EQ(::mkdir(left.c_str(), 0750), 0);
+  ASSERT_EQ(::mkdir(live.c_str(), 0750), 0);
+  const std::string dir = temp_dir(), file = dir + "/next.dat";
+  Proc rec = Proc::start({USRTRACE_CLI, "record", "-q", "-K", "sched:sched_switch", "-e", "clitest:tick",
+                          "-o", file, "--", CLI_TARGET},
+                         true);
+  const std::string script = "tick 1\nexit 0\n";
+  ASSERT_EQ(::write(rec.in, script.data(), script.size()), static_cast<ssize_t>(script.size()));
+  const Result r = rec.finish();
+  struct stat st;
+  EXPECT_NE(::stat(left.c_str(), &st), 0) << "the dead recorder's instance is removed";
+  EXPECT_EQ(::stat(live.c_str(), &st), 0) << "a live one's is not";
+  ::rmdir(live.c_str());
+  ::rmdir(left.c_str());
+  EXPECT_EQ(r.rc, 0) << r.err;
+  ::unlink(file.c_str());
+  ::rmdir(dir.c_str());
+}
+
 // One timeline with the kernel, the two-file way: a kernel instance on
 // the clock the process is recorded with (mono), extracted by trace-cmd,
 // and `trace-cmd report -i k.dat -i u.dat` interleaves them by time. The
