@@ -185,4 +185,15 @@ int open_regular_for_read(const std::string& path, off_t* size, std::string* why
   return fd;
 }
 
+std::string read_pseudo_file(const std::string& path) {
+  std::string s;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return s;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) s.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return s;
+}
+
 }  // namespace usrtrace::base

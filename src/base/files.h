@@ -67,4 +67,8 @@ int install_file(const std::string& tmp, const std::string& path, std::string* e
 // What a non-regular file is, in words ("a FIFO", "a directory", ...).
 const char* file_type_name(mode_t st_mode);
 
+// A kernel pseudo-file (/proc, tracefs) whole: they say st_size 0, so it
+// is read until EOF. "" when it cannot be opened.
+std::string read_pseudo_file(const std::string& path);
+
 }  // namespace usrtrace::base

@@ -28,6 +28,7 @@
 #include <memory>
 #include <utility>
 
+#include "base/files.h"
 #include "base/sys.h"
 #include "control/meta.h"
 #include "record/recorder.h"
@@ -43,19 +44,6 @@ constexpr const char* kInstancePrefix = "usrtrace-";
 bool is_tracefs(const std::string& dir) {
   struct statfs s;
   return ::statfs(dir.c_str(), &s) == 0 && static_cast<long>(s.f_type) == kTracefsMagic;
-}
-
-// Whole file, "" if it cannot be read. tracefs files say st_size 0:
-// read until EOF.
-std::string slurp(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return {};
-  std::string s;
-  char buf[8192];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof buf)) > 0) s.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  return s;
 }
 
 // 0 or -errno; *err says which file refused what.
@@ -286,14 +274,14 @@ control::RemoteMeta KernelSource::meta(bool with_stats) const {
   km.meta.page_size = page_size_;
   km.meta.nr_cpus = static_cast<int>(raw_fds_.size());
   km.meta.systems = systems_;
-  km.meta.cmdlines = slurp(tracefs_ + "/saved_cmdlines");
-  km.meta.trace_clock = slurp(dir_ + "/trace_clock");
+  km.meta.cmdlines = base::read_pseudo_file(tracefs_ + "/saved_cmdlines");
+  km.meta.trace_clock = base::read_pseudo_file(dir_ + "/trace_clock");
   control::InstanceMeta im;
   im.clock = clock_;
   im.page_size = page_size_;
   im.nr_cpus = km.meta.nr_cpus;
   for (int cpu = 0; with_stats && cpu < im.nr_cpus; ++cpu)
-    im.stats.push_back(slurp(dir_ + "/per_cpu/cpu" + std::to_string(cpu) + "/stats"));
+    im.stats.push_back(base::read_pseudo_file(dir_ + "/per_cpu/cpu" + std::to_string(cpu) + "/stats"));
   km.instances.push_back(im);
   return km;
 }
@@ -315,7 +303,7 @@ int KernelSource::enable_events(const std::vector<std::string>& specs, std::stri
       for (size_t i = 0; i < specs.size(); ++i)
         if (matches(specs[i], sys, ev)) want = used[i] = true;
       if (!want) continue;
-      const std::string fmt = slurp(dir_ + "/events/" + sys + "/" + ev + "/format");
+      const std::string fmt = base::read_pseudo_file(dir_ + "/events/" + sys + "/" + ev + "/format");
       const long id = format_id(fmt);
       if (id < 0) continue;  // a format we cannot read: not recorded
       if (next >= kKernelIdUnknown) {
@@ -341,7 +329,7 @@ int KernelSource::enable_events(const std::vector<std::string>& specs, std::stri
 // and the page size (header_page's data field ends the page).
 int KernelSource::open_readers(std::string* err) {
   {
-    const std::string hp = slurp(tracefs_ + "/events/header_page");
+    const std::string hp = base::read_pseudo_file(tracefs_ + "/events/header_page");
     const size_t at = hp.find("char data;");
     unsigned off = 0, size = 0;
     if (at != std::string::npos &&

@@ -38,17 +38,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string read_file_text(const char* path) {
-  std::string s;
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return s;
-  char buf[256];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof buf)) > 0) s.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  return s;
-}
-
 }  // namespace
 
 std::chrono::milliseconds idle_time() {
@@ -288,7 +277,7 @@ bool Server::handle(Conn& c, Request& r, bool may_park) {
       std::string payload;
       Encoder e(&payload);
       e.u32(static_cast<uint32_t>(pid));
-      std::string comm = read_file_text("/proc/self/comm");
+      std::string comm = base::read_pseudo_file("/proc/self/comm");
       while (!comm.empty() && comm.back() == '\n') comm.pop_back();
       e.str(comm);
       e.str(USRTRACE_VERSION_STRING);
