@@ -414,6 +414,9 @@ TEST_F(TraceDatTest, RecorderErrorsSayWhat) {
   bad.instances = {"tdt_b", "tdt_b"};
   expect(bad, EINVAL, "given twice");
   bad = o;
+  bad.kernel_events = {"sched:sched_switch"};  // record -K is from outside the process only
+  expect(bad, EINVAL, "kernel events");
+  bad = o;
   bad.output = dir_ + "/no/such/dir/x.dat";
   expect(bad, ENOENT, "/no/such/dir: No such file or directory");
   // What the output would fail at in the end fails at the start.
