@@ -284,7 +284,9 @@ TEST(CliKernelTwoFiles, AKernelRecordingOnTheSameClockMergesInTraceCmdReport) {
     if (std::regex_search(line, m, stamp)) times.push_back(std::stod(m[1]));
     if (line.find(" tick: ") != std::string::npos) order.push_back("tick");
     for (int i = 0; i < 3; ++i)
-      if (line.find("kernel-" + std::to_string(i)) != std::string::npos)
+      // The marker's text: the instance records every task's switches, and
+      // a -K test's recorder beside this one has a thread "usrtrace-kernel-PID".
+      if (line.find(": kernel-" + std::to_string(i)) != std::string::npos)
         order.push_back("k" + std::to_string(i));
   }
   EXPECT_EQ(order, (std::vector<std::string>{"tick", "k0", "tick", "k1", "tick", "k2", "tick"})) << rep.out;
