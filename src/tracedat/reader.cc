@@ -27,6 +27,14 @@ using namespace tracedat;
 // Bounds for what a hostile file can make us allocate.
 constexpr uint64_t kMaxChunk = 64ull << 20;        // one decompressed block
 constexpr uint64_t kMaxDecompressed = 4ull << 30;  // all of a file's
+// CPU slots (Buffer::cpus, one per CPU id up to the largest listed) all
+// buffers of a file may have, at least: a buffer that lists CPU 4095 alone
+// has 4096 slots for 20 bytes of the file. Past this floor every slot must
+// be paid for by 16 bytes of the file (what a listed CPU costs in a v6
+// flyrecord table; 20 in a v7 BUFFER option), so a file whose buffers list
+// their CPUs, as trace-cmd's and ours do, always fits.
+constexpr uint64_t kCpuSlotFloor = 65536;
+constexpr uint64_t kBytesPerCpuSlot = 16;
 constexpr int kMaxOptionSections = 256;
 
 struct Fail {
@@ -99,6 +107,8 @@ struct TraceFile::Impl {
   uint64_t size = 0;
   std::vector<std::vector<uint8_t>> inflated;  // decompressed CPU data and sections
   uint64_t inflated_total = 0;
+  uint64_t cpu_slots = 0;        // of all buffers' Buffer::cpus
+  uint64_t latency_options = 0;  // BUFFER_TEXT options seen
 
   int version = 0;
   std::string compression = "none";
@@ -299,6 +309,7 @@ struct TraceFile::Impl {
           cpus.push_back({cpu, {coff, csize}});
         }
         b.nr_cpus = ncpu ? static_cast<int>(max_cpu + 1) : 0;
+        charge_cpu_slots(static_cast<uint64_t>(b.nr_cpus), "buffer '" + b.name + "'");
         std::vector<CpuSlice> slices(static_cast<size_t>(b.nr_cpus));
         const bool compressed = section_compressed(off, "buffer '" + b.name + "'");
         b.cpus.resize(static_cast<size_t>(b.nr_cpus));
@@ -306,18 +317,19 @@ struct TraceFile::Impl {
           slices[cpu] = cpu_data(b, cpu, range.first, range.second, compressed);
           b.cpus[cpu] = {range.first, range.second};
         }
-        if (b.name.empty()) {
-          buffers.insert(buffers.begin(), std::move(b));
-          data.insert(data.begin(), std::move(slices));
-        } else {
-          buffers.push_back(std::move(b));
-          data.push_back(std::move(slices));
-        }
+        // The top buffer goes first, once all are read (read_v7): inserted
+        // at the front here, 40000 BUFFER options took 5 s.
+        buffers.push_back(std::move(b));
+        data.push_back(std::move(slices));
         break;
       }
       case kOptBufferText: {  // v7 latency data: the trace file's text
         const uint64_t off = o.num<uint64_t>("latency offset");
         o.str("latency buffer name");
+        if (latency_options++ > 0) {  // the first only, as for the metadata sections (read_v7)
+          if (latency_options == 2) warnings.push_back("more than one latency text; the first is read");
+          break;
+        }
         std::vector<uint8_t> t = section(off, kOptBufferText, "latency text");
         latency.assign(t.begin(), t.end());
         break;
@@ -325,6 +337,18 @@ struct TraceFile::Impl {
       default:
         break;
     }
+  }
+
+  // Counts `n` more CPU slots against what the file can pay for (see
+  // kCpuSlotFloor): thousands of BUFFER options that each name CPU 4096,
+  // or v6 buffers that share one CPU table, are refused before they cost
+  // 128 KiB apiece (a 277 KB file held 650 MB).
+  void charge_cpu_slots(uint64_t n, const std::string& what) {
+    cpu_slots += n;
+    const uint64_t limit = std::max(kCpuSlotFloor, size / kBytesPerCpuSlot);
+    if (cpu_slots > limit)
+      throw Fail{what + ": the buffers have " + std::to_string(cpu_slots) + " CPU slots in all, more than " +
+                 std::to_string(limit) + " (" + std::to_string(size) + " bytes of file) can describe"};
   }
 
   // The flags of the v7 section at `off`.
@@ -375,6 +399,7 @@ struct TraceFile::Impl {
     b.page_size = page_size;
     b.nr_cpus = nr_cpus;
     b.clock = clock_from_text(trace_clock);
+    charge_cpu_slots(static_cast<uint64_t>(nr_cpus), "buffer '" + name + "'");
     std::vector<CpuSlice> slices(static_cast<size_t>(nr_cpus));
     for (int cpu = 0; cpu < nr_cpus; ++cpu) {
       const uint64_t off = r.num<uint64_t>("CPU data offset"), len = r.num<uint64_t>("CPU data size");
@@ -458,7 +483,8 @@ struct TraceFile::Impl {
       throw Fail{"compression '" + compression + "' is not supported (zstd and none are)"};
     uint64_t next = r.num<uint64_t>("options offset");
     std::set<uint64_t> seen;
-    std::vector<std::pair<uint16_t, uint64_t>> sections;
+    std::vector<std::pair<uint16_t, uint64_t>> sections;  // at most one per kind
+    bool repeated = false;
     while (next != 0) {
       if (!seen.insert(next).second || static_cast<int>(seen.size()) > kMaxOptionSections)
         throw Fail{"options sections loop (offset " + std::to_string(next) + ")"};
@@ -474,12 +500,20 @@ struct TraceFile::Impl {
           break;
         }
         if (id >= kOptHeaderInfo && id <= kOptCmdlines) {
-          sections.emplace_back(id, d.num<uint64_t>("section offset"));
+          // The first of each kind (trace-cmd writes one): each read copies
+          // or inflates its section, and 40000 options naming one large
+          // section would read it 40000 times.
+          const uint64_t at = d.num<uint64_t>("section offset");
+          if (std::none_of(sections.begin(), sections.end(), [id](const auto& s) { return s.first == id; }))
+            sections.emplace_back(id, at);
+          else
+            repeated = true;
           continue;
         }
         option(id, d, len, nullptr);
       }
     }
+    if (repeated) warnings.push_back("a metadata section is named more than once; the first is read");
     bool have_header = false;
     for (const auto& [id, off] : sections) {
       static const char* const kNames[] = {"header info", "ftrace formats", "event formats",
@@ -512,6 +546,15 @@ struct TraceFile::Impl {
       }
     }
     if (!have_header) throw Fail{"no header info section (header_page)"};
+    // The top buffer (the first one named "") first, the others in the
+    // file's order.
+    const auto top =
+        std::find_if(buffers.begin(), buffers.end(), [](const Buffer& b) { return b.name.empty(); });
+    if (top != buffers.end()) {
+      const auto at = top - buffers.begin();
+      std::rotate(buffers.begin(), top, top + 1);
+      std::rotate(data.begin(), data.begin() + at, data.begin() + at + 1);
+    }
     if (buffers.empty() || !buffers[0].name.empty()) {  // no top buffer: an empty one
       Buffer b;
       b.page_size = page_size;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -16,6 +17,7 @@
 
 #include "instance/instance.h"
 #include "ring_buffer/page_format.h"
+#include "tracedat/format.h"
 #include "tracefs/tracefs.h"
 #include "usrtrace/event.h"
 #include "usrtrace/tracedat.h"
@@ -237,6 +239,96 @@ TEST(TraceDatMalformed, ACompressedBlockClaimingTooMuchIsNotAllocated) {
   std::memcpy(b.data() + hdr + 16 + 4, &huge, 4);
   EXPECT_FALSE(parse(b, &err));
   EXPECT_NE(err.find("header info"), std::string::npos) << err;
+}
+
+// Little-endian numbers and strings appended to a file's bytes.
+template <class T>
+void put(std::vector<uint8_t>* b, T v) {
+  const auto* p = reinterpret_cast<const uint8_t*>(&v);
+  b->insert(b->end(), p, p + sizeof v);
+}
+void put_str(std::vector<uint8_t>* b, const std::string& s) {
+  b->insert(b->end(), s.c_str(), s.c_str() + s.size() + 1);
+}
+
+// Appends a v7 options section holding `options` (then DONE) at the end of
+// `b` and makes it the last of the chain; its offset.
+uint64_t append_options(std::vector<uint8_t>* b, const std::vector<uint8_t>& options) {
+  uint64_t off = options_offset(*b), size = 0, next = 0;
+  for (;;) {
+    std::memcpy(&size, b->data() + off + 8, 8);
+    std::memcpy(&next, b->data() + off + 16 + size - 8, 8);
+    if (next == 0) break;
+    off = next;
+  }
+  const uint64_t at = b->size();
+  std::memcpy(b->data() + off + 16 + size - 8, &at, 8);  // the last DONE names the new section
+  put<uint16_t>(b, tracedat::kOptDone);                  // an options section's id
+  put<uint16_t>(b, 0);                                   // flags
+  put<uint32_t>(b, 0);                                   // description
+  put<uint64_t>(b, options.size() + 14);
+  b->insert(b->end(), options.begin(), options.end());
+  put<uint16_t>(b, tracedat::kOptDone);
+  put<uint32_t>(b, 8);
+  put<uint64_t>(b, 0);
+  return at;
+}
+
+// A BUFFER option (v7): the buffer's section at `section`, its CPUs as
+// (id, offset, size).
+void buffer_option(std::vector<uint8_t>* o, const std::string& name, uint64_t section,
+                   const std::vector<std::array<uint64_t, 3>>& cpus) {
+  std::vector<uint8_t> d;
+  put<uint64_t>(&d, section);
+  put_str(&d, name);
+  put_str(&d, "local");
+  put<uint32_t>(&d, 4096);
+  put<uint32_t>(&d, static_cast<uint32_t>(cpus.size()));
+  for (const auto& c : cpus) {
+    put<uint32_t>(&d, static_cast<uint32_t>(c[0]));
+    put<uint64_t>(&d, c[1]);
+    put<uint64_t>(&d, c[2]);
+  }
+  put<uint16_t>(o, tracedat::kOptBuffer);
+  put<uint32_t>(o, static_cast<uint32_t>(d.size()));
+  o->insert(o->end(), d.begin(), d.end());
+}
+
+uint64_t cpu_slots(const TraceFile& f) {
+  uint64_t n = 0;
+  for (const auto& b : f.buffers()) n += b.cpus.size();
+  return n;
+}
+
+// Every BUFFER option took a slot per CPU id up to the largest it names
+// (4096 at most), whatever the number of options: 2000 options of 44 bytes
+// that each name CPU 4096 alone held 8 million slots (256 MiB); the file
+// is refused once its buffers have more slots than it can describe. Many
+// buffers that list the CPUs they have still open, the top one first (it
+// was inserted at the front, one move of all the others per option).
+TEST(TraceDatMalformed, ManyBufferOptionsCostWhatTheFileHolds) {
+  std::vector<uint8_t> b = files().v7;
+  const uint64_t at = b.size();  // the appended section: its flags say "not compressed"
+  std::vector<uint8_t> o;
+  for (int i = 0; i < 2000; ++i) buffer_option(&o, "b" + std::to_string(i), at, {{4096, 0, 0}});
+  append_options(&b, o);
+  std::string err;
+  auto f = parse(b, &err);
+  if (f) ADD_FAILURE() << cpu_slots(*f) << " CPU slots from a file of " << b.size() << " bytes";
+  EXPECT_NE(err.find("CPU slots in all"), std::string::npos) << err;
+
+  b = files().v7;
+  o.clear();
+  for (int i = 0; i < 20000; ++i) buffer_option(&o, "b" + std::to_string(i), at, {{0, 0, 0}});
+  append_options(&b, o);
+  f = parse(b, &err);
+  ASSERT_TRUE(f) << err;
+  ASSERT_EQ(f->buffers().size(), 20002u);  // the file's own two, and these
+  EXPECT_EQ(f->buffers()[0].name, "");
+  EXPECT_EQ(f->buffers()[1].name, "tdbad_i");
+  EXPECT_EQ(f->buffers()[2].name, "b0");
+  EXPECT_EQ(f->buffers()[20001].name, "b19999");
+  EXPECT_LE(cpu_slots(*f), 65536u + b.size() / 16);
 }
 
 }  // namespace
