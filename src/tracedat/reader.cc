@@ -27,6 +27,16 @@ using namespace tracedat;
 // Bounds for what a hostile file can make us allocate.
 constexpr uint64_t kMaxChunk = 64ull << 20;        // one decompressed block
 constexpr uint64_t kMaxDecompressed = 4ull << 30;  // all of a file's
+// What all of a file's zstd data may inflate to, as a multiple of the
+// file's size (at least kInflateFloor). zstd itself goes to ~32000:1 (a
+// 128 KiB RLE block in 4 bytes: 37 KB of them claimed 1.2 GB). Trace data
+// stays far below 1024:1: function_graph pages compress ~8:1, and even a
+// page that holds one event carries a header and a commit that differ from
+// the next page's, which keeps a file of near-empty 4 KiB pages in the
+// hundreds. A 400 MB recording compressed 8:1 (50 MB) may inflate to
+// kMaxDecompressed, ten times what it holds.
+constexpr uint64_t kMaxInflateRatio = 1024;
+constexpr uint64_t kInflateFloor = 16ull << 20;
 // CPU slots (Buffer::cpus, one per CPU id up to the largest listed) all
 // buffers of a file may have, at least: a buffer that lists CPU 4095 alone
 // has 4096 slots for 20 bytes of the file. Past this floor every slot must
@@ -39,6 +49,9 @@ constexpr int kMaxOptionSections = 256;
 
 struct Fail {
   std::string what;
+  // The file as a whole is refused, even where a part of it would only be
+  // skipped with a warning (CPU data): it exceeds what a file may cost.
+  bool whole_file = false;
 };
 
 class ByteReader {
@@ -106,9 +119,9 @@ struct TraceFile::Impl {
   const uint8_t* base = nullptr;
   uint64_t size = 0;
   std::vector<std::vector<uint8_t>> inflated;  // decompressed CPU data and sections
-  uint64_t inflated_total = 0;
-  uint64_t cpu_slots = 0;        // of all buffers' Buffer::cpus
-  uint64_t latency_options = 0;  // BUFFER_TEXT options seen
+  uint64_t inflated_total = 0;                 // of every block inflated (sections too)
+  uint64_t cpu_slots = 0;                      // of all buffers' Buffer::cpus
+  uint64_t latency_options = 0;                // BUFFER_TEXT options seen
 
   int version = 0;
   std::string compression = "none";
@@ -190,9 +203,17 @@ struct TraceFile::Impl {
       throw Fail{std::string(what) + ": compressed with '" + compression + "', which is not supported"};
     const uint32_t csize = r.num<uint32_t>(what), usize = r.num<uint32_t>(what);
     const uint8_t* src = r.take(csize, what);
-    if (usize > kMaxChunk || inflated_total + usize > kMaxDecompressed)
+    if (usize > kMaxChunk)
       throw Fail{std::string(what) + ": a compressed block claims " + std::to_string(usize) +
                  " bytes (too large)"};
+    // Checked before anything is allocated, over the whole file: the same
+    // compressed bytes named by many CPUs or buffers count each time.
+    const uint64_t budget = std::min(kMaxDecompressed, std::max(kInflateFloor, kMaxInflateRatio * size));
+    if (inflated_total + usize > budget)
+      throw Fail{std::string(what) + ": zstd data would inflate to more than " + std::to_string(budget) +
+                     " bytes, " + std::to_string(kMaxInflateRatio) + " times the file's " +
+                     std::to_string(size) + " (a compression bomb?)",
+                 true};
     const unsigned long long fsize = ZSTD_getFrameContentSize(src, csize);
     if (fsize == ZSTD_CONTENTSIZE_ERROR || (fsize != ZSTD_CONTENTSIZE_UNKNOWN && fsize != usize))
       throw Fail{std::string(what) + ": a compressed block is not a zstd frame of the size it claims"};
@@ -386,6 +407,7 @@ struct TraceFile::Impl {
         all.insert(all.end(), c.begin(), c.end());
       }
     } catch (const Fail& f) {
+      if (f.whole_file) throw;
       warnings.push_back(f.what + " (the data before it is kept)");
     }
     all.resize(all.size() - all.size() % b.page_size);

@@ -5,7 +5,9 @@
 // UBSan, and fuzz/tracedat_fuzzer goes further).
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #include <algorithm>
 #include <array>
@@ -18,6 +20,7 @@
 #include "instance/instance.h"
 #include "ring_buffer/page_format.h"
 #include "tracedat/format.h"
+#include "tracedat/writer.h"
 #include "tracefs/tracefs.h"
 #include "usrtrace/event.h"
 #include "usrtrace/tracedat.h"
@@ -329,6 +332,61 @@ TEST(TraceDatMalformed, ManyBufferOptionsCostWhatTheFileHolds) {
   EXPECT_EQ(f->buffers()[2].name, "b0");
   EXPECT_EQ(f->buffers()[20001].name, "b19999");
   EXPECT_LE(cpu_slots(*f), 65536u + b.size() / 16);
+}
+
+// zstd data inflated up to 4 GiB whatever the file's size (37 KB gave
+// 1.2 GB): now at most 1024 times the file's size (16 MiB at least), and
+// more is refused, saying so, before it is allocated.
+TEST(TraceDatMalformed, ZstdDataInflatesNoMoreThanTheFileJustifies) {
+  // A small zstd file of the writer's (no CPU data)...
+  tracedat::Metadata m;
+  m.page_size = 4096;
+  m.nr_cpus = 1;
+  m.header_page = rb::header_page_text(4096);
+  m.header_event = rb::header_event_text();
+  m.trace_clock = "[local] global\n";
+  tracedat::BufferData top;
+  top.clock = "local";
+  tracedat::WriteOptions w;
+  w.compression = tracedat::Compression::kZstd;
+  const int fd = memfd_create("bomb", 0);
+  ASSERT_GE(fd, 0);
+  std::string err;
+  ASSERT_EQ(tracedat::write_file(fd, m, {top}, w, &err), 0) << err;
+  std::vector<uint8_t> b(static_cast<size_t>(lseek(fd, 0, SEEK_END)));
+  ASSERT_EQ(pread(fd, b.data(), b.size(), 0), static_cast<ssize_t>(b.size()));
+  close(fd);
+  ASSERT_TRUE(parse(b, &err)) << err;
+  // ... and a buffer whose CPU 0 is 4 blocks of 64 MiB of zeros (a few KB).
+  const std::vector<uint8_t> zeros(64u << 20);
+  std::vector<uint8_t> frame(ZSTD_compressBound(zeros.size()));
+  const size_t n = ZSTD_compress(frame.data(), frame.size(), zeros.data(), zeros.size(), 1);
+  ASSERT_FALSE(ZSTD_isError(n));
+  frame.resize(n);
+  const uint64_t section = b.size();
+  put<uint16_t>(&b, tracedat::kOptBuffer);
+  put<uint16_t>(&b, tracedat::kSectionCompressed);
+  put<uint32_t>(&b, 0);
+  put<uint64_t>(&b, 0);
+  const uint64_t data = b.size();
+  put<uint32_t>(&b, 4);  // chunks
+  for (int i = 0; i < 4; ++i) {
+    put<uint32_t>(&b, static_cast<uint32_t>(frame.size()));
+    put<uint32_t>(&b, static_cast<uint32_t>(zeros.size()));
+    b.insert(b.end(), frame.begin(), frame.end());
+  }
+  std::vector<uint8_t> o;
+  buffer_option(&o, "bomb", section, {{0, data, b.size() - data - 4}});
+  append_options(&b, o);
+  ASSERT_LT(b.size() * 1024, 64u << 20) << "the 256 MiB are more than 1024 times the file";
+  auto f = parse(b, &err);
+  if (f) {
+    uint64_t done = 0, total = 0;
+    TraceFile::Cursor(*f).progress(&done, &total);
+    ADD_FAILURE() << b.size() << " bytes of file inflated to " << total;
+  }
+  EXPECT_NE(err.find("zstd data would inflate to more than"), std::string::npos) << err;
+  EXPECT_NE(err.find("a compression bomb"), std::string::npos) << err;
 }
 
 }  // namespace
