@@ -5,10 +5,12 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <regex>
 #include <sstream>
+#include <vector>
 
 #include "tools/cli_harness.h"
 
@@ -243,6 +245,136 @@ TEST(CliReport, ProfileCountsEventsOfAnEventTrace) {
   const Result g = run_cli({"report", "--graph", file});
   EXPECT_NE(g.out.find("no function_graph records"), std::string::npos) << g.out;
   ::unlink(file.c_str());
+  ::rmdir(dir.c_str());
+}
+
+// ---- Files as an attacker makes them ----
+
+// A trace.dat (version 6) made byte by byte: the event formats and the
+// records a test chooses, on CPU 0, in 4096-byte pages. A record is its
+// payload (common fields first), a multiple of 4 bytes, at most 112.
+struct HandMadeTrace {
+  std::vector<std::string> ftrace;                          // ftrace's formats
+  std::vector<std::pair<std::string, std::string>> events;  // system, format
+  std::string kallsyms = "0000000000001000 T main\n";
+  std::vector<std::vector<uint8_t>> records;
+
+  template <class T>
+  static void put(std::string* b, T v) {
+    b->append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  static void sized(std::string* b, const std::string& text) {
+    put<uint64_t>(b, text.size());
+    *b += text;
+  }
+
+  void write(const std::string& path) const {
+    std::string b("\x17\x08\x44tracing6", 11);
+    b += '\0';
+    b += '\0';                // little-endian
+    b += '\x08';              // long size
+    put<uint32_t>(&b, 4096);  // page size
+    b.append("header_page", 12);
+    sized(&b,
+          "\tfield: u64 timestamp;\toffset:0;\tsize:8;\tsigned:0;\n"
+          "\tfield: local_t commit;\toffset:8;\tsize:8;\tsigned:1;\n"
+          "\tfield: int overwrite;\toffset:8;\tsize:1;\tsigned:1;\n"
+          "\tfield: char data;\toffset:16;\tsize:4080;\tsigned:0;\n");
+    b.append("header_event", 13);
+    sized(&b,
+          "# compressed entry header\n\ttype_len    :    5 bits\n\ttime_delta  :   27 bits\n"
+          "\tarray       :   32 bits\n");
+    put<uint32_t>(&b, static_cast<uint32_t>(ftrace.size()));
+    for (const std::string& f : ftrace) sized(&b, f);
+    put<uint32_t>(&b, static_cast<uint32_t>(events.size()));  // a system per event
+    for (const auto& [sys, f] : events) {
+      b.append(sys.c_str(), sys.size() + 1);
+      put<uint32_t>(&b, 1);
+      sized(&b, f);
+    }
+    put<uint32_t>(&b, static_cast<uint32_t>(kallsyms.size()));
+    b += kallsyms;
+    put<uint32_t>(&b, 0);  // printk formats
+    sized(&b, "");         // saved cmdlines
+    put<uint32_t>(&b, 1);  // CPUs
+    b.append("flyrecord", 10);
+    std::string pages, page;
+    auto flush = [&] {
+      std::string head;
+      put<uint64_t>(&head, 1000);         // time stamp
+      put<uint64_t>(&head, page.size());  // commit
+      page = head + page;
+      page.resize(4096, '\0');
+      pages += page;
+      page.clear();
+    };
+    for (const std::vector<uint8_t>& r : records) {
+      if (page.size() + 4 + r.size() > 4080) flush();
+      put<uint32_t>(&page, (1u << 5) | static_cast<uint32_t>(r.size() / 4));  // delta 1, type_len
+      page.append(reinterpret_cast<const char*>(r.data()), r.size());
+    }
+    if (!page.empty()) flush();
+    const uint64_t at = (b.size() + 16 + 4095) / 4096 * 4096;
+    put<uint64_t>(&b, at);
+    put<uint64_t>(&b, pages.size());
+    b.resize(at, '\0');
+    b += pages;
+    std::ofstream(path, std::ios::binary) << b;
+  }
+};
+
+constexpr char kCommon[] =
+    "\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n"
+    "\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n"
+    "\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n"
+    "\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n";
+
+template <class T>
+void put_at(std::vector<uint8_t>* r, size_t at, T v) {
+  if (r->size() < at + sizeof v) r->resize(at + sizeof v);
+  std::memcpy(r->data() + at, &v, sizeof v);
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A __data_loc field at offset -2 (4294967294, which libtraceevent makes
+// an int): the exports' bound check wrapped (`off + 4 > len` in 32 bits)
+// and read 4 GiB past the record (a segfault, from an 8 KiB file that a
+// traced process can write, formats and all). The field is null in JSON and absent in Perfetto; the rest of
+// the record is there.
+TEST(CliReportMalformed, ADataLocFieldBeforeTheRecordIsNull) {
+  const std::string dir = temp_dir(), file = dir + "/loc.dat", js = dir + "/loc.json",
+                    pf = dir + "/loc.pftrace";
+  HandMadeTrace t;
+  t.events.push_back(
+      {"hostile", "name: str\nID: 100\nformat:\n" + std::string(kCommon) +
+                      "\tfield:__data_loc char[] msg;\toffset:4294967294;\tsize:4;\tsigned:0;\n"
+                      "\tfield:unsigned int n;\toffset:8;\tsize:4;\tsigned:0;\n\n"
+                      "print fmt: \"n=%u msg=%s\", REC->n, __get_str(msg)\n"});
+  for (uint32_t i = 0; i < 10; ++i) {
+    std::vector<uint8_t> r(12);
+    put_at<uint16_t>(&r, 0, 100);
+    put_at<int32_t>(&r, 4, 4242);
+    put_at<uint32_t>(&r, 8, i);
+    t.records.push_back(r);
+  }
+  t.write(file);
+  Result r = run_cli({"report", "--format", "json", "-o", js, file});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string json = slurp(js);
+  EXPECT_EQ(count(json, "\"msg\":null"), 10) << json;
+  EXPECT_NE(json.find("\"n\":9"), std::string::npos) << json;
+  r = run_cli({"report", "--format", "perfetto", "-o", pf, file});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  r = run_cli({"report", file});  // the text, through libtraceevent
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(count(r.out, "n=9"), 1) << r.out;
+  for (const std::string& f : {file, js, pf}) ::unlink(f.c_str());
   ::rmdir(dir.c_str());
 }
 

@@ -6,32 +6,41 @@
 
 namespace usrtrace::tool {
 
+namespace {
+
+// Whether [off, off + size) lies within a record of `len` bytes.
+bool within(int64_t off, int64_t size, uint32_t len) { return off >= 0 && size >= 0 && off + size <= len; }
+
+}  // namespace
+
 FieldValue read_field(tep_handle* tep, const tep_format_field* fl, const uint8_t* data, uint32_t len) {
   FieldValue v;
-  uint32_t off = static_cast<uint32_t>(fl->offset), size = static_cast<uint32_t>(fl->size);
+  int64_t off = fl->offset, size = fl->size;
   if (fl->flags & TEP_FIELD_IS_DYNAMIC) {
-    if (off + 4 > len) return v;
+    // A __data_loc (or __rel_loc) word: u32, offset in the low half, length
+    // in the high half.
+    if (size != 4 || !within(off, 4, len)) return v;
     uint32_t loc;
     std::memcpy(&loc, data + off, 4);
     off = loc & 0xffff;
     size = loc >> 16;
-    if (fl->flags & TEP_FIELD_IS_RELATIVE) off += static_cast<uint32_t>(fl->offset + fl->size);
+    if (fl->flags & TEP_FIELD_IS_RELATIVE) off += static_cast<int64_t>(fl->offset) + fl->size;
   } else if (size == 0 && (fl->flags & TEP_FIELD_IS_ARRAY)) {
-    size = off < len ? len - off : 0;  // char buf[]: the rest of the record
+    size = off >= 0 && off < len ? len - off : 0;  // char buf[]: the rest of the record
   }
-  if (off > len || size > len - off) return v;
+  if (!within(off, size, len)) return v;
   const char* p = reinterpret_cast<const char*>(data + off);
   const bool chars = (fl->flags & TEP_FIELD_IS_STRING) || std::strstr(fl->type, "char") != nullptr;
   if ((fl->flags & (TEP_FIELD_IS_ARRAY | TEP_FIELD_IS_DYNAMIC)) != 0) {
     if (chars) {
-      size_t n = strnlen(p, size);
+      size_t n = strnlen(p, static_cast<size_t>(size));
       while (n > 0 && p[n - 1] == '\n') --n;  // print's buf ends in a newline
       v.kind = FieldValue::kString;
       v.text.assign(p, n);
       return v;
     }
     char b[4];
-    for (uint32_t k = 0; k < size; ++k) {
+    for (int64_t k = 0; k < size; ++k) {
       snprintf(b, sizeof b, "%02x", static_cast<unsigned char>(p[k]));
       v.text += b;
     }
