@@ -329,10 +329,42 @@ constexpr char kCommon[] =
     "\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n"
     "\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n";
 
+// ftrace's function_graph formats, as usrtrace records them, with the
+// func field at `func_offset`.
+std::vector<std::string> graph_formats(int func_offset = 8) {
+  const std::string func =
+      "\tfield:unsigned long func;\toffset:" + std::to_string(func_offset) + ";\tsize:8;\tsigned:0;\n";
+  return {"name: funcgraph_entry\nID: 11\nformat:\n" + std::string(kCommon) + func +
+              "\tfield:unsigned int depth;\toffset:16;\tsize:4;\tsigned:0;\n\n"
+              "print fmt: \"--> %ps (%u)\", (void *)REC->func, REC->depth\n",
+          "name: funcgraph_exit\nID: 10\nformat:\n" + std::string(kCommon) + func +
+              "\tfield:unsigned int depth;\toffset:16;\tsize:4;\tsigned:0;\n"
+              "\tfield:unsigned int overrun;\toffset:20;\tsize:4;\tsigned:0;\n"
+              "\tfield:unsigned long long calltime;\toffset:24;\tsize:8;\tsigned:0;\n"
+              "\tfield:unsigned long long rettime;\toffset:32;\tsize:8;\tsigned:0;\n\n"
+              "print fmt: \"<-- %ps (%u) (start: %llx  end: %llx) over: %u\", (void *)REC->func, "
+              "REC->depth, REC->calltime, REC->rettime, REC->depth\n"};
+}
+
 template <class T>
 void put_at(std::vector<uint8_t>* r, size_t at, T v) {
   if (r->size() < at + sizeof v) r->resize(at + sizeof v);
   std::memcpy(r->data() + at, &v, sizeof v);
+}
+
+// A funcgraph_entry (24 bytes) or funcgraph_exit (40 bytes) record.
+std::vector<uint8_t> graph_record(bool entry, int32_t tid, uint64_t func, uint32_t depth, uint64_t call = 0,
+                                  uint64_t ret = 0) {
+  std::vector<uint8_t> r(entry ? 24 : 40);
+  put_at<uint16_t>(&r, 0, entry ? 11 : 10);
+  put_at<int32_t>(&r, 4, tid);
+  put_at<uint64_t>(&r, 8, func);
+  put_at<uint32_t>(&r, 16, depth);
+  if (!entry) {
+    put_at<uint64_t>(&r, 24, call);
+    put_at<uint64_t>(&r, 32, ret);
+  }
+  return r;
 }
 
 std::string slurp(const std::string& path) {
@@ -375,6 +407,47 @@ TEST(CliReportMalformed, ADataLocFieldBeforeTheRecordIsNull) {
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(count(r.out, "n=9"), 1) << r.out;
   for (const std::string& f : {file, js, pf}) ::unlink(f.c_str());
+  ::rmdir(dir.c_str());
+}
+
+// funcgraph's func field past the record: far past (the views and the
+// exports read it unchecked, a segfault) or a little (they read the next
+// record's bytes as the function). Every field is read only where the
+// record holds it: such records are skipped by the views, saying so, and
+// are instants in the exports.
+TEST(CliReportMalformed, GraphFieldsPastTheRecordAreNotRead) {
+  const std::string dir = temp_dir(), file = dir + "/far.dat", out = dir + "/far.out";
+  for (const int offset : {99999999, 200}) {
+    SCOPED_TRACE(offset);
+    HandMadeTrace t;
+    t.ftrace = graph_formats(offset);
+    for (int i = 0; i < 50; ++i) {
+      t.records.push_back(graph_record(true, 4242, 0x1000, 0));
+      t.records.push_back(graph_record(false, 4242, 0x1000, 0, 100, 200));
+    }
+    t.write(file);
+    for (const char* view : {"--profile", "--graph", "--flame-graph"}) {
+      const Result r = run_cli({"report", view, file});
+      EXPECT_EQ(r.rc, 0) << view << ": " << r.err;
+      EXPECT_NE(r.err.find("100 function_graph records do not hold their fields; skipped"), std::string::npos)
+          << view << ": " << r.err;
+      EXPECT_EQ(r.out.find("main"), std::string::npos) << view << ": " << r.out;
+    }
+    Result r = run_cli({"report", "--format", "json", "-o", out, file});
+    EXPECT_EQ(r.rc, 0) << r.err;
+    const std::string json = slurp(out);
+    EXPECT_EQ(count(json, "\"ph\":\"i\""), 100) << "instants, not slices: " << json.substr(0, 2000);
+    EXPECT_EQ(count(json, "\"func\":null"), 100) << json.substr(0, 2000);
+    r = run_cli({"report", "--format", "perfetto", "-o", out, file});
+    EXPECT_EQ(r.rc, 0) << r.err;
+    std::string why;
+    const std::string text = perfetto_text(out, &why);
+    if (!text.empty()) {
+      EXPECT_EQ(count(text, "type: TYPE_SLICE_BEGIN"), 0) << text.substr(0, 3000);
+      EXPECT_EQ(count(text, "type: TYPE_INSTANT"), 100) << text.substr(0, 3000);
+    }
+  }
+  for (const std::string& f : {file, out}) ::unlink(f.c_str());
   ::rmdir(dir.c_str());
 }
 

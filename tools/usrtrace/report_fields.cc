@@ -13,6 +13,15 @@ bool within(int64_t off, int64_t size, uint32_t len) { return off >= 0 && size >
 
 }  // namespace
 
+bool read_number(tep_handle* tep, const tep_format_field* fl, const uint8_t* data, uint32_t len,
+                 uint64_t* out) {
+  if (fl == nullptr || (fl->size != 1 && fl->size != 2 && fl->size != 4 && fl->size != 8) ||
+      !within(fl->offset, fl->size, len))
+    return false;
+  *out = tep_read_number(tep, data + fl->offset, fl->size);
+  return true;
+}
+
 FieldValue read_field(tep_handle* tep, const tep_format_field* fl, const uint8_t* data, uint32_t len) {
   FieldValue v;
   int64_t off = fl->offset, size = fl->size;

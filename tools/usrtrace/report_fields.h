@@ -22,9 +22,22 @@ struct FieldValue {
   int64_t i = 0;     // kInt
 };
 
+// A record's fields are where the file's formats say, and the formats are
+// as hostile as the records: every read of a field by the views and the
+// exports goes through these two, which read only what lies within the
+// record's `len` bytes (offsets and sizes in 64 bits: a field at offset -2
+// wrapped a 32-bit check).
+
 // The value of `fl` in the record `data` (`len` bytes); kNone when the
-// record is too short for it or its size is not one a number has.
+// record does not hold it (nor, for a __data_loc, what it points at) or its
+// size is not one a number has.
 FieldValue read_field(tep_handle* tep, const tep_format_field* fl, const uint8_t* data, uint32_t len);
+
+// The number field `fl` (1, 2, 4 or 8 bytes) of the record `data` (`len`
+// bytes) in *out; false, *out untouched, when the record does not hold it
+// or `fl` is null.
+bool read_number(tep_handle* tep, const tep_format_field* fl, const uint8_t* data, uint32_t len,
+                 uint64_t* out);
 
 // The process each buffer's threads are in, by buffer index: usrtrace
 // records one process per buffer, named by the PROCMAPS options it writes

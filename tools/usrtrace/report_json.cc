@@ -95,12 +95,11 @@ int write_json(const TraceFile& f, const TepSession& session, TraceFile::Cursor&
         std::string name = ev ? ev->name : "unknown";
         if (ev && std::strcmp(ev->system, "ftrace") == 0 &&
             (std::strcmp(ev->name, "funcgraph_entry") == 0 || std::strcmp(ev->name, "funcgraph_exit") == 0)) {
-          unsigned long long func = 0;
-          if (tep_format_field* ff = tep_find_field(ev, "func");
-              ff && tep_read_number_field(ff, r.data, &func) == 0) {
+          uint64_t func = 0;
+          if (read_number(tep, tep_find_field(ev, "func"), r.data, r.len, &func)) {
             const char* fname = tep_find_function(tep, func);
             char hex[32];
-            snprintf(hex, sizeof hex, "0x%llx", func);
+            snprintf(hex, sizeof hex, "0x%" PRIx64, func);
             name = fname ? fname : hex;
             ph = ev->name[10] == 'e' && ev->name[11] == 'n' ? "\"B\"" : "\"E\"";
           }

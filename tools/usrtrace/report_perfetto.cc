@@ -1,5 +1,6 @@
 #include "report_perfetto.h"
 
+#include <cinttypes>
 #include <cstring>
 #include <map>
 #include <string>
@@ -477,27 +478,25 @@ int write_perfetto(const TraceFile& f, const TepSession& session, TraceFile::Cur
         tep_event* ev = tep_find_event_by_record(tep, &rec);
         Msg te;
         te.varint(pb::kTrackUuid, track);
+        // A funcgraph record that does not hold its function is an instant.
+        uint64_t func = 0;
         const bool graph =
             ev && std::strcmp(ev->system, "ftrace") == 0 &&
-            (std::strcmp(ev->name, "funcgraph_entry") == 0 || std::strcmp(ev->name, "funcgraph_exit") == 0);
+            (std::strcmp(ev->name, "funcgraph_entry") == 0 || std::strcmp(ev->name, "funcgraph_exit") == 0) &&
+            read_number(tep, tep_find_field(ev, "func"), r.data, r.len, &func);
         if (graph) {
-          unsigned long long func = 0;
-          if (tep_format_field* ff = tep_find_field(ev, "func"); ff) tep_read_number_field(ff, r.data, &func);
           const bool entry = ev->name[10] == 'e' && ev->name[11] == 'n';
           uint64_t& n = open[track];
           if (entry || n == 0) {
             const char* fname = tep_find_function(tep, func);
             char hex[32];
-            snprintf(hex, sizeof hex, "0x%llx", func);
+            snprintf(hex, sizeof hex, "0x%" PRIx64, func);
             Msg begin = te;
             begin.varint(pb::kType, pb::kSliceBegin);
             begin.varint(pb::kNameIid, w.name(fname ? fname : hex));
             uint64_t at = r.ts;
             if (!entry) {  // the whole call, from the exit's calltime
-              unsigned long long calltime = r.ts;
-              if (tep_format_field* ct = tep_find_field(ev, "calltime"); ct)
-                tep_read_number_field(ct, r.data, &calltime);
-              at = calltime;
+              read_number(tep, tep_find_field(ev, "calltime"), r.data, r.len, &at);
             }
             w.event(at, begin);
             if (entry) {

@@ -11,6 +11,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "report_fields.h"
+
 namespace usrtrace::tool {
 namespace {
 
@@ -43,12 +45,6 @@ struct GraphFields {
   bool usable() const { return entry_func && entry_depth && exit_func && exit_depth && calltime && rettime; }
 };
 
-uint64_t field(tep_format_field* f, const void* data) {
-  unsigned long long v = 0;
-  tep_read_number_field(f, data, &v);
-  return v;
-}
-
 // calls: entries, and exits whose entry is not in the file (a threshold,
 // or the buffer's start), so that a call that never returned (main, when
 // the program calls exit()) counts as uftrace counts it; the times are of
@@ -75,9 +71,15 @@ class Views {
  public:
   Views(tep_handle* tep, const GraphFields& g) : tep_(tep), g_(g) { nodes_.push_back({}); }
 
-  void entry(int tid, const void* data) {
-    const uint64_t func = field(g_.entry_func, data);
-    const size_t depth = field(g_.entry_depth, data);
+  // A funcgraph_entry or funcgraph_exit record (`len` bytes) of thread
+  // `tid`; one that does not hold the fields is counted in skipped().
+  void entry(int tid, const uint8_t* data, uint32_t len) {
+    uint64_t func, depth;
+    if (!read_number(tep_, g_.entry_func, data, len, &func) ||
+        !read_number(tep_, g_.entry_depth, data, len, &depth)) {
+      ++skipped_;
+      return;
+    }
     if (depth > kMaxDepth) return;
     Thread& t = threads_[tid];
     truncate(t, depth);
@@ -90,11 +92,16 @@ class Views {
     t.open[func]++;
   }
 
-  void exit(int tid, const void* data) {
-    const uint64_t func = field(g_.exit_func, data);
-    const size_t depth = field(g_.exit_depth, data);
+  void exit(int tid, const uint8_t* data, uint32_t len) {
+    uint64_t func, depth, call, ret;
+    if (!read_number(tep_, g_.exit_func, data, len, &func) ||
+        !read_number(tep_, g_.exit_depth, data, len, &depth) ||
+        !read_number(tep_, g_.calltime, data, len, &call) ||
+        !read_number(tep_, g_.rettime, data, len, &ret)) {
+      ++skipped_;
+      return;
+    }
     if (depth > kMaxDepth) return;
-    const uint64_t call = field(g_.calltime, data), ret = field(g_.rettime, data);
     const uint64_t dur = ret > call ? ret - call : 0;
     Thread& t = threads_[tid];
     // Self time: this call's time less its children's (the exits one
@@ -130,6 +137,8 @@ class Views {
     nodes_[static_cast<size_t>(n)].total += dur;
     any_graph_ = true;
   }
+
+  uint64_t skipped() const { return skipped_; }
 
   void event(const char* system, const char* name) { events_[std::string(system) + ":" + name]++; }
 
@@ -298,6 +307,7 @@ class Views {
   std::map<std::string, uint64_t> events_;
   std::vector<Node> nodes_;
   bool any_graph_ = false;
+  uint64_t skipped_ = 0;
 };
 
 }  // namespace
@@ -371,14 +381,20 @@ int write_view(const TepSession& session, TraceFile::Cursor& cursor,
     uint16_t id;
     std::memcpy(&id, r.data, 2);
     if (id == g.entry_id) {
-      v.entry(pid, r.data);
+      v.entry(pid, r.data, r.len);
     } else if (id == g.exit_id) {
-      v.exit(pid, r.data);
+      v.exit(pid, r.data, r.len);
     } else if (tep_event* ev = tep_find_event(tep, id)) {
       v.event(ev->system, ev->name);
     }
   }
   progress.done();
+  if (v.skipped() != 0)
+    fprintf(stderr,
+            "usrtrace report: %" PRIu64
+            " function_graph records do not hold their fields; skipped (their format puts func, depth, "
+            "calltime or rettime past the record)\n",
+            v.skipped());
   const int rc = v.write(o, out);
   return fflush(out) == 0 ? rc : 1;
 }
