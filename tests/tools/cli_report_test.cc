@@ -1,7 +1,9 @@
 // `usrtrace report`'s views and exports of recordings made as a user makes
 // them: --profile, --graph and --flame-graph (uftrace's views) and
 // --format perfetto (decoded by protoc with Perfetto's own schema).
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -367,6 +369,37 @@ std::vector<uint8_t> graph_record(bool entry, int32_t tid, uint64_t func, uint32
   return r;
 }
 
+// `usrtrace ARGS` with its output in *out, and the most memory it held
+// (its peak resident set, from wait4).
+Result run_measured(const std::vector<std::string>& args, const std::string& out, long* max_rss_kb) {
+  std::vector<std::string> argv = {USRTRACE_CLI};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const std::string err = out + ".err";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600),
+              e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0) _exit(126);
+    std::vector<char*> a;
+    for (const std::string& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+    a.push_back(nullptr);
+    execv(a[0], a.data());
+    _exit(127);
+  }
+  int status = 0;
+  rusage ru{};
+  Result r;
+  if (pid < 0 || wait4(pid, &status, 0, &ru) != pid) return r;
+  r.rc = status_of(status);
+  *max_rss_kb = ru.ru_maxrss;
+  std::ifstream eo(err);
+  std::stringstream es;
+  es << eo.rdbuf();
+  r.err = es.str();
+  ::unlink(err.c_str());
+  return r;
+}
+
 std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream s;
@@ -447,6 +480,31 @@ TEST(CliReportMalformed, GraphFieldsPastTheRecordAreNotRead) {
       EXPECT_EQ(count(text, "type: TYPE_INSTANT"), 100) << text.substr(0, 3000);
     }
   }
+  for (const std::string& f : {file, out}) ::unlink(f.c_str());
+  ::rmdir(dir.c_str());
+}
+
+// The views kept a stack per thread as deep as a record's depth says
+// (65535 is the recorder's own limit): 768 KiB a thread id, so 2000
+// threads of a call and a return each (a 144 KB file) held 1.5 GB. A
+// thread's stacks grow with the calls it has, not the depth it claims.
+TEST(CliReportMalformed, DeepCallsOfManyThreadsCostTheirRecords) {
+  const std::string dir = temp_dir(), file = dir + "/deep.dat", out = dir + "/deep.out";
+  HandMadeTrace t;
+  t.ftrace = graph_formats();
+  for (int tid = 1; tid <= 2000; ++tid) {
+    t.records.push_back(graph_record(true, tid, 0x1000, 65535));
+    t.records.push_back(graph_record(false, tid, 0x1000, 65535, 100, 300));
+  }
+  t.write(file);
+  long rss_kb = 0;
+  const Result r = run_measured({"report", "--profile", file}, out, &rss_kb);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_LT(rss_kb, 256 * 1024) << "KiB at most, for a file of " << slurp(file).size() << " bytes";
+  // Each thread's call returned: 2000 calls of 200 ns.
+  EXPECT_TRUE(std::regex_search(
+      slurp(out), std::regex(R"(400.000 us\s+400.000 us\s+2000\s+200 ns\s+200 ns\s+200 ns\s+main\n)")))
+      << slurp(out);
   for (const std::string& f : {file, out}) ::unlink(f.c_str());
   ::rmdir(dir.c_str());
 }

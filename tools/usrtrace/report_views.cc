@@ -61,9 +61,22 @@ struct Node {
   std::map<uint64_t, int> children;  // by function address; printed by time
 };
 
+// A thread's open calls and the time of its returned children, by depth,
+// as stacks of the depths the records have (ascending): a record may claim
+// any depth up to 65535 (the recorder's shadow stack), and what a thread
+// costs follows its records, not the depths they claim (vectors indexed by
+// depth held 768 KiB a thread id: a 144 KB file, 1.5 GB).
 struct Thread {
-  std::vector<uint64_t> child_ns;          // per depth d: time of the exits at d+1 since d's last exit
-  std::vector<int> path;                   // per depth: the node of the open call (-1: unknown)
+  struct Call {
+    uint32_t depth;
+    int node;  // in the graph
+  };
+  struct Children {
+    uint32_t depth;
+    uint64_t ns;  // time of the exits at `depth` since the last exit at depth - 1
+  };
+  std::vector<Call> path;                  // the open calls; a depth missing: unknown
+  std::vector<Children> child_ns;          // a depth missing: 0
   std::unordered_map<uint64_t, int> open;  // per function: its calls in `path`
 };
 
@@ -83,12 +96,11 @@ class Views {
     if (depth > kMaxDepth) return;
     Thread& t = threads_[tid];
     truncate(t, depth);
-    t.path.resize(depth, -1);
-    const int parent = depth == 0 ? 0 : t.path[depth - 1];
-    const int n = child(parent < 0 ? 0 : parent, func);
+    const int parent = !t.path.empty() && t.path.back().depth + 1 == depth ? t.path.back().node : 0;
+    const int n = child(parent, func);
     nodes_[static_cast<size_t>(n)].calls++;
     funcs_[func].calls++;
-    t.path.push_back(n);
+    t.path.push_back({static_cast<uint32_t>(depth), n});
     t.open[func]++;
   }
 
@@ -105,17 +117,25 @@ class Views {
     const uint64_t dur = ret > call ? ret - call : 0;
     Thread& t = threads_[tid];
     // Self time: this call's time less its children's (the exits one
-    // deeper since this depth's last exit).
-    if (t.child_ns.size() < depth + 2) t.child_ns.resize(depth + 2, 0);
-    const uint64_t children = t.child_ns[depth + 1];
-    t.child_ns[depth + 1] = 0;
-    t.child_ns[depth] += dur;
+    // deeper since this depth's last exit). Deeper ones are left from
+    // calls whose exits are not in the file; they are no one's children.
+    while (!t.child_ns.empty() && t.child_ns.back().depth > depth + 1) t.child_ns.pop_back();
+    uint64_t children = 0;
+    if (!t.child_ns.empty() && t.child_ns.back().depth == depth + 1) {
+      children = t.child_ns.back().ns;
+      t.child_ns.pop_back();
+    }
+    if (!t.child_ns.empty() && t.child_ns.back().depth == depth)
+      t.child_ns.back().ns += dur;
+    else
+      t.child_ns.push_back({static_cast<uint32_t>(depth), dur});
     // The graph: the open call of this depth, if it is this function's;
     // an exit without its entry (a threshold, or the buffer's start)
     // goes under the path known above it.
-    int n = depth < t.path.size() ? t.path[depth] : -1;
+    truncate(t, depth + 1);
+    int n = !t.path.empty() && t.path.back().depth == depth ? t.path.back().node : -1;
     const bool matched = n >= 0 && nodes_[static_cast<size_t>(n)].func == func;
-    truncate(t, matched ? depth : std::min(depth, t.path.size()));
+    truncate(t, depth);
     // A recursive call's time is in its outermost call's already: the
     // total counts the outermost only, as uftrace's does (so no function's
     // total is more than its caller's).
@@ -128,8 +148,7 @@ class Views {
     s.min = std::min(s.min, dur);
     s.max = std::max(s.max, dur);
     if (!matched) {
-      const int parent =
-          depth > 0 && depth - 1 < t.path.size() && t.path[depth - 1] >= 0 ? t.path[depth - 1] : 0;
+      const int parent = !t.path.empty() && t.path.back().depth + 1 == depth ? t.path.back().node : 0;
       n = child(parent, func);
       nodes_[static_cast<size_t>(n)].calls++;
       s.calls++;
@@ -156,16 +175,19 @@ class Views {
   }
 
  private:
-  // Deeper than any real stack: a corrupt depth field is not followed.
-  static constexpr size_t kMaxDepth = 1 << 16;
+  // Deeper than the recorder's shadow stack (65536 frames): a corrupt
+  // depth field is not followed.
+  static constexpr uint64_t kMaxDepth = (1 << 16) - 1;
+
+  void close_last(Thread& t) {
+    t.open[nodes_[static_cast<size_t>(t.path.back().node)].func]--;
+    t.path.pop_back();
+  }
 
   // Closes the open calls at `depth` and deeper (their exits are not in
   // the file: a longjmp, or the end of the recording).
-  void truncate(Thread& t, size_t depth) {
-    while (t.path.size() > depth) {
-      if (const int n = t.path.back(); n >= 0) t.open[nodes_[static_cast<size_t>(n)].func]--;
-      t.path.pop_back();
-    }
+  void truncate(Thread& t, uint64_t depth) {
+    while (!t.path.empty() && t.path.back().depth >= depth) close_last(t);
   }
 
   int child(int parent, uint64_t func) {
