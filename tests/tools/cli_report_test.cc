@@ -509,4 +509,48 @@ TEST(CliReportMalformed, DeepCallsOfManyThreadsCostTheirRecords) {
   ::rmdir(dir.c_str());
 }
 
+// libtraceevent reads a record's common fields where the first format
+// says, unchecked: common_pid at offset 99999999 made every mode of report
+// read 95 MiB past each record (a segfault; the thread of every record is
+// tep_data_pid()'s). Fields outside any record (past the file's largest
+// page, or before the record) are made empty once, with a warning, and
+// every record is handed to libtraceevent as a copy followed by zeros as
+// far as a format can reach.
+TEST(CliReportMalformed, FieldsOutsideAnyRecordAreNotRead) {
+  const std::string dir = temp_dir(), file = dir + "/print.dat", js = dir + "/print.json";
+  std::string common = kCommon;
+  common.replace(common.find("common_pid;\toffset:4;"), 21, "common_pid;\toffset:99999999;");
+  HandMadeTrace t;
+  t.events.push_back(
+      {"hostile", "name: far\nID: 100\nformat:\n" + common +
+                      "\tfield:unsigned long long far;\toffset:99999999;\tsize:8;\tsigned:0;\n"
+                      "\tfield:__data_loc char[] msg;\toffset:8;\tsize:4;\tsigned:0;\n"
+                      "\tfield:unsigned int n;\toffset:12;\tsize:4;\tsigned:0;\n\n"
+                      "print fmt: \"n=%u far=%llu msg=%s\", REC->n, REC->far, __get_str(msg)\n"});
+  for (uint32_t i = 0; i < 200; ++i) {
+    std::vector<uint8_t> r(16);
+    put_at<uint16_t>(&r, 0, 100);
+    put_at<int32_t>(&r, 4, 4242);
+    put_at<uint32_t>(&r, 8, (0xfff0u << 16) | 0xfff0u);  // 65520 bytes at 65520
+    put_at<uint32_t>(&r, 12, i);
+    t.records.push_back(r);
+  }
+  t.write(file);
+  Result r = run_cli({"report", file});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(count(r.out, "far=0 msg=\n"), 200) << r.out.substr(0, 2000);
+  EXPECT_NE(r.err.find("2 field(s) of the event formats lie outside any record (hostile:far common_pid at "
+                       "offset 99999999, size 4); read as absent"),
+            std::string::npos)
+      << r.err;
+  r = run_cli({"report", "--profile", file});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("         200  hostile:far\n"), std::string::npos) << r.out;
+  r = run_cli({"report", "--format", "json", "-o", js, file});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(count(slurp(js), "\"far\":null"), 200);
+  for (const std::string& f : {file, js}) ::unlink(f.c_str());
+  ::rmdir(dir.c_str());
+}
+
 }  // namespace

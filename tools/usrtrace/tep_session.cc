@@ -1,5 +1,6 @@
 #include "tep_session.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -47,6 +48,7 @@ std::unique_ptr<TepSession> TepSession::load(const TraceFile& f, std::string* wa
       *warnings += "cannot parse an event format of system " + fmt.system + "\n";
     }
   }
+  s->fence_fields(f, warnings);
   if (!f.kallsyms().empty()) {
     tep_parse_kallsyms(tep, f.kallsyms().c_str());
   }
@@ -69,6 +71,42 @@ std::unique_ptr<TepSession> TepSession::load(const TraceFile& f, std::string* wa
   return s;
 }
 
+// A record is at most a page: a field the formats put past the largest
+// page of the file, or before the record (an offset libtraceevent made an
+// int from 4294967294: -2), is in no record. Such fields are made empty
+// (offset 0, size 0: read as absent by the exports, printed as 0 or ""
+// by libtraceevent), so that no read reaches past make_record's copy.
+void TepSession::fence_fields(const TraceFile& f, std::string* warnings) {
+  int64_t page = f.page_size();
+  for (const TraceFile::Buffer& b : f.buffers()) page = std::max<int64_t>(page, b.page_size);
+  int64_t reach = 0;
+  uint64_t fenced = 0;
+  std::string first;
+  const int n = tep_get_events_count(tep_);
+  for (int i = 0; i < n; ++i) {
+    tep_event* ev = tep_get_event(tep_, i);
+    for (tep_format_field* fl : {ev->format.common_fields, ev->format.fields}) {
+      for (; fl != nullptr; fl = fl->next) {
+        if (fl->offset < 0 || fl->size < 0 || static_cast<int64_t>(fl->offset) + fl->size > page) {
+          if (fenced++ == 0)
+            first = std::string(ev->system) + ":" + ev->name + " " + fl->name + " at offset " +
+                    std::to_string(fl->offset) + ", size " + std::to_string(fl->size);
+          fl->offset = 0;
+          fl->size = 0;
+          fl->arraylen = 0;
+          fl->flags &= ~static_cast<unsigned long>(TEP_FIELD_IS_ARRAY | TEP_FIELD_IS_DYNAMIC |
+                                                   TEP_FIELD_IS_RELATIVE | TEP_FIELD_IS_STRING);
+        }
+        reach = std::max<int64_t>(reach, static_cast<int64_t>(fl->offset) + fl->size);
+      }
+    }
+  }
+  reach_ = static_cast<size_t>(reach) + 2 * 65536 + 8;
+  if (fenced != 0 && warnings)
+    *warnings += std::to_string(fenced) + " field(s) of the event formats lie outside any record (" + first +
+                 "); read as absent\n";
+}
+
 TepSession::~TepSession() {
   if (plugins_) tep_unload_plugins(plugins_, tep_);
   if (tep_) tep_free(tep_);
@@ -85,7 +123,11 @@ tep_record TepSession::make_record(const TraceFile::Record& r) const {
   rec.ts = r.ts;
   rec.cpu = r.cpu;
   rec.size = static_cast<int>(r.len);
-  rec.data = const_cast<uint8_t*>(r.data);
+  if (scratch_.size() < r.len + reach_) scratch_.resize(r.len + reach_, 0);
+  std::memcpy(scratch_.data(), r.data, r.len);
+  if (dirty_ > r.len) std::memset(scratch_.data() + r.len, 0, dirty_ - r.len);
+  dirty_ = r.len;
+  rec.data = scratch_.data();
   rec.missed_events = r.missed;
   return rec;
 }
