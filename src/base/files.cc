@@ -164,6 +164,46 @@ int install_file(const std::string& tmp, const std::string& path, std::string* e
   return 0;
 }
 
+int write_output(const std::string& path, const std::function<int(int fd, std::string* err)>& fill,
+                 std::string* err) {
+  struct stat st;
+  // stat, not lstat: a link to /dev/null is /dev/null. Its owner is
+  // checked by open_for_write (another user's link is refused there).
+  if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return replace_file(path, fill, err);
+  if (!S_ISCHR(st.st_mode) && !S_ISFIFO(st.st_mode)) {
+    const std::string text = std::string(file_type_name(st.st_mode)) + ", not a regular file";
+    return refuse(S_ISDIR(st.st_mode) ? EISDIR : EINVAL, err, path, text.c_str());
+  }
+  int fd;
+  if (S_ISFIFO(st.st_mode)) {
+    // A FIFO is the user's pipe: its reader is waited for, as the shell's
+    // redirection waits. The same link rule as open_for_write.
+    struct stat ls;
+    if (::lstat(path.c_str(), &ls) == 0 && S_ISLNK(ls.st_mode) && ls.st_uid != geteuid() && ls.st_uid != 0)
+      return refuse(ELOOP, err, path, "a symbolic link owned by another user");
+    do {
+      fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) return refuse(errno, err, path, nullptr);
+    if (::fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode)) {  // swapped since the stat
+      ::close(fd);
+      return refuse(EINVAL, err, path, "not a FIFO any more");
+    }
+  } else {
+    fd = open_for_write(path, {O_WRONLY, 0600, true}, err);
+    if (fd < 0) return fd;
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {  // a file now, since the stat: written whole
+      ::close(fd);
+      return replace_file(path, fill, err);
+    }
+  }
+  std::string fill_err;
+  int r = fill(fd, &fill_err);
+  if (::close(fd) != 0 && r == 0) r = -errno;
+  if (r < 0 && err) *err = fill_err.empty() ? path + ": " + std::strerror(-r) : fill_err;
+  return r;
+}
+
 int open_regular_for_read(const std::string& path, off_t* size, std::string* why) {
   if (path.empty()) return refuse(ENOENT, why, path, "an empty path");
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);

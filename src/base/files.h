@@ -64,6 +64,16 @@ int replace_file(const std::string& path, const std::function<int(int fd, std::s
 // as it was). On success TMP's name is gone. Returns 0 or -errno with *err.
 int install_file(const std::string& tmp, const std::string& path, std::string* err);
 
+// An export's output (report --format json|perfetto -o PATH, record
+// --perfetto PATH): a regular file or a new name is written whole or not
+// at all, as replace_file does; an existing character device or FIFO
+// (/dev/null, a terminal, a pipe a reader waits on) is written in place,
+// as `cmd > PATH` would, and never replaced: a rename over /dev/null, run
+// as root, would replace the system's /dev/null with a file. A directory,
+// a socket or a block device is refused. Returns 0 or -errno with *err.
+int write_output(const std::string& path, const std::function<int(int fd, std::string* err)>& fill,
+                 std::string* err);
+
 // What a non-regular file is, in words ("a FIFO", "a directory", ...).
 const char* file_type_name(mode_t st_mode);
 

@@ -17,6 +17,7 @@
 
 #include "control/connection.h"
 #include "control/paths.h"
+#include "ring_buffer/page_format.h"
 #include "usrtrace/control.h"
 
 namespace usrtrace::control {
@@ -228,11 +229,30 @@ int Connection::call(const Request& req, std::string* payload, uint32_t wait_ms)
   if (fd_ < 0) return -EPIPE;
   buf_.clear();
   encode_request(req, &buf_);
+  // One deadline for the whole exchange: the server is another process
+  // (hostile, or hung), and a byte now and then must not keep a recorder
+  // going (a timeout per recv would).
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(wait_ms) + answer_ms_);
+  auto wait_until = [&](short events) -> int {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now())
+            .count();
+    return left <= 0 ? -ETIMEDOUT
+                     : wait_fd(fd_, events, static_cast<int>(std::min<int64_t>(left, INT32_MAX)));
+  };
   size_t off = 0;
   bool sent = true;
+  int rc = 0;
   while (off < buf_.size()) {
-    const ssize_t n = ::send(fd_, buf_.data() + off, buf_.size() - off, MSG_NOSIGNAL);
+    // Not blocking: a server that reads nothing must not hold the send
+    // past the deadline either.
+    const ssize_t n = ::send(fd_, buf_.data() + off, buf_.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if ((rc = wait_until(POLLOUT)) < 0) break;
+      continue;
+    }
     if (n <= 0) {
       // The server may have refused the connection (another user, too
       // many clients) and closed before our request went out: its one
@@ -242,12 +262,18 @@ int Connection::call(const Request& req, std::string* payload, uint32_t wait_ms)
     }
     off += static_cast<size_t>(n);
   }
+  if (rc < 0) {  // the request is half sent: the connection is no use now
+    ::close(fd_);
+    fd_ = -1;
+    unsent_ = false;
+    return rc;
+  }
   auto recv_all = [&](char* p, size_t len) -> int {
     size_t got = 0;
     while (got < len) {
-      if (int rc = wait_fd(fd_, POLLIN, static_cast<int>(wait_ms) + kAnswerMs); rc < 0) return rc;
-      const ssize_t n = ::recv(fd_, p + got, len - got, 0);
-      if (n < 0 && errno == EINTR) continue;
+      if (int wr = wait_until(POLLIN); wr < 0) return wr;
+      const ssize_t n = ::recv(fd_, p + got, len - got, MSG_DONTWAIT);
+      if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
       if (n <= 0) return -EPIPE;
       got += static_cast<size_t>(n);
     }
@@ -255,16 +281,20 @@ int Connection::call(const Request& req, std::string* payload, uint32_t wait_ms)
   };
   unsent_ = !sent;
   char head[12];
-  int rc = recv_all(head, 4);
+  rc = recv_all(head, 4);
   uint32_t len = 0;
   if (rc == 0) {
     len = Decoder(reinterpret_cast<const uint8_t*>(head), 4).u32();
     if (len < 8 || len > kMaxResponse) rc = -EPROTO;
   }
   if (rc == 0) rc = recv_all(head + 4, 8);
-  if (rc == 0) {
-    payload->resize(len - 8);
-    rc = recv_all(payload->data(), payload->size());
+  // The payload grows as it comes, a megabyte at a time: a length the
+  // server declares costs memory only once its bytes are here.
+  payload->clear();
+  for (size_t want = len - 8; rc == 0 && payload->size() < want;) {
+    const size_t at = payload->size(), n = std::min<size_t>(want - at, size_t{1} << 20);
+    payload->resize(at + n);
+    rc = recv_all(payload->data() + at, n);
   }
   if (rc < 0 || !sent) {
     ::close(fd_);
@@ -294,7 +324,12 @@ int Connection::pages(const std::string& instance, uint32_t max_bytes, uint32_t 
   out->nr_cpus = static_cast<int>(d.u32());
   out->cpus.clear();
   out->data.clear();
-  if (!d.ok() || out->page_size < 16 || out->page_size > (1u << 20) || out->nr_cpus <= 0) return -EPROTO;
+  // Pages as this build's buffers make them (a power of two of 4 to 64
+  // KiB): any other size is a lie, which a journal would refuse later and
+  // lose every page recorded after it.
+  if (!d.ok() || out->page_size < rb::kMinPageSize || out->page_size > rb::kMaxPageSize ||
+      (out->page_size & (out->page_size - 1)) || out->nr_cpus <= 0 || out->nr_cpus > kMaxCpus)
+    return -EPROTO;
   for (int i = 0; i < rc; ++i) {
     const uint32_t cpu = d.u32();
     const uint8_t* p = d.bytes(out->page_size);

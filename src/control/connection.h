@@ -25,8 +25,10 @@ class Connection {
   ~Connection();
 
   // One exchange. The response's status (>= 0 or -errno), or a transport
-  // error: -EPIPE (the process is gone), -ETIMEDOUT (no answer in
-  // wait_ms + kAnswerMs), -EPROTO (a malformed answer).
+  // error: -EPIPE (the process is gone), -ETIMEDOUT (the request not sent
+  // and its whole answer not received within wait_ms + answer_ms(), one
+  // deadline for the exchange, however the bytes trickle in), -EPROTO (a
+  // malformed answer). After a transport error the connection is closed.
   int call(const Request& req, std::string* payload, uint32_t wait_ms = 0);
   // Whether the last call's request failed to reach the server (its send
   // failed: the server had closed the connection, or shut its reading side
@@ -56,6 +58,10 @@ class Connection {
   // A server that does not answer within this (beyond a request's own
   // wait) is taken as hung.
   static constexpr int kAnswerMs = 30000;
+  // The deadline of one exchange beyond its wait (kAnswerMs unless set:
+  // tests shorten it).
+  int answer_ms() const { return answer_ms_; }
+  void set_answer_ms(int ms) { answer_ms_ = ms; }
 
  private:
   Connection() = default;
@@ -64,6 +70,7 @@ class Connection {
   uint64_t start_time_ = 0;
   uint32_t flags_ = 0;
   bool unsent_ = false;
+  int answer_ms_ = kAnswerMs;
   std::string comm_;
   std::string buf_;
 };

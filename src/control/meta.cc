@@ -9,7 +9,6 @@ namespace {
 
 constexpr size_t kMaxText = 256u << 20;
 constexpr uint32_t kMaxCount = 1u << 20;
-constexpr int kMaxCpus = 4096;
 
 void strs(Encoder& e, const std::vector<std::string>& v) {
   e.u32(static_cast<uint32_t>(v.size()));

@@ -79,6 +79,7 @@ inline constexpr size_t kMaxRequest = kMaxData + 64 * 1024;
 inline constexpr size_t kMaxResponse = 256u << 20;  // kMeta of a big program (kallsyms)
 inline constexpr uint32_t kMaxWaitMs = 10000;
 inline constexpr uint32_t kMaxInstancesPerMeta = 256;
+inline constexpr int kMaxCpus = 4096;  // what a process may say it has (kPages, kMeta)
 
 inline constexpr uint32_t kExiting = 1u << 0;  // response flag
 // Response flag: the process's metadata (events, loaded objects) changed

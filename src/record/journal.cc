@@ -15,6 +15,7 @@
 #include <cstring>
 #include <ctime>
 #include <map>
+#include <string_view>
 
 #include "record/recorder.h"
 
@@ -38,9 +39,15 @@ enum Kind : uint32_t {
 // What a reader accepts (a journal is untrusted input).
 constexpr uint64_t kMaxSmallRecord = 1 << 16;  // every record but kMeta and kPages
 constexpr uint64_t kMaxMeta = 1ull << 30;      // kallsyms of a very big program
-constexpr uint32_t kMaxCpus = 4096;
-constexpr uint32_t kMaxIds = 1 << 16;  // processes, streams
-constexpr size_t kMaxRuns = 64;        // runs of one page file (CpuData::extents)
+constexpr uint32_t kMaxIds = 1 << 16;          // processes, streams
+constexpr size_t kMaxRuns = 64;                // runs of one page file (CpuData::extents)
+// A process's prefix or a stream's instance name: well inside
+// kMaxSmallRecord, whose records the reader would otherwise refuse.
+constexpr size_t kMaxName = 4096;
+// With a size limit the journal is compacted once it passes this, or twice
+// its size after the last compaction, whichever is more (amortized: each
+// byte of the live state is written again at most once per byte appended).
+constexpr uint64_t kCompactFloor = 4u << 20;
 
 void put32(std::string* s, uint32_t v) { s->append(reinterpret_cast<const char*>(&v), 4); }
 void put64(std::string* s, uint64_t v) { s->append(reinterpret_cast<const char*>(&v), 8); }
@@ -197,30 +204,60 @@ int JournalWriter::create(const RecordOptions& opts, std::string* err) {
       return -e;
     }
     end_ = sizeof head;
+    header_.assign(head, sizeof head);
   }
   std::string p;
   put32(&p, static_cast<uint32_t>(opts.file_version));
   put32(&p, opts.compress ? 1 : 0);
   put_str(&p, output);
+  output_record_ = p;
+  // A size limit bounds the journal too: compaction (below).
+  if (max_cpu_bytes_ > 0) compact_at_ = kCompactFloor;
   return append(kOutput, p, nullptr, 0, err);
 }
 
 // The id is taken and its record appended under one lock: a reader
 // expects ids in order.
 int JournalWriter::add_process(int pid, const std::string& prefix, uint32_t* process, std::string* err) {
+  if (prefix.size() > kMaxName) {
+    *err = "a buffer name of " + std::to_string(prefix.size()) + " bytes";
+    return -EPROTO;
+  }
   std::lock_guard<std::mutex> l(mu_);
+  if (processes_ >= kMaxIds) {
+    *err = "more than " + std::to_string(kMaxIds) + " processes in one recording";
+    return -EMLINK;
+  }
   std::string p;
   put32(&p, processes_);
   put32(&p, static_cast<uint32_t>(pid));
   put_str(&p, prefix);
   if (int rc = append_locked(kProcess, p, nullptr, 0, err); rc < 0) return rc;
+  process_records_.push_back(std::move(p));
+  meta_at_.emplace_back();
   *process = processes_++;
   return 0;
 }
 
 int JournalWriter::add_stream(uint32_t process, const std::string& instance, uint32_t page_size,
                               uint32_t nr_cpus, uint32_t* stream, std::string* err) {
+  // What read_journal would refuse is refused here, and only this stream
+  // fails: the journal goes on for the others.
+  if (!journal_stream_ok(page_size, nr_cpus)) {
+    *err = "a buffer of " + std::to_string(nr_cpus) + " CPUs with pages of " + std::to_string(page_size) +
+           " bytes (a power of two from 64 bytes to 1 MiB, 1 to " + std::to_string(kJournalMaxCpus) +
+           " CPUs)";
+    return -EPROTO;
+  }
+  if (instance.size() > kMaxName) {
+    *err = "an instance name of " + std::to_string(instance.size()) + " bytes";
+    return -EPROTO;
+  }
   std::lock_guard<std::mutex> l(mu_);
+  if (streams_ >= kMaxIds) {
+    *err = "more than " + std::to_string(kMaxIds) + " buffers in one recording";
+    return -EMLINK;
+  }
   std::string p;
   put32(&p, streams_);
   put32(&p, process);
@@ -228,6 +265,7 @@ int JournalWriter::add_stream(uint32_t process, const std::string& instance, uin
   put32(&p, nr_cpus);
   put_str(&p, instance);
   if (int rc = append_locked(kStream, p, nullptr, 0, err); rc < 0) return rc;
+  stream_records_.push_back(std::move(p));
   stream_page_size_.push_back(page_size);
   *stream = streams_++;
   return 0;
@@ -237,7 +275,21 @@ int JournalWriter::put_meta(uint32_t process, const control::RemoteMeta& meta, s
   std::string p;
   put32(&p, process);
   control::encode_meta(meta, &p);
-  return append(kMeta, p, nullptr, 0, err);
+  if (p.size() > kMaxMeta) {  // what read_journal would refuse, and end the journal at
+    *err = "metadata of " + std::to_string(p.size()) + " bytes";
+    return -EFBIG;
+  }
+  const size_t hash = std::hash<std::string_view>{}(p);
+  std::lock_guard<std::mutex> l(mu_);
+  MetaAt* last = process < meta_at_.size() ? &meta_at_[process] : nullptr;
+  // The same metadata again (a process asked after every change, that did
+  // not change what we keep) is not journaled again: the last one wins.
+  if (last && !error_ && last->bytes == p.size() && last->hash == hash) return 0;
+  const uint64_t at = end_ + kRecordHead;
+  if (int rc = append_locked(kMeta, p, nullptr, 0, err); rc < 0) return rc;
+  if (last) *last = {at, p.size(), hash};
+  maybe_compact_locked();
+  return 0;
 }
 
 int JournalWriter::put_pages(uint32_t stream, uint32_t cpu, const void* pages, size_t bytes,
@@ -269,6 +321,10 @@ int JournalWriter::put_in_page_file(uint32_t stream, uint32_t cpu, const void* p
   }
   PageFile& f = files_[{stream, cpu}];
   const uint64_t start = page_file_start(unit);
+  if (f.closed) {
+    *err = "pages of a stream that was closed";
+    return -EBADF;
+  }
   if (f.fd < 0) {
     const std::string name = page_file_name(path_, stream, cpu);
     // A new name beside the journal's (which mkostemp made ours alone):
@@ -279,6 +335,11 @@ int JournalWriter::put_in_page_file(uint32_t stream, uint32_t cpu, const void* p
       files_.erase({stream, cpu});
       *err = error_text_;
       return -error_;
+    }
+    struct stat st;
+    if (::fstat(f.fd, &st) == 0) {
+      f.dev = st.st_dev;
+      f.ino = st.st_ino;
     }
     f.end = start;
   }
@@ -312,6 +373,9 @@ int JournalWriter::put_in_page_file(uint32_t stream, uint32_t cpu, const void* p
     c += n;
     bytes -= n;
   }
+  // Here, between batches, every page file's state is what the records
+  // say: a safe point to compact.
+  maybe_compact_locked();
   return 0;
 }
 
@@ -363,10 +427,31 @@ std::string JournalWriter::page_file(uint32_t stream, uint32_t cpu) const {
   return page_file_name(path_, stream, cpu);
 }
 
-int JournalWriter::page_file_fd(uint32_t stream, uint32_t cpu) const {
+int JournalWriter::page_file_fd(uint32_t stream, uint32_t cpu) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = files_.find({stream, cpu});
-  return it == files_.end() ? -1 : it->second.fd;
+  if (it == files_.end()) return -1;
+  PageFile& f = it->second;
+  if (f.fd < 0 && f.closed) {
+    const std::string name = page_file_name(path_, stream, cpu);
+    const int fd = ::open(name.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+    struct stat st;
+    if (fd >= 0 && ::fstat(fd, &st) == 0 && st.st_dev == f.dev && st.st_ino == f.ino) {
+      f.fd = fd;
+    } else if (fd >= 0) {
+      ::close(fd);  // not the file written: the copy reads what the journal names
+    }
+  }
+  return f.fd;
+}
+
+void JournalWriter::close_stream(uint32_t stream) {
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto it = files_.lower_bound({stream, 0}); it != files_.end() && it->first.first == stream; ++it) {
+    if (it->second.fd >= 0) ::close(it->second.fd);
+    it->second.fd = -1;
+    it->second.closed = true;
+  }
 }
 
 void JournalWriter::installed(uint32_t stream, uint32_t cpu) {
@@ -450,6 +535,112 @@ int JournalWriter::append_locked(uint32_t kind, const std::string& head, const v
   return 0;
 }
 
+// Compaction. With a size limit (-m) the page files are rings, but the
+// journal would grow without end: a kPagesIn and a kPagesGone record per
+// batch, and a copy of the metadata each time it changes (1.9 MB a time for
+// a big program, or as fast as a hostile process can change it). So once
+// the journal passes compact_at_, it is written again, whole, with only
+// what still counts: the header, the output, the processes and streams,
+// each process's last metadata (copied from the file, not kept in memory)
+// and one kPagesIn per run each page file still holds (a ring that came
+// round: its older pages from f.end to its end, then the newer from its
+// start). The new journal is made beside the old one, locked, and renamed
+// over it; a death or a full disk before the rename leaves the old one
+// whole (and a stray JOURNAL.compact-XXXXXX that nothing reads); after it,
+// the new one. A failure gives up compacting for that round, never the
+// recording. Context: under mu_, at a point where every page file's state
+// is what the records say (between batches).
+void JournalWriter::compact_locked() {
+  const uint64_t before = end_;
+  // The next attempt, whatever happens to this one: no retry storm.
+  compact_at_ = std::max<uint64_t>(kCompactFloor, before * 2);
+  std::string tmp = path_ + ".compact-XXXXXX";
+  const int nfd = ::mkostemp(tmp.data(), O_CLOEXEC);
+  if (nfd < 0) return;
+  ::flock(nfd, LOCK_EX | LOCK_NB);
+  uint64_t at = 0;
+  bool ok = true;
+  auto put = [&](const void* data, size_t n) {
+    const char* c = static_cast<const char*>(data);
+    while (ok && n > 0) {
+      const ssize_t w = ::pwrite(nfd, c, n, static_cast<off_t>(at));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        ok = false;
+        break;
+      }
+      c += w;
+      n -= static_cast<size_t>(w);
+      at += static_cast<uint64_t>(w);
+    }
+  };
+  auto record = [&](uint32_t kind, const std::string& payload) {
+    char rec[kRecordHead] = {};
+    const uint64_t len = payload.size();
+    std::memcpy(rec, &kind, 4);
+    std::memcpy(rec + 8, &len, 8);
+    static const char zeros[8] = {};
+    put(rec, sizeof rec);
+    put(payload.data(), payload.size());
+    put(zeros, (8 - len % 8) % 8);
+  };
+  put(header_.data(), header_.size());
+  record(kOutput, output_record_);
+  for (const std::string& p : process_records_) record(kProcess, p);
+  for (const std::string& p : stream_records_) record(kStream, p);
+  std::vector<MetaAt> moved = meta_at_;
+  std::string buf;
+  for (MetaAt& m : moved) {
+    if (m.bytes == 0 || !ok) continue;
+    // Copied a megabyte at a time from the old journal.
+    char rec[kRecordHead] = {};
+    const uint32_t kind = kMeta;
+    std::memcpy(rec, &kind, 4);
+    std::memcpy(rec + 8, &m.bytes, 8);
+    put(rec, sizeof rec);
+    const uint64_t payload_at = at;
+    for (uint64_t done = 0; ok && done < m.bytes;) {
+      buf.resize(static_cast<size_t>(std::min<uint64_t>(m.bytes - done, 1u << 20)));
+      if (!read_at(fd_, m.offset + done, buf.data(), buf.size())) {
+        ok = false;
+        break;
+      }
+      put(buf.data(), buf.size());
+      done += buf.size();
+    }
+    static const char zeros[8] = {};
+    put(zeros, (8 - m.bytes % 8) % 8);
+    m.offset = payload_at;
+  }
+  for (const auto& [key, f] : files_) {
+    if (f.end == 0 || !ok) continue;  // no page yet
+    const uint32_t unit = stream_page_size_[key.first];
+    const uint64_t start = page_file_start(unit);
+    const uint64_t ring = max_cpu_bytes_ ? std::max<uint64_t>(1, max_cpu_bytes_ / unit) * unit : 0;
+    auto run = [&](uint64_t off, uint64_t n) {
+      if (n == 0) return;
+      std::string p;
+      put32(&p, key.first);
+      put32(&p, key.second);
+      put64(&p, off);
+      put64(&p, n);
+      record(kPagesIn, p);
+    };
+    if (f.wrapped) run(f.end, start + ring - f.end);  // the older pages, oldest first
+    run(start, f.end - start);
+  }
+  if (ok && ::rename(tmp.c_str(), path_.c_str()) == 0) {
+    ::close(fd_);
+    fd_ = nfd;
+    end_ = at;
+    meta_at_ = std::move(moved);
+    compact_at_ = std::max<uint64_t>(kCompactFloor, at * 2);
+    return;
+  }
+  ::unlink(tmp.c_str());
+  ::close(nfd);
+}
+
 std::vector<std::string> abandoned_journals(const std::string& output) {
   const size_t slash = output.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : output.substr(0, slash));
@@ -474,6 +665,20 @@ std::vector<std::string> abandoned_journals(const std::string& output) {
   closedir(d);
   std::sort(found.begin(), found.end());
   return found;
+}
+
+std::string output_beside_journal(const std::string& journal) {
+  const size_t slash = journal.rfind('/');
+  const std::string dir = slash == std::string::npos ? "" : journal.substr(0, slash + 1);
+  const std::string name = slash == std::string::npos ? journal : journal.substr(slash + 1);
+  static constexpr std::string_view kTag = ".usrtrace-rec-";
+  // "." NAME kTag XXXXXX, NAME not empty.
+  if (name.size() < 1 + 1 + kTag.size() + 6 || name[0] != '.') return "";
+  const size_t tag = name.size() - 6 - kTag.size();
+  if (name.compare(tag, kTag.size(), kTag) != 0) return "";
+  const std::string out = name.substr(1, tag - 1);
+  if (out == "." || out == "..") return "";
+  return dir + out;
 }
 
 bool is_journal(const void* p, size_t n) { return n >= 8 && std::memcmp(p, kJournalMagic, 8) == 0; }
@@ -558,15 +763,24 @@ int read_journal(int fd, Journal* out, std::string* err, const std::string& path
         break;
       }
       Journal::Stream& s = out->streams[stream];
-      const uint64_t want = len - 8, have = std::min(want, avail - 8);
-      const uint64_t whole = have / s.page_size * s.page_size;
+      const uint64_t want = len - 8;
+      uint64_t have = std::min(want, avail - 8);
       if (want % s.page_size != 0) {
         damaged("a page record that is not whole pages");
         break;
       }
+      // Pages the journal holds, not a hole (see kPagesIn below).
+      const off_t h = have > 0 ? ::lseek(fd, static_cast<off_t>(body + 8), SEEK_HOLE) : -1;
+      const bool hole = h >= 0 && static_cast<uint64_t>(h) < body + 8 + have;
+      if (hole) have = static_cast<uint64_t>(h) - (body + 8);
+      const uint64_t whole = have / s.page_size * s.page_size;
       if (whole > 0) {
         s.cpus[cpu].extents.push_back({body + 8, whole});
         out->pages += whole / s.page_size;
+      }
+      if (hole) {
+        damaged("a page record over a hole in the journal (its whole pages before it are kept)");
+        break;
       }
       if (have < want) {
         damaged("a page record cut short (its whole pages are kept)");
@@ -624,7 +838,18 @@ int read_journal(int fd, Journal* out, std::string* err, const std::string& path
         damaged("a page file in more than " + std::to_string(kMaxRuns) + " runs");
         break;
       }
-      const uint64_t have = f.second > off ? std::min(n, (f.second - off) / s.page_size * s.page_size) : 0;
+      uint64_t have = f.second > off ? std::min(n, (f.second - off) / s.page_size * s.page_size) : 0;
+      // Only pages the file holds: a recorder writes every page it names,
+      // so a hole (a sparse file: 256 MiB named, no block on disk) is not
+      // its, and must not make the reader write what the journal says.
+      bool hole = false;
+      if (have > 0) {
+        const off_t h = ::lseek(f.first, static_cast<off_t>(off), SEEK_HOLE);
+        if (h >= 0 && static_cast<uint64_t>(h) < off + have) {
+          have = (static_cast<uint64_t>(h) - off) / s.page_size * s.page_size;
+          hole = true;
+        }
+      }
       if (have > 0) {
         c.fd = f.first;
         if (follows)
@@ -632,6 +857,11 @@ int read_journal(int fd, Journal* out, std::string* err, const std::string& path
         else
           c.extents.push_back({off, have});
         out->pages += have / s.page_size;
+      }
+      if (hole) {
+        damaged("pages that the page file " + page_file_name(jpath, stream, cpu) +
+                " does not hold (a hole; the pages before it are kept)");
+        break;
       }
       if (have < n) {
         damaged("a page file shorter than its records (its whole pages are kept)");
@@ -687,7 +917,7 @@ int read_journal(int fd, Journal* out, std::string* err, const std::string& path
         const uint32_t id = c.u32(), proc = c.u32(), page = c.u32(), cpus = c.u32();
         std::string inst = c.str();
         if (!c.ok || id != out->streams.size() || id >= kMaxIds || proc >= out->processes.size() ||
-            page < 64 || page > (1u << 20) || (page & (page - 1)) || cpus == 0 || cpus > kMaxCpus) {
+            !journal_stream_ok(page, cpus)) {
           bad = true;
           break;
         }
@@ -805,7 +1035,7 @@ int finish_in_place(JournalWriter& w, const Journal& j, const std::vector<uint32
   for (BufferData& b : buffers)
     for (CpuData& c : b.cpus) c.in_place = c.fd == d.fd && c.size() > 0;
   RecordOptions o;
-  o.output = j.output;
+  o.output = w.output();  // the recorder's own, not what the file says
   o.file_version = j.file_version;
   o.compress = j.compress;
   const int rc = write_output(o, std::move(meta), std::move(buffers), err, &f);
@@ -820,11 +1050,15 @@ int finish_in_place(JournalWriter& w, const Journal& j, const std::vector<uint32
 
 int write_from_journal(const Journal& j, const std::string& output, const std::vector<uint32_t>& skip,
                        std::string* err) {
+  if (output.empty()) {
+    *err = "no output named";
+    return -EINVAL;
+  }
   Metadata meta;
   std::vector<BufferData> buffers;
   if (int rc = assemble(j, skip, &meta, &buffers, err); rc < 0) return rc;
   RecordOptions o;
-  o.output = output.empty() ? j.output : output;
+  o.output = output;
   o.file_version = j.file_version;
   o.compress = j.compress;
   return write_output(o, std::move(meta), std::move(buffers), err);
@@ -833,12 +1067,19 @@ int write_from_journal(const Journal& j, const std::string& output, const std::v
 int finish_journal(JournalWriter& w, const std::vector<uint32_t>& skip, std::string* err) {
   Journal j;
   int rc = read_journal(w.fd(), &j, err, w.path());
+  if (rc == 0 && !j.damage.empty()) {
+    // The writer takes nothing the reader refuses (journal_stream_ok), so
+    // this is a file changed under us or a fault: said, never a trace.dat
+    // that silently ends where the journal stopped reading.
+    *err = "the recording's journal " + w.path() + " reads back only in part (" + j.damage + ")";
+    rc = -EIO;
+  }
   if (rc == 0) {
     std::string in_place_err;
     rc = finish_in_place(w, j, skip, &in_place_err);
     // Not possible, or it failed (a rename across filesystems, when the
     // output is a link to another): the copy, from the same pages.
-    if (rc != 0) rc = write_from_journal(j, "", skip, err);
+    if (rc != 0) rc = write_from_journal(j, w.output(), skip, err);
   }
   if (rc == 0) {
     w.remove();

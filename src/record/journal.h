@@ -44,6 +44,8 @@
 // whatever the output (they are then copied as v6's or compressed data).
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -75,6 +77,8 @@ class JournalWriter {
   int create(const RecordOptions& opts, std::string* err);
   const std::string& path() const { return path_; }
   int fd() const { return fd_; }
+  // The output it was created for (RecordOptions::output, as given).
+  const std::string& output() const { return output_; }
 
   // Each appends one record: 0, or -errno with *err set (the first failure
   // sticks: later appends fail the same way).
@@ -85,9 +89,16 @@ class JournalWriter {
   // `bytes` of whole pages of `cpu`.
   int put_pages(uint32_t stream, uint32_t cpu, const void* pages, size_t bytes, std::string* err);
   // The page file of stream's CPU (see the layout) and its descriptor
-  // (O_RDWR), or -1 if it has none (no page files, or no pages yet).
+  // (O_RDWR), or -1 if it has none (no page files, or no pages yet). A
+  // page file closed by close_stream() is opened again (and must be the
+  // file it wrote: same device and inode).
   std::string page_file(uint32_t stream, uint32_t cpu) const;
-  int page_file_fd(uint32_t stream, uint32_t cpu) const;
+  int page_file_fd(uint32_t stream, uint32_t cpu);
+  // The stream takes no more pages (its process is gone): its page files'
+  // descriptors are closed, so that a recording of hundreds of processes
+  // does not hold a descriptor per CPU of each until its end. Pages put
+  // later fail (EBADF).
+  void close_stream(uint32_t stream);
   // That page file is now the output: remove() leaves its old name alone.
   void installed(uint32_t stream, uint32_t cpu);
 
@@ -107,12 +118,21 @@ class JournalWriter {
 
   struct PageFile {
     int fd = -1;
+    bool closed = false;  // by close_stream()
+    dev_t dev = 0;        // what it is, to open it again
+    ino_t ino = 0;
     uint64_t end = 0;      // where the next page goes
     bool wrapped = false;  // a ring (max_cpu_bytes_) that came round: the next pages overwrite
     bool installed = false;
   };
   int write_pages_locked(PageFile& f, uint32_t stream, uint32_t cpu, uint32_t unit, const char* c, uint64_t n,
                          std::string* err);
+  // With a size limit: the journal rewritten with what still counts (see
+  // "Compaction" in journal.cc). Under mu_.
+  void compact_locked();
+  void maybe_compact_locked() {
+    if (compact_at_ && !error_ && end_ > compact_at_) compact_locked();
+  }
 
   mutable std::mutex mu_;
   int fd_ = -1;
@@ -129,7 +149,31 @@ class JournalWriter {
   bool keep_ = false;
   bool page_files_ = false;                                  // set by create()
   std::map<std::pair<uint32_t, uint32_t>, PageFile> files_;  // under mu_, by (stream, CPU)
+
+  // What compaction writes again, under mu_: the records that say what the
+  // journal is, and where each process's last metadata is.
+  std::string header_;                        // the file's first kHeaderBytes
+  std::string output_record_;                 // kOutput's payload
+  std::vector<std::string> process_records_;  // kProcess payloads, by id
+  std::vector<std::string> stream_records_;   // kStream payloads, by id
+  struct MetaAt {
+    uint64_t offset = 0, bytes = 0;  // the last kMeta payload in the file; bytes 0: none
+    size_t hash = 0;                 // of that payload: the same metadata is not journaled twice
+  };
+  std::vector<MetaAt> meta_at_;  // by process
+  uint64_t compact_at_ = 0;      // compact once end_ passes this (0: never; no size limit)
 };
+
+// The streams a journal holds: pages of a power of two from 64 bytes (the
+// kernel's subbuffers for record -K among them) to 1 MiB, 1 to 4096 CPUs.
+// One rule for the writer and the reader: a stream the writer took and the
+// reader then refused would end the journal there, and every page of every
+// process recorded after it would be lost from the file.
+inline constexpr uint32_t kJournalMaxCpus = 4096;
+inline bool journal_stream_ok(uint32_t page_size, uint32_t nr_cpus) {
+  return page_size >= 64 && page_size <= (1u << 20) && (page_size & (page_size - 1)) == 0 && nr_cpus > 0 &&
+         nr_cpus <= kJournalMaxCpus;
+}
 
 // Where a stream's CPU's pages begin in its page file: the first page is
 // kept for the trace.dat header.
@@ -177,12 +221,18 @@ bool is_journal(const void* p, size_t n);
 // there (Journal::damage), as a record cut short does.
 int read_journal(int fd, Journal* out, std::string* err, const std::string& path = "");
 
-// Writes `output` (empty: the journal's own) as a trace.dat from the
-// journal: the first process's metadata, the others' events and thread
-// names joined to it, their buffers named PREFIX and PREFIX:INSTANCE.
-// Processes in `skip` are left out. 0, or -errno with *err set.
+// Writes `output` as a trace.dat from the journal (never the output the
+// journal names: a journal is input, maybe another user's, and the path
+// written comes from the command line or the recorder that wrote it): the first process's metadata, the
+// others' events and thread names joined to it, their buffers named PREFIX and PREFIX:INSTANCE. Processes in
+// `skip` are left out. 0, or -errno with *err set.
 int write_from_journal(const Journal& j, const std::string& output, const std::vector<uint32_t>& skip,
                        std::string* err);
+
+// The output a journal's own name says, beside it: DIR/NAME for
+// DIR/.NAME.usrtrace-rec-XXXXXX (what JournalWriter::create names it);
+// "" for any other name. What `usrtrace recover JOURNAL` writes without -o.
+std::string output_beside_journal(const std::string& journal);
 
 // The journals beside `output` that no live recording holds (each
 // JournalWriter holds an flock on its file while it lives): what killed or

@@ -67,7 +67,12 @@ int write_output(const RecordOptions& opts, Metadata meta, std::vector<BufferDat
 // events unregistered meanwhile (a shared object unloaded, or a program's
 // static destructors run at exit while it is recorded: its records are
 // in the pages and must not print as UNKNOWN), and the names of threads
-// that left saved_cmdlines. Context: control plane.
+// that left saved_cmdlines. Linear in both; what it adds stops at
+// kMaxCmdlines lines of saved_cmdlines in all (the kernel's largest
+// saved_cmdlines_size) and kMaxDepartedFormats formats in all.
+// Context: control plane.
+inline constexpr size_t kMaxCmdlines = 32768;
+inline constexpr size_t kMaxDepartedFormats = 65536;
 void keep_departed(const Metadata& before, Metadata* now);
 
 // "local" from the trace_clock file's "[local] global ...".

@@ -43,6 +43,22 @@ constexpr uint32_t kSharedBatch = 64;  // pages per journal record, at most
 // from seeing a stop.
 constexpr uint32_t kSharedPass = 4096;
 
+// The most a flush takes from an instance once the process is exiting or
+// gone: what its buffers hold (their capacity, as the process said while it
+// ran) and a chunk, and never more than this machine's memory, whatever the
+// process said. Beyond that, what comes is new (threads still writing, or a
+// forked child that keeps the shared buffer mapped and forges pages after
+// its parent died), and taking it would keep the recorder, and a process
+// held at its exit, going without end.
+uint64_t flush_budget_of(uint64_t capacity) {
+  static const uint64_t ram = [] {
+    const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(size)
+                                 : uint64_t{1} << 40;
+  }();
+  return std::min(capacity, ram) + kChunk;
+}
+
 // The process's name, from /proc.
 std::string comm_of(int pid) {
   char path[64];
@@ -63,6 +79,10 @@ std::string comm_of(int pid) {
 std::string failure(int pid, int rc, const std::string& doing) {
   const std::string who = "process " + std::to_string(pid);
   if (rc == -EPIPE) return who + " exited before its recording began";
+  if (rc == -EPROTO)
+    return who + ": " + doing +
+           "its answer is not what a usrtrace runtime sends (pages of a size no buffer has, more than 4096 "
+           "CPUs, or a malformed message)";
   return who + ": " + doing + std::strerror(-rc);
 }
 
@@ -106,6 +126,7 @@ int RemoteRecording::open(const RecordOptions& o, JournalWriter* journal, const 
     journal = own_journal_.get();
   }
   journal_ = journal;
+  first_ = prefix.empty();
   if (int rc = journal_->add_process(o.pid, prefix, &process_, err); rc < 0) return rc;
   for (const std::string& name : opts_.instances) {
     auto inst = std::make_unique<Instance>();
@@ -272,11 +293,7 @@ int RemoteRecording::take(bool flush, uint32_t wait_ms, bool* any, std::string* 
 // still running while a deferred Ctrl-C waits for us), and a writer faster
 // than the socket would otherwise keep the flush, and the process, going.
 int RemoteRecording::finish_remote(std::string* err) {
-  for (auto& inst : instances_) {
-    inst->flush_budget = 0;
-    for (const control::InstanceMeta& im : meta_.instances)
-      if (im.name == inst->name) inst->flush_budget = im.capacity + kChunk;
-  }
+  set_flush_budgets();
   bool any = true;
   while (any)
     if (int rc = take(true, 0, &any, err); rc < 0) return rc;
@@ -284,6 +301,33 @@ int RemoteRecording::finish_remote(std::string* err) {
   release_remote();
   count_unreported_drops();
   return 0;
+}
+
+void RemoteRecording::set_flush_budgets() {
+  for (auto& inst : instances_) {
+    inst->flush_budget = 0;
+    for (const control::InstanceMeta& im : meta_.instances)
+      if (im.name == inst->name) inst->flush_budget = flush_budget_of(im.capacity);
+  }
+}
+
+// The process is gone and what it had is taken: what the recording holds
+// of it goes now, not at the end (record -c follows hundreds of short-lived
+// processes, and each held a connection, a mapping of its buffers, page
+// files and megabytes of metadata until then). The metadata of a followed
+// process is in the journal already; the first process's stays, for the
+// TSC line of take_rest(). Context: the recording thread, at its end.
+void RemoteRecording::release_resources() {
+  conn_.reset();
+  for (auto& inst : instances_) {
+    inst->shared.reset();
+    control::Connection::Pages().data.swap(inst->batch.data);
+    journal_->close_stream(inst->stream);
+  }
+  if (!first_) {
+    std::lock_guard<std::mutex> l(mu_);
+    meta_.meta = Metadata();
+  }
 }
 
 // Discard mode reports its drops in the page after them: those after the
@@ -359,16 +403,29 @@ void RemoteRecording::start_thread() {
         if (rc == -EPIPE && shared) {
           // Killed: its buffers are still mapped here, whole. Everything
           // in them is taken, the open pages too.
-          for (auto& inst : instances_) inst->flush_budget = UINT64_MAX;
-          if (int fr = take(true, 0, &any, &err); fr < 0) set_error(fr, err);
+          set_flush_budgets();
+          for (bool more = true; more;)
+            if (int fr = take(true, 0, &more, &err); fr < 0) {
+              set_error(fr, err);
+              break;
+            }
         } else if (rc == -EPIPE) {
           cut_short_.store(true, std::memory_order_release);  // a process killed: keep what came
+        } else if (rc == -ETIMEDOUT || rc == -EPROTO) {
+          // Hung, or answering what no server of ours would: what came is
+          // kept, and the process let go (the connection is closed).
+          cut_short_.store(true, std::memory_order_release);
+          std::lock_guard<std::mutex> l(mu_);
+          broken_ = rc == -ETIMEDOUT ? "did not answer within " +
+                                           std::to_string(control::Connection::kAnswerMs / 1000) + " s"
+                                     : "answered what its control server never would (" + err + ")";
         } else {
           // Our own failure (a full disk): the process is let go at once,
           // not held at its exit for pages nobody will take.
           set_error(rc, err);
           release_remote();
         }
+        release_resources();
         gone_.store(true, std::memory_order_release);
         return;
       }
@@ -386,6 +443,7 @@ void RemoteRecording::start_thread() {
       if (conn_->flags() & control::kExiting) {
         exiting_.store(true, std::memory_order_release);
         if (int fr = finish_remote(&err); fr < 0 && fr != -EPIPE) set_error(fr, err);
+        release_resources();
         gone_.store(true, std::memory_order_release);
         return;
       }
@@ -411,7 +469,7 @@ int RemoteRecording::take_rest(std::string* err) {
       return error_;
     }
   }
-  if (!gone_.load(std::memory_order_acquire)) {
+  if (!gone_.load(std::memory_order_acquire) && conn_) {
     const int rc = finish_remote(err);
     if (rc < 0 && rc != -EPIPE) return rc;
   }
@@ -457,6 +515,7 @@ void ProcessTreeRecording::start_thread() {
 }
 
 int ProcessTreeRecording::add_process(int pid, std::string* err) {
+  reap();
   RecordOptions o = opts_;
   o.pid = pid;
   auto rec = std::make_unique<RemoteRecording>();
@@ -468,18 +527,34 @@ int ProcessTreeRecording::add_process(int pid, std::string* err) {
   return 0;
 }
 
-int ProcessTreeRecording::finish(std::string* err) {
-  if (int rc = root_.take_rest(err); rc < 0) return rc;
-  std::vector<uint32_t> skip;
+// The followed processes that ended are finished now (their threads joined;
+// their connections, mappings, page-file descriptors and metadata were let
+// go as they ended): what a recording of many short-lived processes holds
+// is what the live ones need.
+void ProcessTreeRecording::reap() {
   std::lock_guard<std::mutex> l(mu_);
   for (Followed& f : followed_) {
-    std::string e;
-    // One process's failure costs its own buffers, not the file.
-    if (f.rec->take_rest(&e) < 0) {
-      warnings_ += "process " + std::to_string(f.pid) + ": " + e + "\n";
-      skip.push_back(f.rec->process());
-    }
+    if (f.done || !f.rec->process_gone()) continue;
+    finish_followed(f);
   }
+}
+
+void ProcessTreeRecording::finish_followed(Followed& f) {
+  std::string e;
+  // One process's failure costs its own buffers, not the file.
+  if (f.rec->take_rest(&e) < 0) {
+    warnings_ += "process " + std::to_string(f.pid) + ": " + e + "\n";
+    skip_.push_back(f.rec->process());
+  }
+  f.done = true;
+}
+
+int ProcessTreeRecording::finish(std::string* err) {
+  if (int rc = root_.take_rest(err); rc < 0) return rc;
+  std::lock_guard<std::mutex> l(mu_);
+  for (Followed& f : followed_)
+    if (!f.done) finish_followed(f);
+  std::vector<uint32_t> skip = skip_;
   if (kernel_) {
     std::string e;
     // Nor does the kernel's: the process's pages are the file's point.
@@ -534,15 +609,21 @@ std::string ProcessTreeRecording::warnings() const {
     w += "events lost: " + lost +
          ": the buffers filled before the recorder took their pages (a loaded machine, or buffers "
          "too small for the rate); -b KB makes each CPU's buffer larger\n";
-  if (root_.cut_short())
+  if (const std::string b = root_.broken(); !b.empty())
+    w += "process " + std::to_string(opts_.pid) + " " + b +
+         ": its recording stopped there, and what was taken before is in the file\n";
+  else if (root_.cut_short())
     w += "process " + std::to_string(opts_.pid) +
          " went away before its last pages were taken: the end of its trace is missing (killed, or its exit "
          "wait, USRTRACE_EXIT_WAIT_MS, ran out)\n";
   if (kernel_) w += kernel_->warnings();
   std::lock_guard<std::mutex> l(mu_);
-  for (const Followed& f : followed_)
+  for (const Followed& f : followed_) {
     if (const std::string lost = f.rec->lost_where(); !lost.empty())
       w += "process " + std::to_string(f.pid) + ": events lost: " + lost + "\n";
+    if (const std::string b = f.rec->broken(); !b.empty())
+      w += "process " + std::to_string(f.pid) + " " + b + ": its recording stopped there\n";
+  }
   return w + warnings_;
 }
 

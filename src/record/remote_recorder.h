@@ -50,6 +50,12 @@ class RemoteRecording {
   bool cut_short() const { return cut_short_.load(std::memory_order_acquire); }
   // Where events were lost, in words; "" when none were.
   std::string lost_where() const;
+  // Why the recording of the process stopped before its end, when it hung
+  // or answered garbage ("did not answer within 30 s"); "" otherwise.
+  std::string broken() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return broken_;
+  }
 
  private:
   struct Instance;
@@ -62,6 +68,9 @@ class RemoteRecording {
   void release_remote();
   // Takes the metadata again (kallsyms, formats) and keeps what departed.
   void refresh_meta();
+  // Each instance's flush_budget (flush_budget_of its capacity).
+  void set_flush_budgets();
+  void release_resources();
   void count_unreported_drops();
   void set_error(int rc, const std::string& err);
 
@@ -69,6 +78,7 @@ class RemoteRecording {
   std::unique_ptr<JournalWriter> own_journal_;
   JournalWriter* journal_ = nullptr;
   uint32_t process_ = 0;
+  bool first_ = true;  // the recording's first process (its metadata is the file's)
   std::unique_ptr<control::Connection> conn_;
   std::vector<std::unique_ptr<Instance>> instances_;
   control::RemoteMeta meta_;
@@ -80,6 +90,7 @@ class RemoteRecording {
   mutable std::mutex mu_;
   int error_ = 0;
   std::string error_text_;
+  std::string broken_;                                          // under mu_
   std::map<std::pair<std::string, int>, uint64_t> lost_where_;  // by instance and CPU, under mu_
 };
 
@@ -105,7 +116,10 @@ class ProcessTreeRecording {
     int pid;
     std::string comm;
     std::unique_ptr<RemoteRecording> rec;
+    bool done = false;  // take_rest() was called
   };
+  void reap();
+  void finish_followed(Followed& f);  // under mu_
   RecordOptions opts_;
   JournalWriter journal_;  // outlives the recordings that write to it
   RemoteRecording root_;
@@ -113,6 +127,7 @@ class ProcessTreeRecording {
   mutable std::mutex mu_;
   std::vector<Followed> followed_;  // under mu_
   std::string warnings_;            // under mu_
+  std::vector<uint32_t> skip_;      // under mu_: processes left out of the file
 };
 
 }  // namespace usrtrace::tracedat

@@ -13,6 +13,11 @@ int open_regular_for_read(const std::string& path, off_t* size, std::string* why
   return base::open_regular_for_read(path, size, why);
 }
 
+int write_output(const std::string& path, const std::function<int(int fd, std::string* err)>& fill,
+                 std::string* err) {
+  return base::write_output(path, fill, err);
+}
+
 void put_flag_columns(std::string* out, uint8_t flags, uint8_t preempt_count) {
   output::put_flag_columns(out, flags, preempt_count);
 }
@@ -50,6 +55,10 @@ uint64_t JournalFile::pages() const {
   for (const auto& s : j_->streams)
     for (const auto& c : s.cpus) pages += s.page_size ? c.size() / s.page_size : 0;
   return pages;
+}
+
+std::string JournalFile::beside_journal(const std::string& journal) {
+  return tracedat::output_beside_journal(journal);
 }
 
 bool JournalFile::has_page_files() const { return !j_->page_fds.empty(); }

@@ -14,6 +14,11 @@
 //   name NAME     pthread_setname_np on this thread (usrtrace:thread_rename)
 //   spawn N       runs another cli_target (exec'ed) that writes N ticks and
 //                 exits; answered once it has
+//   forge N       forks (the system call, past atfork handlers) N children
+//                 that writes lines of 3 KB ("forged fff...") into the
+//                 trace_marker for ever, into the buffers this
+//                 process shares, holding none of its descriptors; says
+//                 "forger PID" for each
 //   ignoreint     ignores SIGINT from now on (a program that survives Ctrl-C)
 //   exit CODE     exits with CODE (the atexit path: recorders take the rest)
 //   abort         dies by SIGABRT
@@ -24,6 +29,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -145,6 +151,26 @@ int main() {
       int status = 0;
       waitpid(child, &status, 0);
       if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return 4;
+    } else if (cmd == "forge") {
+      // A child that keeps writing clitest:tick into the buffers it shares
+      // with this process (record's shared memory), and holds no descriptor
+      // of ours: after this process dies, the pages still change under a
+      // recorder that maps them. The fork system call itself, past the
+      // runtime's atfork handler (which gives a child private copies of
+      // the buffers): what a hostile program does.
+      const int forgers = arg.empty() ? 1 : std::atoi(arg.c_str());
+      for (int k = 0; k < forgers; ++k) {
+        const pid_t child = static_cast<pid_t>(syscall(SYS_fork));
+        if (child == 0) {
+          ::close_range(3, ~0u, 0);
+          // Lines of most of a page each: pages as fast as memcpy fills them.
+          const std::string forged = "forged " + std::string(3000, 'f');
+          usrtrace_array* top = usrtrace_array_lookup(nullptr);
+          for (;;) usrtrace_array_printk(top, "%s\n", forged.c_str());
+        }
+        printf("forger %d\n", child);
+        fflush(stdout);
+      }
     } else if (cmd == "ignoreint") {
       signal(SIGINT, SIG_IGN);
     } else if (cmd == "name") {

@@ -535,7 +535,7 @@ TEST_F(TraceDatTest, AFullDiskKeepsThePreviousOutputWhole) {
     ASSERT_EQ(tracedat::read_journal(jfd, &j, &err), 0) << err;
     EXPECT_EQ(j.output, out);
     EXPECT_GT(j.pages, 0u);
-    ASSERT_EQ(tracedat::write_from_journal(j, "", {}, &err), 0) << err;
+    ASSERT_EQ(tracedat::write_from_journal(j, j.output, {}, &err), 0) << err;
     ::close(jfd);
     auto f = TraceFile::open(out, &err);
     ASSERT_TRUE(f) << err;

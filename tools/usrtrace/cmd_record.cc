@@ -11,6 +11,7 @@
 //       what the buffers hold now, in one go (the flight-recorder case).
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -24,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -107,6 +109,27 @@ std::string preload_library() {
   if (exe == USRTRACE_TOOL_BUILD && ::stat(USRTRACE_PRELOAD_BUILD, &st) == 0) return USRTRACE_PRELOAD_BUILD;
 #endif
   return "";
+}
+
+// When process pid started (/proc/PID/stat field 22), 0 if unknown: with
+// the pid it names one process, even once the pid is reused.
+uint64_t start_time_of(int pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE* f = fopen(path, "re");
+  if (!f) return 0;
+  char buf[1024];
+  const size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char* p = strrchr(buf, ')');  // the name may hold spaces and parentheses
+  if (!p) return 0;
+  ++p;
+  for (int field = 3; field < 22; ++field) {
+    while (*p == ' ') ++p;
+    while (*p && *p != ' ') ++p;
+  }
+  return std::strtoull(p, nullptr, 10);
 }
 
 struct Child {
@@ -230,8 +253,12 @@ class Follower {
       if (c < 0) continue;
       pollfd q{c, POLLIN, 0};
       int32_t pid = 0;
+      // The pid it says must be its own (the kernel's word, SO_PEERCRED):
+      // a process cannot have another one set up and recorded.
+      ucred cred{};
+      socklen_t len = sizeof cred;
       if (::poll(&q, 1, 2000) == 1 && ::read(c, &pid, sizeof pid) == static_cast<ssize_t>(sizeof pid) &&
-          pid > 0)
+          pid > 0 && ::getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.pid == pid)
         take(rec, setup, pid);
       [[maybe_unused]] ssize_t w = ::write(c, "G", 1);  // recorded or not, it goes on
       ::close(c);
@@ -241,17 +268,49 @@ class Follower {
   void take(TraceRecorder* rec, const Setup* setup, int pid) {
     auto c = connect_to("record", pid);
     if (!c) return;
-    Setup::Undo undo;
-    if (setup->apply("record", *c, &undo, pid) != 0) return;
+    Done d{pid, start_time_of(pid), {}};
+    if (setup->apply("record", *c, &d.undo, pid) != 0) {
+      Setup::revert(*c, d.undo);
+      return;
+    }
     for (const std::string& inst : setup->instances()) c->write_file(instance_dir(inst) + "tracing_on", "1");
     std::string err;
     if (rec->add_process(pid, &err) < 0) {
-      fail("record", "following process " + std::to_string(pid) + ": " + err);
+      // It fails alone, and says so; the others' recordings go on.
+      fail("record", "following process " + std::to_string(pid) + ": " + err + " (not recorded)");
+      Setup::revert(*c, d.undo);
       return;
     }
+    // Only what undoes its setup is kept (the connection closes here): a
+    // recording of hundreds of processes holds no descriptor per process.
+    std::lock_guard<std::mutex> l(mu_);
+    set_up_.push_back(std::move(d));
     ++followed_;
   }
 
+ public:
+  // Takes back the setup of each followed process that still runs (the
+  // same process: its start time), as record does for the command; -k
+  // keeps it. Context: after stop().
+  void revert_survivors() {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const Done& d : set_up_) {
+      if (::kill(d.pid, 0) != 0 || start_time_of(d.pid) != d.started) continue;
+      std::string err;
+      auto c = control::Client::connect(d.pid, &err);
+      if (c) Setup::revert(*c, d.undo);
+    }
+    set_up_.clear();
+  }
+
+ private:
+  struct Done {
+    int pid;
+    uint64_t started;  // /proc/PID/stat's start time: the pid is not reused by another
+    Setup::Undo undo;
+  };
+  std::mutex mu_;
+  std::vector<Done> set_up_;  // under mu_
   std::string dir_, path_;
   int fd_ = -1;
   std::thread thread_;
@@ -358,6 +417,17 @@ Runner add_record(CLI::App& app) {
       if (o->children && follower.listen(&err) < 0) return fail("record", err);
       if (int rc = spawn(o->command, o->children ? follower.path() : std::string(), &child)) return rc;
       pid = child.pid;
+      if (o->children) {
+        // Each live followed process holds a connection, its shared buffer
+        // and a page file per CPU: the soft limit (1024) would stop following
+        // at a few hundred at once; the hard one is the user's to set. After
+        // the spawn: the command keeps the limits it would have had.
+        rlimit nofile{};
+        if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+          nofile.rlim_cur = nofile.rlim_max;
+          setrlimit(RLIMIT_NOFILE, &nofile);
+        }
+      }
     }
     bool asked = false;  // Ctrl-C came, at interrupted_at
     auto interrupted_at = std::chrono::steady_clock::time_point{};
@@ -497,6 +567,7 @@ Runner add_record(CLI::App& app) {
       fprintf(stderr, "usrtrace record: followed %d process%s\n", follower.followed(),
               follower.followed() == 1 ? "" : "es");
     if (!o->keep && !rec->process_exited()) Setup::revert(*c, undo);
+    if (!o->keep) follower.revert_survivors();
     if (rc < 0) return finish_child(fail("record", err));
     if (!o->quiet || st.lost_events != 0) report("record", st, ro.output);
     if (!o->file.perfetto.empty() && export_trace(ro.output, "perfetto", o->file.perfetto) != 0)

@@ -114,7 +114,8 @@ void print_buffer(const Recovery& rec, tep_handle* tep, uint32_t tag, const Opti
 
 // A journal a recording left (killed, or stopped by a full disk): the
 // trace.dat it was writing, built from what it had taken
-// (src/record/journal.h). -o names another output; the journal's own
+// (src/record/journal.h), beside the journal (DIR/NAME for
+// DIR/.NAME.usrtrace-rec-XXXXXX) or where -o says; the journal's own
 // file version and compression hold unless given.
 int recover_journal(int fd, const Options& o, bool version_given, bool compress_given) {
   std::string err;
@@ -138,7 +139,30 @@ int recover_journal(int fd, const Options& o, bool version_given, bool compress_
     fprintf(stderr, "usrtrace recover: compression needs file version 7\n");
     return 2;
   }
-  const std::string out = o.tracedat.empty() ? j->output() : o.tracedat;
+  // Where the user says, or beside the journal, under the name its own
+  // name carries: never the path the journal holds, which whoever wrote
+  // the journal chose (run as root on another user's journal, it could
+  // name any file).
+  std::string out = o.tracedat;
+  if (out.empty()) {
+    out = toolkit::JournalFile::beside_journal(o.file);
+    if (out.empty()) {
+      fprintf(
+          stderr,
+          "usrtrace recover: %s is not named as a journal (.NAME.usrtrace-rec-XXXXXX): give -o FILE for the "
+          "trace.dat\n",
+          o.file.c_str());
+      return 2;
+    }
+    std::string abs = out;
+    if (abs[0] != '/') {
+      char cwd[4096];
+      if (getcwd(cwd, sizeof cwd)) abs = std::string(cwd) + "/" + abs;
+    }
+    if (abs != j->output())
+      fprintf(stderr, "usrtrace recover: note: the recording was writing %s; writing %s beside the journal\n",
+              j->output().c_str(), out.c_str());
+  }
   if (j->write(out, &err) < 0) {
     fprintf(stderr, "usrtrace recover: %s\n", err.c_str());
     return 1;

@@ -23,6 +23,7 @@
 #include "report_views.h"
 #include "tep_session.h"
 #include "usrtrace/tracedat.h"
+#include "usrtrace_toolkit/toolkit.h"
 
 namespace usrtrace::tool {
 namespace {
@@ -249,38 +250,46 @@ int run(Options o) {
   }
 
   if (o.format == "json" || o.format == "perfetto") {
-    // The export goes to -o FILE: a new file beside it (mkostemp: 0600,
-    // never through another's symlink), renamed over FILE once complete,
-    // so a failure leaves FILE as it was. Else to stdout.
-    FILE* out = stdout;
-    std::string tmp;
-    if (!o.output.empty()) {
-      tmp = o.output + ".usrtrace-report-XXXXXX";
-      const int fd = mkostemp(tmp.data(), O_CLOEXEC);
-      if (fd < 0 || (out = fdopen(fd, "w")) == nullptr) {
-        fprintf(stderr, "usrtrace report: cannot create %s: %s\n", tmp.c_str(), std::strerror(errno));
-        if (fd >= 0) ::close(fd);
-        return 1;
-      }
-    }
-    TraceFile::Cursor cur(f, bufs, o.cpus);
-    uint64_t done = 0, total = 0;
-    cur.progress(&done, &total);
-    // On a terminal, unless the export itself goes there.
-    Progress progress(isatty(STDERR_FILENO) != 0 && (out != stdout || isatty(STDOUT_FILENO) == 0), o.input,
-                      total);
     auto keep = [&](const TraceFile::Record& rec, const char* comm) { return shown(filters, rec, comm); };
-    int r = o.format == "json" ? write_json(f, *session, cur, in_ns, keep, out, &progress)
-                               : write_perfetto(f, *session, cur, clock, o.counters, keep, out, &progress);
-    if (out != stdout) {
-      if (fclose(out) != 0 && r == 0) r = 1;
-      if (r == 0 && ::rename(tmp.c_str(), o.output.c_str()) != 0) {
-        fprintf(stderr, "usrtrace report: cannot write %s: %s\n", o.output.c_str(), std::strerror(errno));
-        r = 1;
-      }
-      if (r != 0) {
-        ::unlink(tmp.c_str());
+    auto write = [&](FILE* out) {
+      TraceFile::Cursor cur(f, bufs, o.cpus);
+      uint64_t done = 0, total = 0;
+      cur.progress(&done, &total);
+      // On a terminal, unless the export itself goes there.
+      Progress progress(isatty(STDERR_FILENO) != 0 && (out != stdout || isatty(STDOUT_FILENO) == 0), o.input,
+                        total);
+      return o.format == "json" ? write_json(f, *session, cur, in_ns, keep, out, &progress)
+                                : write_perfetto(f, *session, cur, clock, o.counters, keep, out, &progress);
+    };
+    int r = 0;
+    if (o.output.empty()) {
+      r = write(stdout);
+    } else {
+      // -o FILE: written whole or not at all (a new file beside it, 0600,
+      // renamed over it once complete: a failure leaves FILE as it was),
+      // or, for a device or FIFO (/dev/null, a pipe), written in place and
+      // never replaced (toolkit::write_output).
+      std::string why;
+      bool export_failed = false;  // write() said why
+      const int rc = toolkit::write_output(
+          o.output,
+          [&](int fd, std::string*) {
+            const int dup_fd = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+            FILE* out = dup_fd >= 0 ? fdopen(dup_fd, "w") : nullptr;
+            if (!out) {
+              const int e = errno ? errno : ENOMEM;
+              if (dup_fd >= 0) ::close(dup_fd);
+              return -e;
+            }
+            export_failed = write(out) != 0;
+            const bool flushed = fclose(out) == 0;
+            return export_failed ? -EIO : flushed ? 0 : -(errno ? errno : EIO);
+          },
+          &why);
+      if (rc < 0) {
+        if (!export_failed) fprintf(stderr, "usrtrace report: %s\n", why.c_str());
         fprintf(stderr, "usrtrace report: %s not written\n", o.output.c_str());
+        r = 1;
       }
     }
     for (const std::string& w : f.warnings()) fprintf(stderr, "usrtrace report: warning: %s\n", w.c_str());

@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,14 @@ namespace usrtrace::toolkit {
 // refused without blocking on it); *size gets its size. The fd, or -errno
 // with *why saying it in one line.
 int open_regular_for_read(const std::string& path, off_t* size, std::string* why);
+
+// Writes an export to PATH (base::write_output): a regular file or a new
+// name whole or not at all; an existing character device or FIFO
+// (/dev/null, a pipe) in place, never replaced; anything else refused.
+// `fill` writes to the descriptor: 0 or -errno (and may set *err).
+// Returns 0 or -errno with *err.
+int write_output(const std::string& path, const std::function<int(int fd, std::string* err)>& fill,
+                 std::string* err);
 
 // ---- The trace file's flag columns (src/output) ----
 
@@ -70,7 +79,7 @@ class JournalFile {
   JournalFile(const JournalFile&) = delete;
   JournalFile& operator=(const JournalFile&) = delete;
 
-  const std::string& output() const;  // the trace.dat the recording named
+  const std::string& output() const;  // the trace.dat the recording named (never written: see write)
   int file_version() const;
   bool compress() const;
   const std::string& damage() const;  // why it ends early; "" if whole
@@ -79,9 +88,14 @@ class JournalFile {
   void set_file_version(int v);
   void set_compress(bool c);
 
-  // Writes `output` (empty: the journal's own) from the journal. 0, or
-  // -errno with *err.
+  // Writes `output` from the journal. The path comes from the command
+  // line (or beside_journal()), never from the journal: a journal is
+  // input, maybe another user's. 0, or -errno with *err.
   int write(const std::string& output, std::string* err) const;
+
+  // DIR/NAME for a journal DIR/.NAME.usrtrace-rec-XXXXXX: where recover
+  // writes without -o. "" for a file not named so.
+  static std::string beside_journal(const std::string& journal);
 
  private:
   JournalFile();
