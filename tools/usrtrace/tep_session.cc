@@ -27,6 +27,28 @@ __lsan_default_options() {  // NOLINT(bugprone-reserved-identifier)
 
 namespace usrtrace::tool {
 
+namespace {
+
+// The printk_formats lines ("ADDR : FORMAT") that libtraceevent 1.7 reads
+// within them: tep_parse_printk_formats() takes the format from two bytes
+// past the line's first ':', wherever the line ends, and read past its own
+// copy of the text on a last line without one (report_fuzzer found it).
+std::string printk_lines(const std::string& all) {
+  const std::string text = all.substr(0, all.find('\0'));  // as libtraceevent sees it
+  std::string out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) nl = text.size();
+    const size_t colon = text.find(':', pos);
+    if (text[pos] != ':' && colon < nl && colon + 1 < nl) out.append(text, pos, nl - pos).push_back('\n');
+    pos = nl + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
 std::unique_ptr<TepSession> TepSession::load(const TraceFile& f, std::string* warnings) {
   auto s = std::make_unique<TepSession>();
   s->tep_ = tep_alloc();
@@ -44,6 +66,12 @@ std::unique_ptr<TepSession> TepSession::load(const TraceFile& f, std::string* wa
   for (const TraceFile::Format& fmt : f.formats()) {
     const char* id = std::strstr(fmt.text.c_str(), "\nID: ");
     if (id) s->formats_[std::atoi(id + 5)] = fmt.text;
+    // A format file is text: libtraceevent 1.7's tokenizer takes a NUL for
+    // a token it then compares (a NULL strcmp, report_fuzzer found it).
+    if (fmt.text.find('\0') != std::string::npos) {
+      if (warnings) *warnings += "an event format of system " + fmt.system + " holds a NUL byte; left out\n";
+      continue;
+    }
     if (tep_parse_event(tep, fmt.text.data(), fmt.text.size(), fmt.system.c_str()) != 0 && warnings) {
       *warnings += "cannot parse an event format of system " + fmt.system + "\n";
     }
@@ -52,9 +80,8 @@ std::unique_ptr<TepSession> TepSession::load(const TraceFile& f, std::string* wa
   if (!f.kallsyms().empty()) {
     tep_parse_kallsyms(tep, f.kallsyms().c_str());
   }
-  if (!f.printk_formats().empty()) {
-    tep_parse_printk_formats(tep, f.printk_formats().c_str());
-  }
+  if (const std::string printk = printk_lines(f.printk_formats()); !printk.empty())
+    tep_parse_printk_formats(tep, printk.c_str());
   // saved_cmdlines: "PID COMM" lines.
   const std::string& c = f.cmdlines();
   size_t pos = 0;
