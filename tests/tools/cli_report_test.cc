@@ -590,4 +590,50 @@ TEST(CliReportMalformed, TextLibtraceeventMisreadsIsLeftOut) {
   ::rmdir(dir.c_str());
 }
 
+// A print format that divides by a field (0: SIGFPE inside libtraceevent,
+// found by report_fuzzer) or takes __print_hex's length from a u32 field
+// (4 GiB read past the record): printed raw, as libtraceevent prints a
+// format it cannot parse, with a warning; a u8 length (the kernel's
+// kvm_emulate_insn) still prints.
+TEST(CliReportMalformed, PrintFormatsComputeNothingUnbounded) {
+  const std::string dir = temp_dir(), file = dir + "/div.dat", js = dir + "/div.json";
+  HandMadeTrace t;
+  const std::string fields = std::string(kCommon) +
+                             "\tfield:unsigned int n;\toffset:8;\tsize:4;\tsigned:0;\n"
+                             "\tfield:unsigned int d;\toffset:12;\tsize:4;\tsigned:0;\n"
+                             "\tfield:unsigned char b;\toffset:16;\tsize:1;\tsigned:0;\n"
+                             "\tfield:unsigned char buf[4];\toffset:17;\tsize:4;\tsigned:0;\n\n";
+  t.events.push_back({"hostile", "name: div\nID: 100\nformat:\n" + fields +
+                                     "print fmt: \"n=%u q=%u\", REC->n, REC->n / REC->d\n"});
+  t.events.push_back({"hostile", "name: hex\nID: 101\nformat:\n" + fields +
+                                     "print fmt: \"n=%u %s\", REC->n, __print_hex(REC->buf, REC->n)\n"});
+  t.events.push_back({"hostile", "name: ok\nID: 102\nformat:\n" + fields +
+                                     "print fmt: \"n=%u %s\", REC->n, __print_hex(REC->buf, REC->b)\n"});
+  for (const int id : {100, 101, 102}) {
+    std::vector<uint8_t> r(24);
+    put_at<uint16_t>(&r, 0, static_cast<uint16_t>(id));
+    put_at<int32_t>(&r, 4, 4242);
+    put_at<uint32_t>(&r, 8, id == 102 ? 7 : 0xffffffffu);
+    put_at<uint32_t>(&r, 12, 0);
+    put_at<uint8_t>(&r, 16, 2);
+    put_at<uint32_t>(&r, 17, 0x04030201);
+    t.records.push_back(r);
+  }
+  t.write(file);
+  Result r = run_cli({"report", file});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(
+      r.err.find("2 event(s) print a divisor, a length or an index taken from the record (hostile:div); "
+                 "printed raw"),
+      std::string::npos)
+      << r.err;
+  EXPECT_EQ(count(r.out, "[FAILED TO PARSE]"), 2) << r.out;
+  EXPECT_NE(r.out.find("ok:                   n=7 01 02\n"), std::string::npos) << r.out;
+  r = run_cli({"report", "--format", "json", "-o", js, file});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(count(slurp(js), "\"d\":0"), 3);
+  for (const std::string& f : {file, js}) ::unlink(f.c_str());
+  ::rmdir(dir.c_str());
+}
+
 }  // namespace

@@ -47,6 +47,119 @@ std::string printk_lines(const std::string& all) {
   return out;
 }
 
+// What an event's print format computes from a record, libtraceevent 1.7
+// uses unchecked: a divisor (SIGFPE at 0: report_fuzzer found it), the
+// length of __print_hex or __print_array, an index into a field (a read
+// anywhere). print_safe() accepts divisors that are non-zero constants,
+// and lengths and indexes that are at most kMaxCount whatever the record
+// (a constant, a u8 or u16 field, a dynamic array's length, such a value
+// over a constant), so that every read stays within make_record's copy;
+// another format prints raw. Of a 6.18 kernel's 2323 formats, two do
+// (ras:non_standard_event and ras:arm_event: __print_hex with a u32 length).
+constexpr uint64_t kMaxCount = 0xffff;
+constexpr int kMaxArgDepth = 64;  // deeper than any format's expression
+
+bool constant(const tep_print_arg* a, uint64_t* v, int depth) {
+  if (a == nullptr || depth > kMaxArgDepth) return false;
+  uint64_t l, r;
+  switch (a->type) {
+    case TEP_PRINT_ATOM:
+      if (a->atom.atom == nullptr) return false;
+      *v = std::strtoull(a->atom.atom, nullptr, 0);  // as libtraceevent evaluates it
+      return true;
+    case TEP_PRINT_TYPE:
+      return constant(a->typecast.item, v, depth + 1);
+    case TEP_PRINT_OP:
+      if (a->op.op == nullptr || !constant(a->op.left, &l, depth + 1) ||
+          !constant(a->op.right, &r, depth + 1))
+        return false;
+      if (std::strcmp(a->op.op, "*") == 0) {
+        *v = l * r;
+      } else if (std::strcmp(a->op.op, "+") == 0) {
+        *v = l + r;
+      } else if (std::strcmp(a->op.op, "-") == 0) {
+        *v = l - r;
+      } else {
+        return false;
+      }
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Whether `a` (of event `ev`) is at most `limit` whatever the record.
+bool bounded(tep_event* ev, const tep_print_arg* a, uint64_t limit, int depth) {
+  uint64_t v;
+  if (constant(a, &v, depth)) return v <= limit;
+  if (a == nullptr || depth > kMaxArgDepth) return false;
+  switch (a->type) {
+    case TEP_PRINT_DYNAMIC_ARRAY_LEN:
+      return 0xffff <= limit;  // the high half of a __data_loc word
+    case TEP_PRINT_FIELD: {    // a u8 or u16 (kvm_emulate_insn's __print_hex(REC->insn, REC->len))
+      const tep_format_field* fl = a->field.field;
+      if (fl == nullptr && a->field.name != nullptr) fl = tep_find_any_field(ev, a->field.name);
+      return fl != nullptr && !(fl->flags & TEP_FIELD_IS_DYNAMIC) && fl->size >= 0 && fl->size <= 2 &&
+             (uint64_t{1} << (8 * fl->size)) - 1 <= limit;
+    }
+    case TEP_PRINT_TYPE:
+      return bounded(ev, a->typecast.item, limit, depth + 1);
+    case TEP_PRINT_OP:
+      return a->op.op != nullptr && std::strcmp(a->op.op, "/") == 0 && constant(a->op.right, &v, depth + 1) &&
+             v != 0 && bounded(ev, a->op.left, limit, depth + 1);
+    default:
+      return false;
+  }
+}
+
+bool print_safe(tep_event* ev, const tep_print_arg* a, int depth) {
+  for (; a != nullptr; a = a->next) {
+    if (depth > kMaxArgDepth) return false;
+    uint64_t v;
+    switch (a->type) {
+      case TEP_PRINT_OP: {
+        const char* op = a->op.op ? a->op.op : "";
+        if ((std::strcmp(op, "/") == 0 || std::strcmp(op, "%") == 0) &&
+            !(constant(a->op.right, &v, depth + 1) && v != 0))
+          return false;
+        if (std::strcmp(op, "[") == 0 && !bounded(ev, a->op.right, kMaxCount, depth + 1)) return false;
+        if (!print_safe(ev, a->op.left, depth + 1) || !print_safe(ev, a->op.right, depth + 1)) return false;
+        break;
+      }
+      case TEP_PRINT_TYPE:
+        if (!print_safe(ev, a->typecast.item, depth + 1)) return false;
+        break;
+      case TEP_PRINT_FLAGS:
+        if (!print_safe(ev, a->flags.field, depth + 1)) return false;
+        break;
+      case TEP_PRINT_SYMBOL:
+        if (!print_safe(ev, a->symbol.field, depth + 1)) return false;
+        break;
+      case TEP_PRINT_HEX:
+      case TEP_PRINT_HEX_STR:
+        if (!print_safe(ev, a->hex.field, depth + 1) || !bounded(ev, a->hex.size, kMaxCount, depth + 1))
+          return false;
+        break;
+      case TEP_PRINT_INT_ARRAY:
+        if (!print_safe(ev, a->int_array.field, depth + 1) ||
+            !bounded(ev, a->int_array.count, kMaxCount, depth + 1) ||
+            !bounded(ev, a->int_array.el_size, 8, depth + 1))
+          return false;
+        break;
+      case TEP_PRINT_DYNAMIC_ARRAY:
+        if (a->dynarray.index != nullptr && !bounded(ev, a->dynarray.index, kMaxCount, depth + 1))
+          return false;
+        break;
+      case TEP_PRINT_FUNC:
+        if (!print_safe(ev, a->func.args, depth + 1)) return false;
+        break;
+      default:
+        break;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 std::unique_ptr<TepSession> TepSession::load(const TraceFile& f, std::string* warnings) {
@@ -109,9 +222,18 @@ void TepSession::fence_fields(const TraceFile& f, std::string* warnings) {
   int64_t reach = 0;
   uint64_t fenced = 0;
   std::string first;
+  uint64_t raw = 0;
+  std::string first_raw;
   const int n = tep_get_events_count(tep_);
   for (int i = 0; i < n; ++i) {
     tep_event* ev = tep_get_event(tep_, i);
+    const auto flags = static_cast<unsigned>(ev->flags);
+    if (!(flags & TEP_EVENT_FL_FAILED) && !print_safe(ev, ev->print_fmt.args, 0)) {
+      // libtraceevent prints it as it prints a format it could not parse:
+      // "[FAILED TO PARSE]" and the fields.
+      ev->flags = static_cast<int>(flags | TEP_EVENT_FL_FAILED);
+      if (raw++ == 0) first_raw = std::string(ev->system) + ":" + ev->name;
+    }
     for (tep_format_field* fl : {ev->format.common_fields, ev->format.fields}) {
       for (; fl != nullptr; fl = fl->next) {
         if (fl->offset < 0 || fl->size < 0 || static_cast<int64_t>(fl->offset) + fl->size > page) {
@@ -128,10 +250,16 @@ void TepSession::fence_fields(const TraceFile& f, std::string* warnings) {
       }
     }
   }
-  reach_ = static_cast<size_t>(reach) + 2 * 65536 + 8;
+  // Past the farthest field: a __data_loc's data (64 KiB at up to 64 KiB
+  // past its word), an index or an array of 64 Ki elements of 8 bytes.
+  reach_ = static_cast<size_t>(reach) + 65536 + 8 * 65536 + 8;
   if (fenced != 0 && warnings)
     *warnings += std::to_string(fenced) + " field(s) of the event formats lie outside any record (" + first +
                  "); read as absent\n";
+  if (raw != 0 && warnings)
+    *warnings += std::to_string(raw) +
+                 " event(s) print a divisor, a length or an index taken from the record (" + first_raw +
+                 "); printed raw\n";
 }
 
 TepSession::~TepSession() {

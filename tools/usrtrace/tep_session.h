@@ -27,10 +27,10 @@ class TepSession {
   // A libtraceevent record for `r`: its bytes copied, then zeros as far
   // as a field can make libtraceevent read past a record's start (reach_):
   // a field past the record, a __data_loc that points past it, a string
-  // without its NUL read zeros, never what follows the record. (What a
-  // print format computes, an index or __print_hex's length taken from a
-  // field, is libtraceevent's to bound.) Valid until the next make_record.
-  // Context: allocates only when a record is longer than any before.
+  // without its NUL, an index or a length a print format computes (see
+  // fence_fields()) read zeros, never what follows the record. Valid until
+  // the next make_record. Context: allocates only when a record is longer
+  // than any before.
   tep_record make_record(const TraceFile::Record& r) const;
 
  private:
@@ -39,10 +39,11 @@ class TepSession {
   tep_handle* tep_ = nullptr;
   tep_plugin_list* plugins_ = nullptr;
   std::map<int, std::string> formats_;
-  // How far past a record's start a field reaches, at most: the end of the
-  // farthest field of any format (each within the file's largest page,
-  // see fence_fields()), then what a __data_loc or __rel_loc word can name
-  // (up to 64 KiB at up to 64 KiB past it).
+  // How far past a record's start libtraceevent reads, at most: the end of
+  // the farthest field of any format (each within the file's largest page,
+  // see fence_fields()), then what a __data_loc word or a print format can
+  // name from there (64 KiB at up to 64 KiB past it; 64 Ki elements of 8
+  // bytes).
   size_t reach_ = 0;
   mutable std::vector<uint8_t> scratch_;  // the record, then zeros
   mutable size_t dirty_ = 0;              // scratch_'s bytes that may not be zero
