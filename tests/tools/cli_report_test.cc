@@ -593,8 +593,8 @@ TEST(CliReportMalformed, TextLibtraceeventMisreadsIsLeftOut) {
 // A print format that divides by a field (0: SIGFPE inside libtraceevent,
 // found by report_fuzzer) or takes __print_hex's length from a u32 field
 // (4 GiB read past the record): printed raw, as libtraceevent prints a
-// format it cannot parse, with a warning; a u8 length (the kernel's
-// kvm_emulate_insn) still prints.
+// format it cannot parse ("[FAILED TO PARSE]" and the fields); a u8
+// length (the kernel's kvm_emulate_insn) still prints.
 TEST(CliReportMalformed, PrintFormatsComputeNothingUnbounded) {
   const std::string dir = temp_dir(), file = dir + "/div.dat", js = dir + "/div.json";
   HandMadeTrace t;
@@ -622,11 +622,6 @@ TEST(CliReportMalformed, PrintFormatsComputeNothingUnbounded) {
   t.write(file);
   Result r = run_cli({"report", file});
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_NE(
-      r.err.find("2 event(s) print a divisor, a length or an index taken from the record (hostile:div); "
-                 "printed raw"),
-      std::string::npos)
-      << r.err;
   EXPECT_EQ(count(r.out, "[FAILED TO PARSE]"), 2) << r.out;
   EXPECT_NE(r.out.find("ok:                   n=7 01 02\n"), std::string::npos) << r.out;
   r = run_cli({"report", "--format", "json", "-o", js, file});

@@ -222,17 +222,16 @@ void TepSession::fence_fields(const TraceFile& f, std::string* warnings) {
   int64_t reach = 0;
   uint64_t fenced = 0;
   std::string first;
-  uint64_t raw = 0;
-  std::string first_raw;
   const int n = tep_get_events_count(tep_);
   for (int i = 0; i < n; ++i) {
     tep_event* ev = tep_get_event(tep_, i);
     const auto flags = static_cast<unsigned>(ev->flags);
     if (!(flags & TEP_EVENT_FL_FAILED) && !print_safe(ev, ev->print_fmt.args, 0)) {
-      // libtraceevent prints it as it prints a format it could not parse:
-      // "[FAILED TO PARSE]" and the fields.
+      // Printed as libtraceevent prints a format it could not parse:
+      // "[FAILED TO PARSE]" and the fields. No warning: every kernel file
+      // trace-cmd writes holds the two ras formats, which print so only
+      // where the file has their records.
       ev->flags = static_cast<int>(flags | TEP_EVENT_FL_FAILED);
-      if (raw++ == 0) first_raw = std::string(ev->system) + ":" + ev->name;
     }
     for (tep_format_field* fl : {ev->format.common_fields, ev->format.fields}) {
       for (; fl != nullptr; fl = fl->next) {
@@ -256,10 +255,6 @@ void TepSession::fence_fields(const TraceFile& f, std::string* warnings) {
   if (fenced != 0 && warnings)
     *warnings += std::to_string(fenced) + " field(s) of the event formats lie outside any record (" + first +
                  "); read as absent\n";
-  if (raw != 0 && warnings)
-    *warnings += std::to_string(raw) +
-                 " event(s) print a divisor, a length or an index taken from the record (" + first_raw +
-                 "); printed raw\n";
 }
 
 TepSession::~TepSession() {
