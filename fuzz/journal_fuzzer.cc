@@ -6,6 +6,9 @@
 // one with them in page files beside it (version 7, kPagesIn records).
 // read_journal must give an error or extents inside their files, and
 // write_from_journal a trace.dat or an error; never a crash or a hang.
+// The processes' saved_cmdlines are many lines each (assemble joins them
+// with keep_departed), and an input may also make a page file longer by
+// a hole (a sparse file): no extent may then name the hole.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -70,7 +73,8 @@ std::vector<uint8_t> make_seed(int version) {
   m.meta.header_page = rb::header_page_text(4096);
   m.meta.header_event = rb::header_event_text();
   m.meta.trace_clock = "[local] global\n";
-  m.meta.cmdlines = "1 init\n";
+  for (int pid = 1; pid <= 300; ++pid)
+    m.meta.cmdlines += std::to_string(pid) + " thread-" + std::to_string(pid) + "\n";
   control::InstanceMeta im;
   im.name = "";
   im.clock = "local";
@@ -85,6 +89,9 @@ std::vector<uint8_t> make_seed(int version) {
   w.put_pages(s0, 1, page.data(), page.size(), &err);
   w.add_process(2, "child-2", &p1, &err);
   w.add_stream(p1, "x", 4096, 2, &s1, &err);
+  m.meta.cmdlines.clear();
+  for (int pid = 200; pid <= 500; ++pid)
+    m.meta.cmdlines += std::to_string(pid) + " child-" + std::to_string(pid) + "\n";
   w.put_meta(p1, m, &err);
   w.put_pages(s1, 1, page.data(), page.size(), &err);
   written = {{s0, 0}, {s0, 1}, {s1, 1}};
@@ -120,6 +127,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (off + n > bytes.size()) bytes.resize(off + n);
     if (n) std::memcpy(bytes.data() + off, data + 4, n);
   }
+  // With the page files, the input may add a hole to the end of one
+  // (stream 0, CPU 0): bits 16..29 of `at`, in pages. Undone after.
+  const std::string hole_file = g_pj + ".0.0";
+  struct stat hole_st {};
+  const uint64_t hole_pages = files ? (at >> 16) & 0x3fffu : 0;
+  const bool have_hole =
+      hole_pages > 0 && stat(hole_file.c_str(), &hole_st) == 0 &&
+      truncate(hole_file.c_str(), hole_st.st_size + static_cast<off_t>(hole_pages * 4096)) == 0;
   // The journal is a real file beside the seed's page files.
   const int fd = open(g_pj.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return 0;
@@ -136,12 +151,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         struct stat st;
         if (fstat(c.fd, &st) != 0) abort();
         const uint64_t limit = c.fd == fd ? bytes.size() : static_cast<uint64_t>(st.st_size);
-        for (const auto& e : c.extents)
+        for (const auto& e : c.extents) {
           if (e.offset + e.size > limit || e.size % s.page_size != 0) abort();  // outside its file
+          const off_t h = lseek(c.fd, static_cast<off_t>(e.offset), SEEK_HOLE);
+          if (h >= 0 && static_cast<uint64_t>(h) < e.offset + e.size) abort();  // pages from a hole
+        }
       }
     const std::string out = g_dir + "/out.dat";
     if (tracedat::write_from_journal(j, out, {}, &err) == 0) unlink(out.c_str());
   }
   close(fd);
+  if (have_hole) (void)truncate(hole_file.c_str(), hole_st.st_size);
   return 0;
 }

@@ -108,6 +108,13 @@ Connection::~Connection() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+std::unique_ptr<Connection> Connection::adopt(int fd, pid_t pid) {
+  std::unique_ptr<Connection> c(new Connection());
+  c->fd_ = fd;
+  c->pid_ = pid;
+  return c;
+}
+
 std::unique_ptr<Connection> Connection::open(pid_t pid, std::string* err) {
   const std::string who = "process " + std::to_string(pid);
   if (pid <= 0) {

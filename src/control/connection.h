@@ -22,6 +22,10 @@ class Connection {
   // directory or socket of another user, or served by another process) or
   // EUSERS when the server is serving its limit of clients.
   static std::unique_ptr<Connection> open(pid_t pid, std::string* err);
+  // A connection over `fd`, a socket already connected to a peer taken to
+  // be process `pid` (no hello, no check of who serves it): for the fuzzer
+  // and tests that play the server. Takes `fd`.
+  static std::unique_ptr<Connection> adopt(int fd, pid_t pid);
   ~Connection();
 
   // One exchange. The response's status (>= 0 or -errno), or a transport

@@ -612,7 +612,9 @@ void JournalWriter::compact_locked() {
     put(zeros, (8 - m.bytes % 8) % 8);
     m.offset = payload_at;
   }
-  for (const auto& [key, f] : files_) {
+  for (const auto& entry : files_) {
+    const std::pair<uint32_t, uint32_t>& key = entry.first;
+    const PageFile& f = entry.second;
     if (f.end == 0 || !ok) continue;  // no page yet
     const uint32_t unit = stream_page_size_[key.first];
     const uint64_t start = page_file_start(unit);
