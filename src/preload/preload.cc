@@ -94,14 +94,36 @@ void gate_step(const char* what) {
   }
 }
 
-// Step 1, before the program's constructors.
+// Takes NAME out of the process's environment array itself. Not
+// unsetenv(): a program that defines its own (bash does, and keeps its own
+// table of variables) would take the call, and then export the variable
+// again to every child it starts.
+void drop_env(const char* name) {
+  const size_t n = strlen(name);
+  char** out = environ;
+  for (char** e = environ; e && *e; ++e)
+    if (!(strncmp(*e, name, n) == 0 && (*e)[n] == '=')) *out++ = *e;
+  if (out) *out = nullptr;
+}
+
+// Step 1, before the program's constructors. USRTRACE_GATE_FD is
+// "FD:PID": the gate is for the process record started (PID) and no other.
+// A child that inherits the variable anyway (a program that put it back in
+// its environment) leaves the descriptor alone: it is then the child's own,
+// whatever it holds (a file opened as `3<>data.txt`, a socket), and taking
+// it for the gate wrote "E" into it and closed it.
 void early_hold() {
   const char* v = getenv("USRTRACE_GATE_FD");
   if (!v || !*v) return;
   char* end = nullptr;
   const long fd = strtol(v, &end, 10);
-  unsetenv("USRTRACE_GATE_FD");
-  if (*end || fd < 0 || fd > 1 << 20) return;
+  const bool mine = *end == ':' && strtol(end + 1, &end, 10) == static_cast<long>(getpid()) && *end == '\0';
+  drop_env("USRTRACE_GATE_FD");
+  if (!mine || fd < 0 || fd > 1 << 20) return;
+  // And it must be what record made: a stream socket.
+  int type = 0;
+  socklen_t len = sizeof type;
+  if (getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM) return;
   g_gate = static_cast<int>(fd);
   fcntl(g_gate, F_SETFD, FD_CLOEXEC);
   // The recorder connects once it reads "E": the socket must be up. (This

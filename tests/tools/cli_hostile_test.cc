@@ -310,7 +310,8 @@ TEST(CliHostile, AFollowedProcessThatOutlivesTheRecordingIsSetBack) {
   // the command, which waits until it is followed ("ready" comes at main(),
   // after record set it up).
   const std::string script = std::string(CLI_TARGET) + " <" + fifo + " >" + said +
-                             " & while ! grep -q ready " + said + " 2>/dev/null; do sleep 0.05; done";
+                             " 2>/dev/null & while ! grep -q ready " + said +
+                             " 2>/dev/null; do sleep 0.05; done";
   Proc rec = Proc::start(
       {USRTRACE_CLI, "record", "-c", "-e", "clitest:tick", "-o", file, "--", "/bin/bash", "-c", script},
       false);
@@ -326,6 +327,34 @@ TEST(CliHostile, AFollowedProcessThatOutlivesTheRecordingIsSetBack) {
   ASSERT_EQ(show.rc, 0) << show.err;
   EXPECT_EQ(show.out.find("clitest:tick"), std::string::npos) << "its events are still on: " << show.out;
   EXPECT_EQ(show.out.find("16384"), std::string::npos) << "its buffers are still record's size: " << show.out;
+}
+
+}  // namespace
+
+namespace {
+
+// Defect 2: `record -- ./script.sh` handed the script's children its start
+// gate: bash took the runtime's unsetenv("USRTRACE_GATE_FD") for its own
+// and exported the variable again, and each child's runtime then wrote
+// into its own descriptor of that number and closed it ("hello world"
+// became "EeRlo world" in a child's `3<>data.txt`). The gate is the
+// started process's alone.
+TEST(CliHostile, AScriptsChildrenKeepTheirDescriptors) {
+  const std::string dir = temp_dir(), file = dir + "/script.dat";
+  std::string script;
+  for (int fd = 3; fd <= 9; ++fd) {
+    const std::string data = dir + "/data" + std::to_string(fd);
+    spit(data, "hello world");
+    script += "/bin/true " + std::to_string(fd) + "<>" + data + "; ";
+  }
+  script += "exit 0";
+  const Result r =
+      Proc::start({USRTRACE_CLI, "record", "-e", "usrtrace", "-o", file, "--", "/bin/bash", "-c", script},
+                  false)
+          .finish();
+  ASSERT_EQ(r.rc, 0) << r.err;
+  for (int fd = 3; fd <= 9; ++fd)
+    EXPECT_EQ(slurp(dir + "/data" + std::to_string(fd)), "hello world") << "fd " << fd << ": " << r.err;
 }
 
 }  // namespace

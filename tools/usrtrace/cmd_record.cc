@@ -159,7 +159,8 @@ int spawn(const std::vector<std::string>& cmd, const std::string& follow, Child*
     std::string preload = lib;
     if (const char* old = getenv("LD_PRELOAD"); old && *old) preload += std::string(":") + old;
     setenv("LD_PRELOAD", preload.c_str(), 1);
-    setenv("USRTRACE_GATE_FD", std::to_string(fd).c_str(), 1);
+    // For this process only (its pid: exec keeps it); see preload.cc.
+    setenv("USRTRACE_GATE_FD", (std::to_string(fd) + ":" + std::to_string(getpid())).c_str(), 1);
     setenv("USRTRACE_DEFER_SIGNALS", "1", 1);
     // Its exit waits for us to take the last pages and the names: we are
     // its parent and answer, or the socket closes when we die, which ends
