@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/files.h"
 #include "record/recorder.h"
 
 namespace usrtrace::tracedat {
@@ -64,8 +65,21 @@ int SharedBuffer::open(int pid, int fd, const std::string& instance, std::string
     return -e;
   };
   const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
-  fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  // The process names the descriptor: only a regular file (a memfd is one)
+  // is opened at all, and never as a controlling terminal (O_NOCTTY): a
+  // pty named here would become the terminal of a recorder started without
+  // one (setsid, cron, a service), and its ^\ would kill the recorder. A
+  // device's open can act (a tape rewinds), so it is looked at first.
+  struct stat pre;
+  if (::stat(path.c_str(), &pre) != 0) return fail(errno, path + ": " + std::strerror(errno));
+  if (!S_ISREG(pre.st_mode))
+    return fail(EPERM, path + ": not a memfd (" + base::file_type_name(pre.st_mode) + ")");
+  fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd_ < 0) return fail(errno, path + ": " + std::strerror(errno));
+  struct stat now;
+  if (::fstat(fd_, &now) != 0 || !S_ISREG(now.st_mode) || now.st_ino != pre.st_ino ||
+      now.st_dev != pre.st_dev)
+    return fail(EPERM, path + ": changed while opened");
   // Sealed against shrinking: no mapping of it can end in a SIGBUS.
   const int seals = ::fcntl(fd_, F_GET_SEALS);
   if (seals < 0 || !(seals & F_SEAL_SHRINK)) return fail(EPERM, "not sealed against shrinking");

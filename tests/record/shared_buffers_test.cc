@@ -4,6 +4,8 @@
 // snapshot swap; discard mode waits for this reader; and files it must not
 // map are refused.
 #include <fcntl.h>
+#include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -268,6 +270,39 @@ TEST(SharedBuffer, RefusesWhatItMustNotMap) {
     SharedBuffer sb;
     EXPECT_EQ(sb.open(getpid(), 987654, "t", &err), -ENOENT) << err;
   }
+}
+
+}  // namespace
+}  // namespace usrtrace::tracedat
+
+namespace usrtrace::tracedat {
+namespace {
+
+// Issue 34, defect 3: the descriptor a process names was opened O_RDWR
+// without O_NOCTTY: a pty named there became the controlling terminal of a
+// recorder that had none (setsid, cron, a service), whose ^\ then killed it.
+// Here the recorder is a session leader without a terminal that is told to
+// map a pty.
+TEST(SharedBuffer, APtyNamedAsTheBufferIsNotOpenedAsATerminal) {
+  const pid_t child = fork();
+  if (child == 0) {
+    if (setsid() < 0) _exit(10);
+    const int master = posix_openpt(O_RDWR | O_NOCTTY);
+    if (master < 0 || grantpt(master) != 0 || unlockpt(master) != 0) _exit(11);
+    const int slave = ::open(ptsname(master), O_RDWR | O_NOCTTY);
+    if (slave < 0) _exit(12);
+    SharedBuffer sb;
+    std::string err;
+    if (sb.open(getpid(), slave, "", &err) == 0) _exit(13);  // a pty is no buffer
+    // Still no controlling terminal.
+    const int tty = ::open("/dev/tty", O_RDWR | O_NOCTTY);
+    _exit(tty < 0 && errno == ENXIO ? 0 : 14);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "14: the pty became the recorder's terminal; 13: it was taken as a buffer";
 }
 
 }  // namespace
