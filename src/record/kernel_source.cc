@@ -99,14 +99,70 @@ std::string with_id(const std::string& fmt, uint16_t id) {
   return fmt.substr(0, at) + std::to_string(id) + fmt.substr(end);
 }
 
-// Instances a recorder left when it was killed (usrtrace-PID, PID gone):
-// they would go on recording into nobody's buffer.
-void remove_abandoned(const std::string& instances) {
+// Who this recorder is, for its instance's name: its pid, the pid's start
+// time (/proc/self/stat field 22, clock ticks since boot) and its pid
+// namespace (the inode of /proc/self/ns/pid). Instances do not outlive a
+// boot, so the three name one process for as long as the name exists.
+struct Owner {
+  long pid = 0;
+  unsigned long long start = 0;
+  unsigned long long ns = 0;
+};
+
+unsigned long long start_time_of(long pid) {
+  const std::string stat = base::read_pseudo_file("/proc/" + std::to_string(pid) + "/stat");
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return 0;
+  const char* p = stat.c_str() + paren + 1;
+  for (int field = 3; field < 22; ++field) {
+    while (*p == ' ') ++p;
+    while (*p && *p != ' ') ++p;
+  }
+  return std::strtoull(p, nullptr, 10);
+}
+
+Owner self_owner() {
+  Owner o;
+  o.pid = ::getpid();
+  o.start = start_time_of(o.pid);
+  struct stat st;
+  if (::stat("/proc/self/ns/pid", &st) == 0) o.ns = st.st_ino;
+  return o;
+}
+
+// usrtrace-PID-START-NS-N, whole and nothing else: true with *o set.
+bool parse_owner(const std::string& name, Owner* o) {
+  if (name.rfind(kInstancePrefix, 0) != 0) return false;
+  const char* p = name.c_str() + std::strlen(kInstancePrefix);
+  unsigned long long v[4];
+  for (int i = 0; i < 4; ++i) {
+    if (*p < '0' || *p > '9') return false;
+    char* end = nullptr;
+    errno = 0;
+    v[i] = std::strtoull(p, &end, 10);
+    if (errno != 0 || end == p || (i < 3 ? *end != '-' : *end != '\0')) return false;
+    p = end + (i < 3 ? 1 : 0);
+  }
+  if (v[0] == 0 || v[0] > (1ull << 22)) return false;
+  o->pid = static_cast<long>(v[0]);
+  o->start = v[1];
+  o->ns = v[2];
+  return true;
+}
+
+// Instances a recorder left when it was killed: they would go on recording
+// into nobody's buffer. Removed only when the name proves it one of ours
+// whose owner is gone: usrtrace-PID-START-NS-N in our pid namespace (where
+// PID means what it says), and PID not running, or running since another
+// time (reused). Any other name (another tool's, an older usrtrace's, a
+// recorder's in another namespace) is left alone.
+void remove_abandoned(const std::string& instances, const Owner& self) {
   for (const std::string& name : subdirs(instances)) {
-    if (name.rfind(kInstancePrefix, 0) != 0) continue;
-    const long pid = std::strtol(name.c_str() + std::strlen(kInstancePrefix), nullptr, 10);
-    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
-      (void)::rmdir((instances + "/" + name).c_str());
+    Owner o;
+    if (!parse_owner(name, &o) || o.ns != self.ns || self.ns == 0) continue;
+    const bool gone =
+        (::kill(static_cast<pid_t>(o.pid), 0) != 0 && errno == ESRCH) || start_time_of(o.pid) != o.start;
+    if (gone) (void)::rmdir((instances + "/" + name).c_str());
   }
 }
 
@@ -216,13 +272,23 @@ int KernelSource::open(const std::vector<std::string>& specs, const std::string&
   if (int rc = check(specs, &tracefs_, err); rc < 0) return rc;
   const std::string& tracefs = tracefs_;
   const std::string instances = tracefs + "/instances";
-  remove_abandoned(instances);
-  // A name of our own: this recorder's pid (remove_abandoned's key), and a
-  // count for a second recording in the same process.
+  const Owner self = self_owner();
+  remove_abandoned(instances, self);
+  // A name of our own: who we are (remove_abandoned's proof), and a count
+  // for a second recording in the same process; one taken (EEXIST: another
+  // namespace's recorder with our pid and start, however unlikely) is
+  // passed over for the next.
   static std::atomic<unsigned> serial{0};
-  const std::string name = kInstancePrefix + std::to_string(::getpid()) + "-" + std::to_string(serial++);
-  const std::string dir = instances + "/" + name;
-  if (::mkdir(dir.c_str(), 0750) != 0) {
+  std::string dir;
+  int made = -1;
+  for (int tries = 0; tries < 64 && made != 0; ++tries) {
+    const std::string name = kInstancePrefix + std::to_string(self.pid) + "-" + std::to_string(self.start) +
+                             "-" + std::to_string(self.ns) + "-" + std::to_string(serial++);
+    dir = instances + "/" + name;
+    made = ::mkdir(dir.c_str(), 0750);
+    if (made != 0 && errno != EEXIST) break;
+  }
+  if (made != 0) {
     const int e = errno;
     *err = "-K: creating the kernel instance " + dir + ": " + std::strerror(e) +
            (e == EACCES || e == EPERM ? " (recording kernel events needs root, or CAP_SYS_ADMIN)" : "");

@@ -1,7 +1,7 @@
 // The kernel's tracefs events beside a process's, in the same file
 // (`usrtrace record -K SYS:EVENT`; RecordOptions::kernel_events).
 //
-// A kernel instance of our own (instances/usrtrace-PID) records the named
+// A kernel instance of our own (instances/usrtrace-PID-START-NS-N) records the named
 // events on the clock the kernel shares with the file's, filtered to the
 // recorded process's threads (set_event_pid, with event-fork for the
 // threads and children it starts). Its full pages are spliced out of

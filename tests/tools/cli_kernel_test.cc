@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -211,10 +212,28 @@ TEST(CliKernelErrors, AnInstanceAKilledRecorderLeftIsRemovedByTheNext) {
   if (dead == 0) _exit(0);
   ASSERT_GT(dead, 0);
   ASSERT_EQ(::waitpid(dead, nullptr, 0), dead);
-  const std::string left = std::string(kInstances) + "/usrtrace-" + std::to_string(dead) + "-0";
-  const std::string live = std::string(kInstances) + "/usrtrace-" + std::to_string(::getpid()) + "-0";
-  ASSERT_EQ(::mkdir(left.c_str(), 0750), 0);
-  ASSERT_EQ(::mkdir(live.c_str(), 0750), 0);
+  // The name proves the owner: pid, its start time, its pid namespace.
+  struct stat ns;
+  ASSERT_EQ(::stat("/proc/self/ns/pid", &ns), 0);
+  std::string self_stat;
+  std::getline(std::ifstream("/proc/self/stat"), self_stat);
+  const char* p = self_stat.c_str() + self_stat.rfind(')') + 1;
+  for (int field = 3; field < 22; ++field) {
+    while (*p == ' ') ++p;
+    while (*p && *p != ' ') ++p;
+  }
+  const std::string start = std::to_string(std::strtoull(p, nullptr, 10));
+  const std::string in = std::string(kInstances) + "/usrtrace-", nss = std::to_string(ns.st_ino);
+  const std::string left = in + std::to_string(dead) + "-" + start + "-" + nss + "-0";
+  const std::string live = in + std::to_string(::getpid()) + "-" + start + "-" + nss + "-0";
+  // Issue 34, defect 15: a live pid reused since (another start time) is
+  // gone all the same; a name that proves nothing (another tool's, or of
+  // another pid namespace) is left alone, whatever its pid.
+  const std::string reused = in + std::to_string(::getpid()) + "-1-" + nss + "-0";
+  const std::string foreign = in + std::to_string(dead) + "-0";
+  const std::string other_ns = in + std::to_string(dead) + "-" + start + "-1-0";
+  for (const std::string& d : {left, live, reused, foreign, other_ns})
+    ASSERT_EQ(::mkdir(d.c_str(), 0750), 0) << d;
   const std::string dir = temp_dir(), file = dir + "/next.dat";
   Proc rec = Proc::start({USRTRACE_CLI, "record", "-q", "-K", "sched:sched_switch", "-e", "clitest:tick",
                           "-o", file, "--", CLI_TARGET},
@@ -225,8 +244,10 @@ TEST(CliKernelErrors, AnInstanceAKilledRecorderLeftIsRemovedByTheNext) {
   struct stat st;
   EXPECT_NE(::stat(left.c_str(), &st), 0) << "the dead recorder's instance is removed";
   EXPECT_EQ(::stat(live.c_str(), &st), 0) << "a live one's is not";
-  ::rmdir(live.c_str());
-  ::rmdir(left.c_str());
+  EXPECT_NE(::stat(reused.c_str(), &st), 0) << "one whose pid was reused is removed";
+  EXPECT_EQ(::stat(foreign.c_str(), &st), 0) << "another tool's is not";
+  EXPECT_EQ(::stat(other_ns.c_str(), &st), 0) << "another pid namespace's is not";
+  for (const std::string& d : {left, live, reused, foreign, other_ns}) ::rmdir(d.c_str());
   EXPECT_EQ(r.rc, 0) << r.err;
   ::unlink(file.c_str());
   ::rmdir(dir.c_str());
