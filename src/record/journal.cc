@@ -593,11 +593,11 @@ void JournalWriter::compact_locked() {
   for (MetaAt& m : moved) {
     if (m.bytes == 0 || !ok) continue;
     // Copied a megabyte at a time from the old journal.
-    char rec[kRecordHead] = {};
-    const uint32_t kind = kMeta;
-    std::memcpy(rec, &kind, 4);
-    std::memcpy(rec + 8, &m.bytes, 8);
-    put(rec, sizeof rec);
+    std::string head;  // kind, reserved, bytes (kRecordHead)
+    put32(&head, kMeta);
+    put32(&head, 0);
+    put64(&head, m.bytes);
+    put(head.data(), head.size());
     const uint64_t payload_at = at;
     for (uint64_t done = 0; ok && done < m.bytes;) {
       buf.resize(static_cast<size_t>(std::min<uint64_t>(m.bytes - done, 1u << 20)));
