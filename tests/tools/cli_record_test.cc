@@ -750,3 +750,48 @@ TEST(CliRecord, DashCFollowsTheProgramsACommandStarts) {
 }
 
 }  // namespace
+
+namespace {
+
+// Issue 34, defect 2, with -c: `record -c -- bash SCRIPT` follows the
+// programs the script starts, and each keeps its own descriptors. bash
+// took the runtime's unsetenv("USRTRACE_GATE_FD") for its own (before its
+// main() it has no table of variables, and then copied the environment
+// with the variable in it), so every child took its own descriptor of
+// that number for the start gate: it wrote "E" and "R" into it and closed
+// it, and it waited on that gate instead of announcing itself, so none was
+// followed.
+TEST(CliRecord, DashCFollowsAScriptsChildrenWhichKeepTheirDescriptors) {
+  const std::string dir = temp_dir(), file = dir + "/script.dat", script = dir + "/script.sh";
+  // The gate's number in the command is whatever record's child had free:
+  // every low one is a file of the children's own.
+  std::string redirs;
+  for (int fd = 3; fd <= 9; ++fd) {
+    const std::string data = dir + "/data" + std::to_string(fd);
+    std::ofstream(data) << "hello world";
+    redirs += " " + std::to_string(fd) + "<>" + data;
+  }
+  std::ofstream(script) << "printf 'tick 10\\nexit 0\\n' | " << CLI_TARGET << redirs << " >/dev/null\n"
+                        << "printf 'tick 20\\nexit 0\\n' | " << CLI_TARGET << redirs << " >/dev/null\n"
+                        << "exit 0\n";
+  const Result r =
+      Proc::start({USRTRACE_CLI, "record", "-c", "-e", "clitest:tick", "-o", file, "--", "/bin/bash", script},
+                  false)
+          .finish();
+  ASSERT_EQ(r.rc, 0) << r.err;
+  for (int fd = 3; fd <= 9; ++fd) {
+    std::ifstream in(dir + "/data" + std::to_string(fd));
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(text, "hello world") << "the children's fd " << fd;
+  }
+  EXPECT_NE(r.err.find("followed 2 processes"), std::string::npos) << r.err;
+  const Result rep = run_cli({"report", "-i", file});
+  ASSERT_EQ(rep.rc, 0) << rep.err;
+  EXPECT_EQ(count(rep.out, " tick: "), 30) << rep.out.substr(0, 2000);
+  for (int fd = 3; fd <= 9; ++fd) ::unlink((dir + "/data" + std::to_string(fd)).c_str());
+  ::unlink(script.c_str());
+  ::unlink(file.c_str());
+  ::rmdir(dir.c_str());
+}
+
+}  // namespace
