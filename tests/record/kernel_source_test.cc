@@ -4,10 +4,17 @@
 #include "record/kernel_source.h"
 
 #include <gtest/gtest.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <vector>
 
+#include "record/journal.h"
 #include "ring_buffer/page_format.h"
 
 namespace usrtrace::tracedat {
@@ -107,6 +114,54 @@ TEST(KernelSource, TheKernelClockIsTheOneWhoseValuesAreOurs) {
   for (const char* same : {"mono", "mono_raw", "boot", "tai"}) EXPECT_EQ(kernel_clock_for(same), same);
   EXPECT_EQ(kernel_clock_for("counter"), "");
   EXPECT_EQ(kernel_clock_for("uptime"), "");
+}
+
+// Issue 34, defect 15: a name -K would take that is already there does
+// not fail it (mkdir's EEXIST), and is not removed: an instance named
+// after this process's pid by an older usrtrace or another tool
+// (usrtrace-PID-0, which proves no owner), and one with the very name this
+// process takes first (usrtrace-PID-START-NS-0, whose owner, this process,
+// lives). The first made the next -K fail once its pid was reused. (Its
+// name counts up per process; this is the binary's first open.)
+TEST(KernelSourceInstances, ANameAlreadyTakenIsPassedOverAndLeftAlone) {
+  const std::string instances = "/sys/kernel/tracing/instances";
+  struct stat st;
+  if (::stat(instances.c_str(), &st) != 0) ::mount("nodev", "/sys/kernel/tracing", "tracefs", 0, nullptr);
+  if (::geteuid() != 0 || ::stat(instances.c_str(), &st) != 0)
+    GTEST_SKIP() << "needs root and the kernel's tracefs";
+  struct stat ns;
+  ASSERT_EQ(::stat("/proc/self/ns/pid", &ns), 0);
+  std::string self_stat;
+  std::getline(std::ifstream("/proc/self/stat"), self_stat);
+  const char* p = self_stat.c_str() + self_stat.rfind(')') + 1;
+  for (int field = 3; field < 22; ++field) {  // to the start time, field 22
+    while (*p == ' ') ++p;
+    while (*p && *p != ' ') ++p;
+  }
+  const std::string in = instances + "/usrtrace-" + std::to_string(::getpid());
+  const std::string foreign = in + "-0";
+  const std::string ours =
+      in + "-" + std::to_string(std::strtoull(p, nullptr, 10)) + "-" + std::to_string(ns.st_ino) + "-0";
+  ASSERT_EQ(::mkdir(foreign.c_str(), 0750), 0) << foreign;
+  ASSERT_EQ(::mkdir(ours.c_str(), 0750), 0) << ours;
+  char tmpl[] = "/tmp/usrtrace-ks-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  RecordOptions opts;
+  opts.output = std::string(tmpl) + "/out.dat";
+  JournalWriter journal;
+  std::string err;
+  ASSERT_EQ(journal.create(opts, &err), 0) << err;
+  {
+    KernelSource ks;
+    EXPECT_EQ(ks.open({"sched:sched_switch"}, "mono", {::getpid()}, &journal, &err), 0) << err;
+    EXPECT_EQ(ks.take_rest(&err), 0) << err;
+  }
+  EXPECT_EQ(::stat(foreign.c_str(), &st), 0) << "a name that proves no owner is left alone";
+  EXPECT_EQ(::stat(ours.c_str(), &st), 0) << "a live owner's is left alone";
+  ::rmdir(foreign.c_str());
+  ::rmdir(ours.c_str());
+  journal.remove();
+  ::rmdir(tmpl);
 }
 
 }  // namespace
