@@ -65,17 +65,29 @@ int SharedBuffer::open(int pid, int fd, const std::string& instance, std::string
     return -e;
   };
   const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
-  // The process names the descriptor: only a regular file (a memfd is one)
-  // is opened at all, and never as a controlling terminal (O_NOCTTY): a
-  // pty named here would become the terminal of a recorder started without
-  // one (setsid, cron, a service), and its ^\ would kill the recorder. A
-  // device's open can act (a tape rewinds), so it is looked at first.
-  struct stat pre;
-  if (::stat(path.c_str(), &pre) != 0) return fail(errno, path + ": " + std::strerror(errno));
-  if (!S_ISREG(pre.st_mode))
+  // The process names the descriptor, and can change what it holds while
+  // we look: the file is pinned first (O_PATH runs no open of a device),
+  // looked at, and opened through the pin only if it is a regular file (a
+  // memfd is one), never as a controlling terminal (O_NOCTTY) and never
+  // waiting (O_NONBLOCK). A pty named here became the terminal of a
+  // recorder started without one (setsid, cron, a service), whose ^\ then
+  // killed it; a device's open can act (a tape rewinds). Looking at the
+  // path and then opening it would still open whatever the process put
+  // there in between.
+  const int pinned = ::open(path.c_str(), O_PATH | O_CLOEXEC);
+  if (pinned < 0) return fail(errno, path + ": " + std::strerror(errno));
+  struct stat pre {};
+  const int stat_rc = ::fstat(pinned, &pre), stat_errno = errno;
+  if (stat_rc != 0 || !S_ISREG(pre.st_mode)) {
+    ::close(pinned);
+    if (stat_rc != 0) return fail(stat_errno, path + ": " + std::strerror(stat_errno));
     return fail(EPERM, path + ": not a memfd (" + base::file_type_name(pre.st_mode) + ")");
-  fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (fd_ < 0) return fail(errno, path + ": " + std::strerror(errno));
+  }
+  fd_ =
+      ::open(("/proc/self/fd/" + std::to_string(pinned)).c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  const int open_errno = errno;
+  ::close(pinned);
+  if (fd_ < 0) return fail(open_errno, path + ": " + std::strerror(open_errno));
   struct stat now;
   if (::fstat(fd_, &now) != 0 || !S_ISREG(now.st_mode) || now.st_ino != pre.st_ino ||
       now.st_dev != pre.st_dev)
