@@ -109,8 +109,11 @@ struct Owner {
   unsigned long long ns = 0;
 };
 
-unsigned long long start_time_of(long pid) {
-  const std::string stat = base::read_pseudo_file("/proc/" + std::to_string(pid) + "/stat");
+// A process's start time from its /proc stat file (`which`: a pid, or
+// "self"); 0 when it cannot be read (no process starts at tick 0 but the
+// first).
+unsigned long long start_time_of(const std::string& which) {
+  const std::string stat = base::read_pseudo_file("/proc/" + which + "/stat");
   const size_t paren = stat.rfind(')');
   if (paren == std::string::npos) return 0;
   const char* p = stat.c_str() + paren + 1;
@@ -121,10 +124,22 @@ unsigned long long start_time_of(long pid) {
   return std::strtoull(p, nullptr, 10);
 }
 
+// Whether /proc speaks of this process's pid namespace: mounted for
+// another (a parent's, as `unshare --pid --fork` without --mount-proc
+// leaves it), /proc/PID is another process than our PID, and its start
+// time proves nothing.
+bool proc_is_our_pid_namespace() {
+  char link[32];
+  const ssize_t n = ::readlink("/proc/self", link, sizeof link - 1);
+  if (n <= 0) return false;
+  link[n] = '\0';
+  return std::strtol(link, nullptr, 10) == static_cast<long>(::getpid());
+}
+
 Owner self_owner() {
   Owner o;
   o.pid = ::getpid();
-  o.start = start_time_of(o.pid);
+  o.start = start_time_of("self");  // ours whichever namespace /proc is of
   struct stat st;
   if (::stat("/proc/self/ns/pid", &st) == 0) o.ns = st.st_ino;
   return o;
@@ -155,13 +170,19 @@ bool parse_owner(const std::string& name, Owner* o) {
 // whose owner is gone: usrtrace-PID-START-NS-N in our pid namespace (where
 // PID means what it says), and PID not running, or running since another
 // time (reused). Any other name (another tool's, an older usrtrace's, a
-// recorder's in another namespace) is left alone.
+// recorder's in another namespace) is left alone, and so is every one when
+// /proc is another namespace's, or a start time cannot be read: what
+// cannot be read proves nothing.
 void remove_abandoned(const std::string& instances, const Owner& self) {
+  if (self.ns == 0 || !proc_is_our_pid_namespace()) return;
   for (const std::string& name : subdirs(instances)) {
     Owner o;
-    if (!parse_owner(name, &o) || o.ns != self.ns || self.ns == 0) continue;
-    const bool gone =
-        (::kill(static_cast<pid_t>(o.pid), 0) != 0 && errno == ESRCH) || start_time_of(o.pid) != o.start;
+    if (!parse_owner(name, &o) || o.ns != self.ns || o.start == 0) continue;
+    bool gone = ::kill(static_cast<pid_t>(o.pid), 0) != 0 && errno == ESRCH;
+    if (!gone) {
+      const unsigned long long start = start_time_of(std::to_string(o.pid));
+      gone = start != 0 && start != o.start;
+    }
     if (gone) (void)::rmdir((instances + "/" + name).c_str());
   }
 }

@@ -4,8 +4,10 @@
 #include "record/kernel_source.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -162,6 +164,66 @@ TEST(KernelSourceInstances, ANameAlreadyTakenIsPassedOverAndLeftAlone) {
   ::rmdir(ours.c_str());
   journal.remove();
   ::rmdir(tmpl);
+}
+
+// A recorder in a pid namespace of its own whose /proc is still its
+// parent's (`unshare --pid --fork` without --mount-proc): /proc/PID there
+// is another process than its PID, so a start time read there proves
+// nothing, and a live recorder's instance must not be taken for one whose
+// pid was reused. Here the recorder is pid 1 of a new namespace, and the
+// instance usrtrace-1-START-NS-7 is its own (a second recording's, say);
+// /proc/1 is the machine's init.
+TEST(KernelSourceInstances, ALiveOwnersInstanceIsKeptWhenProcIsAnotherNamespaces) {
+  const std::string instances = "/sys/kernel/tracing/instances";
+  struct stat st;
+  if (::stat(instances.c_str(), &st) != 0) ::mount("nodev", "/sys/kernel/tracing", "tracefs", 0, nullptr);
+  if (::geteuid() != 0 || ::stat(instances.c_str(), &st) != 0)
+    GTEST_SKIP() << "needs root and the kernel's tracefs";
+  const pid_t child = ::fork();
+  if (child == 0) {
+    if (::unshare(CLONE_NEWPID) != 0) _exit(20);  // for the children it starts
+    const pid_t recorder = ::fork();
+    if (recorder == 0) {
+      if (::getpid() != 1) _exit(21);
+      struct stat ns;
+      if (::stat("/proc/self/ns/pid", &ns) != 0) _exit(22);
+      std::string self_stat;
+      std::getline(std::ifstream("/proc/self/stat"), self_stat);
+      const char* p = self_stat.c_str() + self_stat.rfind(')') + 1;
+      for (int field = 3; field < 22; ++field) {
+        while (*p == ' ') ++p;
+        while (*p && *p != ' ') ++p;
+      }
+      const std::string own = instances + "/usrtrace-1-" + std::to_string(std::strtoull(p, nullptr, 10)) +
+                              "-" + std::to_string(ns.st_ino) + "-7";
+      if (::mkdir(own.c_str(), 0750) != 0) _exit(23);
+      char tmpl[] = "/tmp/usrtrace-ks-XXXXXX";
+      if (::mkdtemp(tmpl) == nullptr) _exit(24);
+      RecordOptions opts;
+      opts.output = std::string(tmpl) + "/out.dat";
+      int rc = 0;
+      {
+        JournalWriter journal;
+        std::string err;
+        KernelSource ks;
+        if (journal.create(opts, &err) != 0 ||
+            ks.open({"sched:sched_switch"}, "mono", {}, &journal, &err) != 0 || ks.take_rest(&err) != 0)
+          rc = 25;
+        journal.remove();
+      }
+      ::rmdir(tmpl);
+      if (rc == 0 && ::stat(own.c_str(), &st) != 0) rc = 3;  // taken for a dead recorder's
+      ::rmdir(own.c_str());
+      _exit(rc);
+    }
+    int status = 0;
+    if (recorder < 0 || ::waitpid(recorder, &status, 0) != recorder || !WIFEXITED(status)) _exit(26);
+    _exit(WEXITSTATUS(status));
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "3: the live recorder's instance was removed; 20-26: the setup failed";
 }
 
 }  // namespace
