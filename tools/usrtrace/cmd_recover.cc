@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "tep_session.h"
 #include "usrtrace/recover.h"
 #include "usrtrace_toolkit/toolkit.h"
 
@@ -36,10 +37,6 @@ struct Options {
   bool compress = false;
 };
 
-struct TepDeleter {
-  void operator()(tep_handle* t) const { tep_free(t); }
-};
-
 int write_tracedat(const Recovery& rec, const Options& o) {
   if (o.file_version != 6 && o.file_version != 7) {
     fprintf(stderr, "usrtrace recover: --file-version must be 6 or 7\n");
@@ -53,7 +50,8 @@ int write_tracedat(const Recovery& rec, const Options& o) {
   return 0;
 }
 
-void print_buffer(const Recovery& rec, tep_handle* tep, uint32_t tag, const Options& o) {
+void print_buffer(const Recovery& rec, const tool::TepSession& session, uint32_t tag, const Options& o) {
+  tep_handle* tep = session.tep();
   const auto evs = rec.events(tag);
   const Recovery::Info& info = rec.info();
   printf("# tracer: nop\n#\n# entries-in-buffer/entries-written: %zu/%zu   #P:%d\n#\n", evs.size(),
@@ -78,11 +76,9 @@ void print_buffer(const Recovery& rec, tep_handle* tep, uint32_t tag, const Opti
       printf("\n");
       continue;
     }
-    tep_record rec_{};
-    rec_.ts = ev.ts;
-    rec_.cpu = ev.cpu;
-    rec_.size = static_cast<int>(ev.len);
-    rec_.data = const_cast<uint8_t*>(ev.data);
+    // A copy with zeros past it, and formats checked first (TepSession): the
+    // file's formats are as hostile as its records.
+    tep_record rec_ = session.make_record(ev.data, ev.len, ev.ts, ev.cpu);
     tep_event* te = tep_find_event(tep, type);
     const char* comm = tep_data_comm_from_pid(tep, pid);
     char head[64];
@@ -196,25 +192,31 @@ int run(const Options& o, bool version_given, bool compress_given) {
   }
   for (const std::string& w : rec->warnings()) fprintf(stderr, "usrtrace recover: warning: %s\n", w.c_str());
   if (!o.tracedat.empty()) return write_tracedat(*rec, o);
-  std::unique_ptr<tep_handle, TepDeleter> tep(tep_alloc());
-  if (!tep) {
+  std::vector<std::pair<std::string, std::string>> formats;
+  for (const Recovery::Format& f : rec->formats()) formats.emplace_back(f.system, f.text);
+  std::string warnings;
+  auto session =
+      tool::TepSession::from_formats(formats, rec->info().page_size, rec->info().nr_cpus, &warnings);
+  if (!session) {
     fprintf(stderr, "usrtrace recover: out of memory\n");
     return 1;
   }
-  for (const Recovery::Format& f : rec->formats())
-    if (tep_parse_event(tep.get(), f.text.data(), f.text.size(), f.system.c_str()) != 0)
-      fprintf(stderr, "usrtrace recover: warning: cannot parse the format of %s (id %u)\n", f.system.c_str(),
-              f.id);
-  for (const auto& [tid, comm] : rec->cmdlines()) tep_register_comm(tep.get(), comm.c_str(), tid);
+  for (size_t at = 0, nl; at < warnings.size(); at = nl + 1) {
+    nl = warnings.find('\n', at);
+    if (nl == std::string::npos) nl = warnings.size();
+    fprintf(stderr, "usrtrace recover: warning: %s\n", warnings.substr(at, nl - at).c_str());
+  }
+  tep_handle* tep = session->tep();
+  for (const auto& [tid, comm] : rec->cmdlines()) tep_register_comm(tep, comm.c_str(), tid);
   const Recovery::Info& info = rec->info();
   printf("# recovered from %s: pid %d (%s), instance %s, clock %s\n", o.file.c_str(), info.pid,
          info.program.c_str(), info.instance.empty() ? "top" : info.instance.c_str(), info.clock.c_str());
-  print_buffer(*rec, tep.get(), 0, o);
+  print_buffer(*rec, *session, 0, o);
   if (o.snapshots)
     for (uint32_t tag : rec->tags())
       if (tag != 0) {
         printf("#\n# snapshot buffer %u\n", tag);
-        print_buffer(*rec, tep.get(), tag, o);
+        print_buffer(*rec, *session, tag, o);
       }
   return 0;
 }

@@ -1,6 +1,9 @@
 #include "tep_session.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -160,7 +163,114 @@ bool print_safe(tep_event* ev, const tep_print_arg* a, int depth) {
   return true;
 }
 
+// Where libtraceevent 1.7 folds an operation on two constants while it
+// parses (consolidate_op_arg), it divides unchecked: `1 / 0`, and also
+// `R % s` (a name is the constant 0) or `REC->x / 2 * 0` (it takes that as
+// x / (2 * 0)), raise SIGFPE inside tep_parse_event, before print_safe()
+// can look (report_fuzzer found it). So the text is checked first: the
+// right operand of each `/` and `%` outside a string must be a field
+// (REC->, or a parenthesized group holding one), sizeof, or a constant in
+// [1, INT64_MAX] that no `*`, `/` or `%` follows. Every divisor of a 6.18
+// kernel's formats is one of these (`/ 1000L`, `% 64`, `) / sizeof(u64)`).
+bool ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+// The end of the string or character literal that opens at `i`.
+size_t skip_literal(const std::string& t, size_t i) {
+  const char q = t[i];
+  for (++i; i < t.size() && t[i] != q; ++i)
+    if (t[i] == '\\') ++i;
+  return std::min(i + 1, t.size());
+}
+
+bool divisor_safe(const std::string& t, size_t i) {
+  while (i < t.size() && std::isspace(static_cast<unsigned char>(t[i]))) ++i;
+  if (i >= t.size()) return false;
+  const auto word = [&](const char* w) {
+    const size_t n = std::strlen(w);
+    return t.compare(i, n, w) == 0 && (i + n == t.size() || !ident_char(t[i + n]));
+  };
+  if (word("REC") || word("sizeof")) return true;
+  if (t[i] == '(') {
+    int nest = 0;
+    for (size_t j = i; j < t.size(); ++j) {
+      if (t[j] == '"' || t[j] == '\'') {
+        j = skip_literal(t, j) - 1;
+      } else if (t[j] == '(') {
+        ++nest;
+      } else if (t[j] == ')' && --nest == 0) {
+        return t.substr(i, j - i).find("REC") != std::string::npos;
+      }
+    }
+    return false;
+  }
+  if (!std::isdigit(static_cast<unsigned char>(t[i]))) return false;
+  const std::string tail = t.substr(i, 32);
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(tail.c_str(), &end, 0);
+  if (errno != 0 || v == 0 || v > static_cast<unsigned long long>(INT64_MAX)) return false;
+  i += static_cast<size_t>(end - tail.c_str());
+  while (i < t.size() && std::strchr("uUlL", t[i]) != nullptr) ++i;
+  if (i < t.size() && (ident_char(t[i]) || t[i] == '.')) return false;
+  while (i < t.size() && std::isspace(static_cast<unsigned char>(t[i]))) ++i;
+  return i >= t.size() || std::strchr("*/%", t[i]) == nullptr;
+}
+
+// Whether `text`'s print fmt can be handed to libtraceevent's parser.
+bool parse_safe(const std::string& text) {
+  const size_t at = text.find("print fmt:");
+  if (at == std::string::npos) return true;
+  for (size_t i = at + 10; i < text.size(); ++i) {
+    if (text[i] == '"' || text[i] == '\'') {
+      i = skip_literal(text, i) - 1;
+    } else if ((text[i] == '/' || text[i] == '%') && !divisor_safe(text, i + 1)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
+
+void TepSession::add_format(const std::string& system, const std::string& text, std::string* warnings) {
+  const char* id = std::strstr(text.c_str(), "\nID: ");
+  if (id) formats_[std::atoi(id + 5)] = text;
+  // A format file is text: libtraceevent 1.7's tokenizer takes a NUL for
+  // a token it then compares (a NULL strcmp, report_fuzzer found it).
+  if (text.find('\0') != std::string::npos) {
+    if (warnings) *warnings += "an event format of system " + system + " holds a NUL byte; left out\n";
+    return;
+  }
+  if (!parse_safe(text)) {
+    // The fields are kept; its records print as libtraceevent prints a
+    // format it cannot parse: "[FAILED TO PARSE]" and the fields.
+    if (warnings)
+      *warnings += "an event format of system " + system +
+                   " divides by what may be zero; its print fmt is left out, its fields are kept\n";
+    const std::string fields = text.substr(0, text.find("print fmt:"));
+    tep_parse_event(tep_, fields.data(), fields.size(), system.c_str());
+    return;
+  }
+  if (tep_parse_event(tep_, text.data(), text.size(), system.c_str()) != 0 && warnings) {
+    *warnings += "cannot parse an event format of system " + system + "\n";
+  }
+}
+
+std::unique_ptr<TepSession> TepSession::from_formats(
+    const std::vector<std::pair<std::string, std::string>>& formats, uint32_t page_size, int nr_cpus,
+    std::string* warnings) {
+  auto s = std::make_unique<TepSession>();
+  s->tep_ = tep_alloc();
+  if (!s->tep_) return nullptr;
+  tep_set_file_bigendian(s->tep_, TEP_LITTLE_ENDIAN);
+  tep_set_local_bigendian(s->tep_, TEP_LITTLE_ENDIAN);
+  tep_set_long_size(s->tep_, 8);
+  tep_set_page_size(s->tep_, static_cast<int>(page_size));
+  tep_set_cpus(s->tep_, nr_cpus);
+  for (const auto& [system, text] : formats) s->add_format(system, text, warnings);
+  s->fence_fields(page_size, warnings);
+  return s;
+}
 
 std::unique_ptr<TepSession> TepSession::load(const TraceFile& f, std::string* warnings) {
   auto s = std::make_unique<TepSession>();
@@ -176,20 +286,10 @@ std::unique_ptr<TepSession> TepSession::load(const TraceFile& f, std::string* wa
   tep_set_cpus(tep, f.nr_cpus());
   std::string hp = f.header_page();
   if (!hp.empty()) tep_parse_header_page(tep, hp.data(), hp.size(), f.long_size());
-  for (const TraceFile::Format& fmt : f.formats()) {
-    const char* id = std::strstr(fmt.text.c_str(), "\nID: ");
-    if (id) s->formats_[std::atoi(id + 5)] = fmt.text;
-    // A format file is text: libtraceevent 1.7's tokenizer takes a NUL for
-    // a token it then compares (a NULL strcmp, report_fuzzer found it).
-    if (fmt.text.find('\0') != std::string::npos) {
-      if (warnings) *warnings += "an event format of system " + fmt.system + " holds a NUL byte; left out\n";
-      continue;
-    }
-    if (tep_parse_event(tep, fmt.text.data(), fmt.text.size(), fmt.system.c_str()) != 0 && warnings) {
-      *warnings += "cannot parse an event format of system " + fmt.system + "\n";
-    }
-  }
-  s->fence_fields(f, warnings);
+  for (const TraceFile::Format& fmt : f.formats()) s->add_format(fmt.system, fmt.text, warnings);
+  int64_t page = f.page_size();
+  for (const TraceFile::Buffer& b : f.buffers()) page = std::max<int64_t>(page, b.page_size);
+  s->fence_fields(page, warnings);
   if (!f.kallsyms().empty()) {
     tep_parse_kallsyms(tep, f.kallsyms().c_str());
   }
@@ -216,9 +316,7 @@ std::unique_ptr<TepSession> TepSession::load(const TraceFile& f, std::string* wa
 // int from 4294967294: -2), is in no record. Such fields are made empty
 // (offset 0, size 0: read as absent by the exports, printed as 0 or ""
 // by libtraceevent), so that no read reaches past make_record's copy.
-void TepSession::fence_fields(const TraceFile& f, std::string* warnings) {
-  int64_t page = f.page_size();
-  for (const TraceFile::Buffer& b : f.buffers()) page = std::max<int64_t>(page, b.page_size);
+void TepSession::fence_fields(int64_t page, std::string* warnings) {
   int64_t reach = 0;
   uint64_t fenced = 0;
   std::string first;
@@ -269,16 +367,21 @@ const std::string& TepSession::format_of(int id) const {
 }
 
 tep_record TepSession::make_record(const TraceFile::Record& r) const {
-  tep_record rec{};
-  rec.ts = r.ts;
-  rec.cpu = r.cpu;
-  rec.size = static_cast<int>(r.len);
-  if (scratch_.size() < r.len + reach_) scratch_.resize(r.len + reach_, 0);
-  std::memcpy(scratch_.data(), r.data, r.len);
-  if (dirty_ > r.len) std::memset(scratch_.data() + r.len, 0, dirty_ - r.len);
-  dirty_ = r.len;
-  rec.data = scratch_.data();
+  tep_record rec = make_record(r.data, r.len, r.ts, r.cpu);
   rec.missed_events = r.missed;
+  return rec;
+}
+
+tep_record TepSession::make_record(const uint8_t* data, uint32_t len, uint64_t ts, int cpu) const {
+  tep_record rec{};
+  rec.ts = ts;
+  rec.cpu = cpu;
+  rec.size = static_cast<int>(len);
+  if (scratch_.size() < len + reach_) scratch_.resize(len + reach_, 0);
+  std::memcpy(scratch_.data(), data, len);
+  if (dirty_ > len) std::memset(scratch_.data() + len, 0, dirty_ - len);
+  dirty_ = len;
+  rec.data = scratch_.data();
   return rec;
 }
 

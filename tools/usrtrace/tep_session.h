@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "usrtrace/tracedat.h"
@@ -19,6 +20,11 @@ class TepSession {
   // Loads `f`'s metadata; formats libtraceevent cannot parse are reported
   // in *warnings (their records then print as trace-cmd prints unknown ones).
   static std::unique_ptr<TepSession> load(const TraceFile& f, std::string* warnings);
+  // The same for formats alone ({system, text}), as a recovered buffer
+  // holds them (`usrtrace recover`): 8-byte longs, pages of `page_size`.
+  static std::unique_ptr<TepSession> from_formats(
+      const std::vector<std::pair<std::string, std::string>>& formats, uint32_t page_size, int nr_cpus,
+      std::string* warnings);
   ~TepSession();
 
   tep_handle* tep() const { return tep_; }
@@ -32,9 +38,12 @@ class TepSession {
   // the next make_record. Context: allocates only when a record is longer
   // than any before.
   tep_record make_record(const TraceFile::Record& r) const;
+  tep_record make_record(const uint8_t* data, uint32_t len, uint64_t ts, int cpu) const;
 
  private:
-  void fence_fields(const TraceFile& f, std::string* warnings);
+  // Parses one format file, unless libtraceevent 1.7 would crash on it.
+  void add_format(const std::string& system, const std::string& text, std::string* warnings);
+  void fence_fields(int64_t page, std::string* warnings);
 
   tep_handle* tep_ = nullptr;
   tep_plugin_list* plugins_ = nullptr;
