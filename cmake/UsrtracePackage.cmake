@@ -88,9 +88,8 @@ if(USRTRACE_INSTALL)
   install(FILES ${PROJECT_BINARY_DIR}/usrtrace.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig
           COMPONENT Development)
 
-  # The license, where Debian puts it (share/doc/PACKAGE/copyright), once the
-  # repository has one. Its owners choose it; none is assumed here, so until
-  # then the packages carry no copyright file (tests/package checks both ways).
+  # The license (MIT, LICENSE at the root), where Debian puts it:
+  # share/doc/PACKAGE/copyright (tests/package checks it after apt-get install).
   foreach(_license LICENSE LICENSE.txt LICENSE.md COPYING)
     if(EXISTS ${PROJECT_SOURCE_DIR}/${_license})
       install(FILES ${PROJECT_SOURCE_DIR}/${_license} DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/usrtrace

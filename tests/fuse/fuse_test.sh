@@ -120,6 +120,12 @@ touch "$work/full/file"
 expect_fail "not an empty directory" "$USRTRACE" mount "$target_pid" "$work/full"
 expect_fail "not a directory" "$USRTRACE" mount "$target_pid" "$work/full/file"
 
+step="mount takes the process as -P PID, as every subcommand does, or as PID; once"
+expect_fail "the process is named twice" "$USRTRACE" mount -P "$target_pid" "$target_pid" "$mnt"
+expect_fail "which process" "$USRTRACE" mount "$mnt"
+expect_fail "is not a process id" "$USRTRACE" mount nopid "$mnt"
+mounted && fail "mounted anyway"
+
 step="mount"
 # 3>&-: the daemon must not keep the target's stdin open.
 "$USRTRACE" mount "$target_pid" "$mnt" 3>&-
@@ -221,8 +227,8 @@ kill -0 "$fg_pid" || fail "mount -f returned while mounted"
 "$USRTRACE" umount "$mnt"
 wait "$fg_pid" || fail "mount -f exited with $?"
 
-step="umount of a mount whose daemon died"
-"$USRTRACE" mount "$target_pid" "$mnt" 3>&-
+step="umount of a mount whose daemon died (mounted by -P)"
+"$USRTRACE" mount -P "$target_pid" "$mnt" 3>&-
 daemon=$(daemons)
 [[ -n $daemon ]] || fail "no daemon"
 kill -9 $daemon

@@ -8,10 +8,12 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "commands.h"
 #include "remote.h"
@@ -88,7 +90,7 @@ int run_umount(const std::string& dir) {
 Runner add_mount(CLI::App& app) {
   struct Options {
     int pid = 0;
-    std::string dir;
+    std::vector<std::string> args;  // [PID] DIR
     bool foreground = false;
   };
   auto o = std::make_shared<Options>();
@@ -100,9 +102,34 @@ Runner add_mount(CLI::App& app) {
       "goes away by itself; files still open in it fail with ENODEV). See docs/cli/usrtrace-mount.md.");
   sub->add_flag("-f,--foreground", o->foreground,
                 "Stay in the foreground until unmounted or interrupted (Ctrl-C unmounts)");
-  sub->add_option("PID", o->pid, "The traced process")->required()->check(CLI::PositiveNumber);
-  sub->add_option("DIR", o->dir, "Where to mount (an empty directory)")->required();
-  return [o] { return run_mount(o->pid, o->dir, o->foreground); };
+  // -P PID, as every other subcommand takes a process; the older positional
+  // PID still works.
+  sub->add_option("-P,--pid", o->pid, "The traced process")->check(CLI::PositiveNumber);
+  sub->add_option("ARGS", o->args, "[PID] DIR: where to mount (an empty directory)")
+      ->required()
+      ->expected(1, 2);
+  return [o]() -> int {
+    int pid = o->pid;
+    std::string dir = o->args.back();
+    if (o->args.size() == 2) {
+      if (pid != 0) {
+        fprintf(stderr, "usrtrace mount: the process is named twice (-P %d and %s)\n", pid,
+                o->args[0].c_str());
+        return 2;
+      }
+      char* end = nullptr;
+      const long v = std::strtol(o->args[0].c_str(), &end, 10);
+      if (end == o->args[0].c_str() || *end != '\0' || v <= 0 || v > INT32_MAX) {
+        fprintf(stderr, "usrtrace mount: %s is not a process id\n", o->args[0].c_str());
+        return 2;
+      }
+      pid = static_cast<int>(v);
+    } else if (pid == 0) {
+      fprintf(stderr, "usrtrace mount: which process? usrtrace mount -P PID DIR\n");
+      return 2;
+    }
+    return run_mount(pid, dir, o->foreground);
+  };
 }
 
 Runner add_umount(CLI::App& app) {
