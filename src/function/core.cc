@@ -553,12 +553,49 @@ const Site* SiteTable::find(uint64_t fn) const {
 
 namespace {
 
+// -finstrument-functions calls the exit hook of every call, recorded or
+// not, and instrumented_exit_slow pairs an exit with the frame on top by
+// its function. A call that pushed no frame (past max_graph_depth, under a
+// set_graph_notrace function, ...) while a call of its own function is on
+// top would take that frame at its exit: the outer call ended at its first
+// unrecorded descendant's return and the depth it held was lost (fib at
+// max_graph_depth 2 was recorded whole, every call at depth 1). Such a call
+// pushes a frame that records nothing (mask 0: no instance, no depth, no
+// exit record) for its own exit to pop, as uftrace's cygprof entry keeps a
+// NORECORD entry for each call it filters out. Other unrecorded calls need
+// none: at their exits (and their callees') the top frame is another
+// function's, of a shallower call, which instrumented_exit_slow leaves
+// alone; so recursion is the only case that costs a frame. A patched call
+// that records nothing has no return hook to pair and needs no frame.
+// Between writers::enter/exit, after entry_locked.
+USRTRACE_ALWAYS_INLINE void hold_unrecorded(uint64_t fn, uint64_t sp) {
+  ShadowStack* ss = t_fn.ss;
+  // A full stack: entry_locked counted the overrun.
+  if (ss == nullptr || ss->depth == 0 || ss->depth >= kShadowFrames || ss->frames[ss->depth - 1].fn != fn)
+    return;
+  const uint64_t in_signal = ss->frames[ss->depth - 1].flags & kFrameInSignal;
+  ShadowFrame& f = ss->frames[ss->depth];
+  f.fn = fn;
+  f.ret = 0;
+  f.slot = reinterpret_cast<uint64_t*>(sp);
+  f.calltime = 0;
+  f.mask = 0;
+  f.started = 0;
+  f.notraced = 0;
+  f.index = 0;
+  f.children = 0;
+  f.flags = in_signal;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  ss->depth++;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+}
+
 // The general paths, out of line: the fast paths' functions stay small (few
 // registers to save).
 USRTRACE_NOINLINE void instrumented_entry_slow(uint64_t fn, uint64_t parent, uint64_t sp) {
   Guard g;
   if (!g.enter()) return;
-  entry_locked(fn, parent, nullptr, sp, false, *g.t);
+  if (!entry_locked(fn, parent, nullptr, sp, false, *g.t)) hold_unrecorded(fn, sp);
 }
 
 USRTRACE_NOINLINE void instrumented_exit_slow(ShadowStack* ss, uint64_t fn, uint64_t sp) {

@@ -23,7 +23,9 @@ namespace usrtrace::function {
 
 // ---- The shadow stack: one per thread, allocated (mmap) at the first
 // traced entry. A frame is pushed for every entry that some function_graph
-// tracer records or whose return address was redirected.
+// tracer records or whose return address was redirected, and for an
+// unrecorded -finstrument-functions call of the function on top, for its
+// exit to pop (core.cc, hold_unrecorded).
 struct ShadowFrame {
   uint64_t fn;        // the function's entry address (its symbol)
   uint64_t ret;       // the original return address (patched entries), else 0

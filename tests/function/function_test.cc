@@ -277,6 +277,46 @@ TEST_P(FunctionTest, GraphFunctionNotraceAndMaxDepth) {
   EXPECT_EQ(wr(p("max_graph_depth"), "x"), -EINVAL);
 }
 
+// -finstrument-functions calls the exit hook of every call, recorded or
+// not: a recursive call left out (past max_graph_depth, under
+// set_graph_notrace) must not take its recorded caller's frame at its exit.
+// The patched path's case: CliRecord.MaxGraphDepthOfARecursiveProgramIsUftracesDepth.
+TEST_P(FunctionTest, UnrecordedRecursiveCallsKeepTheirCallersDepth) {
+  // The graph's records of fxt_fib and fxt_leaf, in order: "> fib 0" is an
+  // entry at depth 0, "< leaf 1" an exit at depth 1.
+  auto graph = [&] {
+    std::vector<std::string> out;
+    for (const Rec& r : records(inst_)) {
+      if (r.type != function::kGraphEntryId && r.type != function::kGraphExitId) continue;
+      uint64_t f = 0;
+      uint32_t d = 0;
+      std::memcpy(&f, r.payload.data(), 8);
+      std::memcpy(&d, r.payload.data() + 8, 4);
+      const char* name = f == addr(fxt_fib) ? "fib" : f == addr(fxt_leaf) ? "leaf" : "other";
+      out.push_back(std::string(r.type == function::kGraphEntryId ? "> " : "< ") + name + " " +
+                    std::to_string(d));
+    }
+    return out;
+  };
+  // max_graph_depth 2: fib(6) and what it calls itself (fib(5), fib(4),
+  // fxt_leaf), as the kernel and uftrace -D 2 record them; nothing below.
+  ASSERT_EQ(wr(p("max_graph_depth"), "2"), 1);
+  ASSERT_EQ(wr(p("current_tracer"), "function_graph"), 14);
+  fxt_calls_fib = 0;
+  EXPECT_EQ(fxt_fib(6), 8);
+  EXPECT_EQ(fxt_calls_fib, 25);
+  EXPECT_EQ(graph(), (std::vector<std::string>{"> fib 0", "> fib 1", "< fib 1", "> fib 1", "< fib 1",
+                                               "> leaf 1", "< leaf 1", "< fib 0"}));
+  // set_graph_notrace fxt_fib: neither it nor anything below it, its
+  // fxt_leaf calls after its recursive ones included.
+  ASSERT_EQ(wr(p("trace"), ""), 0);
+  ASSERT_EQ(wr(p("max_graph_depth"), "0"), 1);
+  ASSERT_EQ(wr(p("set_graph_notrace"), "fxt_fib"), 7);
+  EXPECT_EQ(fxt_fib(6), 8);
+  fxt_leaf(1);
+  EXPECT_EQ(graph(), (std::vector<std::string>{"> leaf 0", "< leaf 0"}));
+}
+
 TEST_P(FunctionTest, TracingThreshRecordsOnlyLongCalls) {
   ASSERT_EQ(wr(p("set_ftrace_filter"), "fxt_outer fxt_leaf"), 18);
   ASSERT_EQ(wr(p("tracing_thresh"), "1000000"), 7);  // 1 s: nothing here is that long

@@ -14,6 +14,7 @@ int fxt_calls_leaf = 0;
 int fxt_calls_outer = 0;
 int fxt_calls_recurse = 0;
 int fxt_calls_other = 0;
+int fxt_calls_fib = 0;
 
 __attribute__((noinline)) int fxt_leaf(int x) {
   __atomic_fetch_add(&fxt_calls_leaf, 1, __ATOMIC_RELAXED);  // threads call it too
@@ -32,6 +33,13 @@ __attribute__((noinline)) int fxt_recurse(int depth) {
   __atomic_fetch_add(&fxt_calls_recurse, 1, __ATOMIC_RELAXED);  // threads call it too
   if (depth <= 1) return 1;
   return fxt_recurse(depth - 1) + 1;
+}
+
+__attribute__((noinline)) int fxt_fib(int n) {
+  __atomic_fetch_add(&fxt_calls_fib, 1, __ATOMIC_RELAXED);
+  if (n < 2) return n;
+  const int r = fxt_fib(n - 1) + fxt_fib(n - 2);
+  return r + fxt_leaf(0) - 1;  // a call after its recursive ones
 }
 
 __attribute__((noinline)) int fxt_other(int x) {

@@ -6,7 +6,10 @@
 #include <sys/mount.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iostream>
 #include <map>
 #include <regex>
 #include <set>
@@ -668,6 +671,83 @@ TEST(CliRecord, UftracesFiltersOnACommandAndQuiet) {
   EXPECT_NE(s.err.find("-s: "), std::string::npos) << s.err;
   ::unlink(file.c_str());
   ::rmdir(dir.c_str());
+}
+
+// --max-graph-depth N (and uftrace's spelling --depth N) against uftrace
+// -D N, on fib(8) built with -finstrument-functions and with patchable
+// entries: a call at depth >= N is left out, and so are its callees, as the
+// kernel does. -finstrument-functions calls the exit hook of every call,
+// recorded or not: fib's calls past the limit must not end their recorded
+// caller (which recorded all 67 calls at depth 1).
+TEST(CliRecord, MaxGraphDepthOfARecursiveProgramIsUftracesDepth) {
+  const std::string dir = temp_dir(), file = dir + "/fib.dat";
+  // The calls in order, each as its depth and name ("1 fib").
+  auto ours = [&](const std::string& prog, const std::string& flag, int n) {
+    const Result r =
+        run_cli({"record", "-q", "-p", "function_graph", flag, std::to_string(n), "-o", file, "--", prog});
+    EXPECT_EQ(r.rc, 0) << r.err;
+    EXPECT_EQ(r.out, "21\n");
+    std::vector<std::string> calls;
+    static const std::regex entry(R"(--> (\w+) \((\d+)\))");
+    const std::string rep = run_cli({"report", "-i", file}).out;
+    for (std::sregex_iterator it(rep.begin(), rep.end(), entry), end; it != end; ++it)
+      calls.push_back((*it)[2].str() + " " + (*it)[1].str());
+    return calls;
+  };
+  // uftrace's, from `uftrace replay -f none`: two spaces a level.
+  auto uftrace = [&](const std::string& prog, bool patchable, int n) {
+    std::vector<std::string> argv = {"/usr/bin/uftrace", "record", "--no-libcall",       "-D",
+                                     std::to_string(n),  "-d",     dir + "/uftrace.data"};
+    if (patchable) argv.insert(argv.begin() + 2, {"-P", "."});
+    argv.push_back(prog);
+    const Result r = Proc::start(argv, false).finish();
+    EXPECT_EQ(r.rc, 0) << r.err;
+    const Result rep =
+        Proc::start({"/usr/bin/uftrace", "replay", "-f", "none", "--no-pager", "-d", dir + "/uftrace.data"},
+                    false)
+            .finish();
+    EXPECT_EQ(rep.rc, 0) << rep.err;
+    std::vector<std::string> calls;
+    std::istringstream in(rep.out);
+    for (std::string line; std::getline(in, line);) {
+      const size_t at = line.find_first_not_of(' '), paren = line.find("()");
+      if (at == std::string::npos || line[at] == '}' || paren == std::string::npos) continue;
+      calls.push_back(std::to_string(at / 2) + " " + line.substr(at, paren - at));
+    }
+    return calls;
+  };
+  // fib(8)'s calls to depth n (main at 0).
+  std::function<void(int, int, int, std::vector<std::string>&)> tree = [&](int fn, int depth, int n,
+                                                                           std::vector<std::string>& out) {
+    if (depth >= n) return;
+    out.push_back(std::to_string(depth) + " fib");
+    if (fn >= 2) {
+      tree(fn - 1, depth + 1, n, out);
+      tree(fn - 2, depth + 1, n, out);
+    }
+  };
+  // uftrace's runtime preloaded into a sanitized program is no subject of
+  // this test: the oracle runs in the unsanitized builds.
+#if USRTRACE_TEST_TSAN || defined(__SANITIZE_ADDRESS__)
+  const bool have_uftrace = false;
+#else
+  const bool have_uftrace = ::access("/usr/bin/uftrace", X_OK) == 0;
+#endif
+  for (const auto& [prog, patchable] : {std::pair<std::string, bool>{FIB_TARGET_INSTRUMENT, false},
+                                        std::pair<std::string, bool>{FIB_TARGET_PATCHABLE, true}}) {
+    for (int n : {1, 2, 3, 5}) {
+      std::vector<std::string> want = {"0 main"};
+      tree(8, 1, n, want);
+      const std::string what = prog + " at depth " + std::to_string(n);
+      EXPECT_EQ(ours(prog, "--max-graph-depth", n), want) << what;
+      EXPECT_EQ(ours(prog, "--depth", n), want) << what;
+      if (have_uftrace) {
+        EXPECT_EQ(uftrace(prog, patchable, n), want) << what << " (uftrace)";
+      }
+    }
+  }
+  if (!have_uftrace) std::cout << "note: uftrace not run: the depths are checked against fib's own tree\n";
+  std::filesystem::remove_all(dir);
 }
 
 TEST(CliRecord, DashCFollowsTheProgramsACommandStarts) {
