@@ -842,6 +842,7 @@ namespace {
 // it, and it waited on that gate instead of announcing itself, so none was
 // followed.
 TEST(CliRecord, DashCFollowsAScriptsChildrenWhichKeepTheirDescriptors) {
+  SKIP_FOR_AN_UNINSTRUMENTED_COMMAND();
   const std::string dir = temp_dir(), file = dir + "/script.dat", script = dir + "/script.sh";
   // The gate's number in the command is whatever record's child had free:
   // every low one is a file of the children's own.
