@@ -236,4 +236,16 @@ std::string read_pseudo_file(const std::string& path) {
   return s;
 }
 
+unsigned long long process_start_time(const std::string& which) {
+  const std::string stat = read_pseudo_file("/proc/" + which + "/stat");
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return 0;
+  const char* p = stat.c_str() + paren + 1;
+  for (int field = 3; field < 22; ++field) {  // past the state (3) to the start time (22)
+    while (*p == ' ') ++p;
+    while (*p && *p != ' ') ++p;
+  }
+  return std::strtoull(p, nullptr, 10);
+}
+
 }  // namespace usrtrace::base

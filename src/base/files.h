@@ -81,4 +81,11 @@ const char* file_type_name(mode_t st_mode);
 // is read until EOF. "" when it cannot be opened.
 std::string read_pseudo_file(const std::string& path);
 
+// When a process started: field 22 of /proc/WHICH/stat (`which`: a pid or
+// "self"), in clock ticks since boot; with the pid it names one process,
+// even once the pid is reused. 0 when it cannot be read (no process but
+// the first starts at tick 0). The name before it may hold spaces and
+// parentheses: fields are counted from the last ')'.
+unsigned long long process_start_time(const std::string& which);
+
 }  // namespace usrtrace::base

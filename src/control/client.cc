@@ -15,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "base/files.h"
 #include "control/connection.h"
 #include "control/paths.h"
 #include "ring_buffer/page_format.h"
@@ -47,22 +48,7 @@ long euid_of(pid_t pid) {
 
 bool process_alive(pid_t pid) { return ::kill(pid, 0) == 0 || errno == EPERM; }
 
-// When process pid started (/proc/PID/stat field 22, in clock ticks since
-// boot), or 0: with the pid, it names one process, even after the pid is
-// reused.
-uint64_t start_time_of(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(f, line);
-  const size_t paren = line.rfind(')');  // the name may hold spaces and parentheses
-  if (paren == std::string::npos) return 0;
-  const char* p = line.c_str() + paren + 1;
-  for (int field = 3; field < 22; ++field) {  // past the state (3) to the start time (22)
-    while (*p == ' ') ++p;
-    while (*p && *p != ' ') ++p;
-  }
-  return std::strtoull(p, nullptr, 10);
-}
+uint64_t start_time_of(pid_t pid) { return base::process_start_time(std::to_string(pid)); }
 
 // A directory where pid's socket may be, and the user who must own it.
 struct Candidate {

@@ -109,20 +109,7 @@ struct Owner {
   unsigned long long ns = 0;
 };
 
-// A process's start time from its /proc stat file (`which`: a pid, or
-// "self"); 0 when it cannot be read (no process starts at tick 0 but the
-// first).
-unsigned long long start_time_of(const std::string& which) {
-  const std::string stat = base::read_pseudo_file("/proc/" + which + "/stat");
-  const size_t paren = stat.rfind(')');
-  if (paren == std::string::npos) return 0;
-  const char* p = stat.c_str() + paren + 1;
-  for (int field = 3; field < 22; ++field) {
-    while (*p == ' ') ++p;
-    while (*p && *p != ' ') ++p;
-  }
-  return std::strtoull(p, nullptr, 10);
-}
+unsigned long long start_time_of(const std::string& which) { return base::process_start_time(which); }
 
 // Whether /proc speaks of this process's pid namespace: mounted for
 // another (a parent's, as `unshare --pid --fork` without --mount-proc

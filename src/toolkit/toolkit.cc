@@ -18,6 +18,8 @@ int write_output(const std::string& path, const std::function<int(int fd, std::s
   return base::write_output(path, fill, err);
 }
 
+uint64_t process_start_time(int pid) { return base::process_start_time(std::to_string(pid)); }
+
 void put_flag_columns(std::string* out, uint8_t flags, uint8_t preempt_count) {
   output::put_flag_columns(out, flags, preempt_count);
 }

@@ -2,7 +2,9 @@
 #include "base/files.h"
 
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -198,6 +200,45 @@ TEST(EnvTest, ReadsTheEnvironmentOfAnOrdinaryProcess) {
   setenv("USRTRACE_FILES_TEST", "x", 1);
   ASSERT_NE(env("USRTRACE_FILES_TEST"), nullptr);
   EXPECT_STREQ(env("USRTRACE_FILES_TEST"), "x");
+}
+
+// A start time read past a name with spaces and parentheses (a thread
+// may name itself anything), against the kernel's stat file split by
+// Python, the way ps's own library does it (from the last ')').
+TEST(ProcessStartTime, CountsFieldsFromTheLastParenthesis) {
+  int ready[2], hold[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  ASSERT_EQ(::pipe(hold), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(hold[1]);  // or its read below never sees the end
+    ::prctl(PR_SET_NAME, "a) 1 2 (b");
+    char c = 'r';
+    if (::write(ready[1], &c, 1) != 1) _exit(1);
+    if (::read(hold[0], &c, 1) < 0) _exit(1);
+    _exit(0);
+  }
+  ::close(hold[0]);
+  ::close(ready[1]);
+  char c;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ::close(ready[0]);
+  const std::string cmd = "python3 -c \"print(open('/proc/" + std::to_string(child) +
+                          "/stat').read().rsplit(')', 1)[1].split()[19])\"";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char buf[64] = {};
+  const bool got = std::fgets(buf, sizeof buf, p) != nullptr;
+  ::pclose(p);
+  EXPECT_EQ(read_pseudo_file("/proc/" + std::to_string(child) + "/comm"), "a) 1 2 (b\n");
+  const unsigned long long start = process_start_time(std::to_string(child));
+  ::close(hold[1]);
+  ::waitpid(child, nullptr, 0);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(start, std::strtoull(buf, nullptr, 10));
+  EXPECT_GT(start, 0u);
+  EXPECT_EQ(process_start_time(std::to_string(child)), 0u) << "a reaped process has none";
+  EXPECT_EQ(process_start_time("self"), process_start_time(std::to_string(::getpid())));
 }
 
 }  // namespace

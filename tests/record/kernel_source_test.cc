@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "base/files.h"
 #include "record/journal.h"
 #include "ring_buffer/page_format.h"
 
@@ -133,17 +134,10 @@ TEST(KernelSourceInstances, ANameAlreadyTakenIsPassedOverAndLeftAlone) {
     GTEST_SKIP() << "needs root and the kernel's tracefs";
   struct stat ns;
   ASSERT_EQ(::stat("/proc/self/ns/pid", &ns), 0);
-  std::string self_stat;
-  std::getline(std::ifstream("/proc/self/stat"), self_stat);
-  const char* p = self_stat.c_str() + self_stat.rfind(')') + 1;
-  for (int field = 3; field < 22; ++field) {  // to the start time, field 22
-    while (*p == ' ') ++p;
-    while (*p && *p != ' ') ++p;
-  }
+  const unsigned long long self_start = base::process_start_time("self");
   const std::string in = instances + "/usrtrace-" + std::to_string(::getpid());
   const std::string foreign = in + "-0";
-  const std::string ours =
-      in + "-" + std::to_string(std::strtoull(p, nullptr, 10)) + "-" + std::to_string(ns.st_ino) + "-0";
+  const std::string ours = in + "-" + std::to_string(self_start) + "-" + std::to_string(ns.st_ino) + "-0";
   ASSERT_EQ(::mkdir(foreign.c_str(), 0750), 0) << foreign;
   ASSERT_EQ(::mkdir(ours.c_str(), 0750), 0) << ours;
   char tmpl[] = "/tmp/usrtrace-ks-XXXXXX";
@@ -187,15 +181,9 @@ TEST(KernelSourceInstances, ALiveOwnersInstanceIsKeptWhenProcIsAnotherNamespaces
       if (::getpid() != 1) _exit(21);
       struct stat ns;
       if (::stat("/proc/self/ns/pid", &ns) != 0) _exit(22);
-      std::string self_stat;
-      std::getline(std::ifstream("/proc/self/stat"), self_stat);
-      const char* p = self_stat.c_str() + self_stat.rfind(')') + 1;
-      for (int field = 3; field < 22; ++field) {
-        while (*p == ' ') ++p;
-        while (*p && *p != ' ') ++p;
-      }
-      const std::string own = instances + "/usrtrace-1-" + std::to_string(std::strtoull(p, nullptr, 10)) +
-                              "-" + std::to_string(ns.st_ino) + "-7";
+      const unsigned long long self_start = base::process_start_time("self");
+      const std::string own =
+          instances + "/usrtrace-1-" + std::to_string(self_start) + "-" + std::to_string(ns.st_ino) + "-7";
       if (::mkdir(own.c_str(), 0750) != 0) _exit(23);
       char tmpl[] = "/tmp/usrtrace-ks-XXXXXX";
       if (::mkdtemp(tmpl) == nullptr) _exit(24);

@@ -19,6 +19,7 @@
 #include <sstream>
 #include <thread>
 
+#include "base/files.h"
 #include "tools/cli_harness.h"
 
 using namespace cli_harness;
@@ -215,14 +216,8 @@ TEST(CliKernelErrors, AnInstanceAKilledRecorderLeftIsRemovedByTheNext) {
   // The name proves the owner: pid, its start time, its pid namespace.
   struct stat ns;
   ASSERT_EQ(::stat("/proc/self/ns/pid", &ns), 0);
-  std::string self_stat;
-  std::getline(std::ifstream("/proc/self/stat"), self_stat);
-  const char* p = self_stat.c_str() + self_stat.rfind(')') + 1;
-  for (int field = 3; field < 22; ++field) {
-    while (*p == ' ') ++p;
-    while (*p && *p != ' ') ++p;
-  }
-  const std::string start = std::to_string(std::strtoull(p, nullptr, 10));
+  const unsigned long long self_start = usrtrace::base::process_start_time("self");
+  const std::string start = std::to_string(self_start);
   const std::string in = std::string(kInstances) + "/usrtrace-", nss = std::to_string(ns.st_ino);
   const std::string left = in + std::to_string(dead) + "-" + start + "-" + nss + "-0";
   const std::string live = in + std::to_string(::getpid()) + "-" + start + "-" + nss + "-0";

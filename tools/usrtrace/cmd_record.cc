@@ -111,26 +111,7 @@ std::string preload_library() {
   return "";
 }
 
-// When process pid started (/proc/PID/stat field 22), 0 if unknown: with
-// the pid it names one process, even once the pid is reused.
-uint64_t start_time_of(int pid) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  FILE* f = fopen(path, "re");
-  if (!f) return 0;
-  char buf[1024];
-  const size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  const char* p = strrchr(buf, ')');  // the name may hold spaces and parentheses
-  if (!p) return 0;
-  ++p;
-  for (int field = 3; field < 22; ++field) {
-    while (*p == ' ') ++p;
-    while (*p && *p != ' ') ++p;
-  }
-  return std::strtoull(p, nullptr, 10);
-}
+uint64_t start_time_of(int pid) { return toolkit::process_start_time(pid); }
 
 struct Child {
   pid_t pid = -1;

@@ -47,6 +47,10 @@ int open_regular_for_read(const std::string& path, off_t* size, std::string* why
 int write_output(const std::string& path, const std::function<int(int fd, std::string* err)>& fill,
                  std::string* err);
 
+// When process PID started (base::process_start_time): /proc/PID/stat's
+// field 22, 0 if unknown. With the pid it names one process.
+uint64_t process_start_time(int pid);
+
 // ---- The trace file's flag columns (src/output) ----
 
 // Appends the five latency-format columns (irqs-off, need-resched,
