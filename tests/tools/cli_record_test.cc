@@ -690,8 +690,10 @@ TEST(CliRecord, MaxGraphDepthOfARecursiveProgramIsUftracesDepth) {
     std::vector<std::string> calls;
     static const std::regex entry(R"(--> (\w+) \((\d+)\))");
     const std::string rep = run_cli({"report", "-i", file}).out;
+    // Not the sanitizer's module constructor and destructor, which gcc adds
+    // to the program (patchable like its own functions) in the ASan build.
     for (std::sregex_iterator it(rep.begin(), rep.end(), entry), end; it != end; ++it)
-      calls.push_back((*it)[2].str() + " " + (*it)[1].str());
+      if ((*it)[1].str().rfind("_sub_", 0) != 0) calls.push_back((*it)[2].str() + " " + (*it)[1].str());
     return calls;
   };
   // uftrace's, from `uftrace replay -f none`: two spaces a level.
