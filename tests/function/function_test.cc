@@ -81,6 +81,24 @@ class FunctionTest : public testing::InstanceTest {
     }
     return {in, out};
   }
+  // The graph's records in order: entry or exit, function, depth.
+  struct GraphRec {
+    bool entry;
+    uint64_t func;
+    uint32_t depth;
+  };
+  std::vector<GraphRec> graph_records() {
+    std::vector<GraphRec> out;
+    for (const Rec& r : records(inst_)) {
+      if ((r.type != function::kGraphEntryId && r.type != function::kGraphExitId) || r.payload.size() < 12)
+        continue;
+      GraphRec g{r.type == function::kGraphEntryId, 0, 0};
+      std::memcpy(&g.func, r.payload.data(), 8);
+      std::memcpy(&g.depth, r.payload.data() + 8, 4);
+      out.push_back(g);
+    }
+    return out;
+  }
   int function_records(uint64_t fn) {
     int n = 0;
     for (const Rec& r : records(inst_)) {
@@ -286,15 +304,9 @@ TEST_P(FunctionTest, UnrecordedRecursiveCallsKeepTheirCallersDepth) {
   // entry at depth 0, "< leaf 1" an exit at depth 1.
   auto graph = [&] {
     std::vector<std::string> out;
-    for (const Rec& r : records(inst_)) {
-      if (r.type != function::kGraphEntryId && r.type != function::kGraphExitId) continue;
-      uint64_t f = 0;
-      uint32_t d = 0;
-      std::memcpy(&f, r.payload.data(), 8);
-      std::memcpy(&d, r.payload.data() + 8, 4);
-      const char* name = f == addr(fxt_fib) ? "fib" : f == addr(fxt_leaf) ? "leaf" : "other";
-      out.push_back(std::string(r.type == function::kGraphEntryId ? "> " : "< ") + name + " " +
-                    std::to_string(d));
+    for (const GraphRec& g : graph_records()) {
+      const char* name = g.func == addr(fxt_fib) ? "fib" : g.func == addr(fxt_leaf) ? "leaf" : "other";
+      out.push_back(std::string(g.entry ? "> " : "< ") + name + " " + std::to_string(g.depth));
     }
     return out;
   };
@@ -404,14 +416,8 @@ TEST_P(FunctionTest, FastAndGeneralPathsPopEachOthersFrames) {
   EXPECT_EQ(graph_counts(reinterpret_cast<uint64_t>(&fxt_around)), std::make_pair(3, 3));
   EXPECT_EQ(graph_counts(addr(fxt_leaf)), std::make_pair(3, 3));
   // Depths: fxt_around at 0, its fxt_leaf at 1, entries and exits alike.
-  for (const Rec& r : records(inst_)) {
-    if (r.type != function::kGraphEntryId && r.type != function::kGraphExitId) continue;
-    uint64_t f = 0;
-    uint32_t d = 0;
-    std::memcpy(&f, r.payload.data(), 8);
-    std::memcpy(&d, r.payload.data() + 8, 4);
-    EXPECT_EQ(d, f == addr(fxt_leaf) ? 1u : 0u) << std::hex << f;
-  }
+  for (const GraphRec& g : graph_records())
+    EXPECT_EQ(g.depth, g.func == addr(fxt_leaf) ? 1u : 0u) << std::hex << g.func;
   // Two instances, a function tracer, a profiler, a command or a pid filter:
   // the general path.
   const testing::OtherInstance other(top(), "fn_other");
