@@ -9,6 +9,7 @@
 // later) and a mirror of saved_cmdlines.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -89,6 +90,38 @@ void detach(persist::FileStore* fs) {
   writers::remove_cmdline_mirror(reinterpret_cast<writers::MirrorSlot*>(fs->cmdlines()));
 }
 
+// A buffer in shared memory that `usrtrace record` reads grows rather than
+// overwrite what the recorder has not taken (rb::RingBuffer::enable_growth):
+// USRTRACE_SHARED_GROW=BYTES, which record sets (--buffer-cap), is the most
+// its spares may hold, per instance. Spares of 16 MiB (the size record gives
+// the rings), or an eighth of a smaller cap (64 KiB at least), or larger
+// when that would make more than the store's table holds: untouched, a
+// spare costs one page of the memfd.
+struct GrowPlan {
+  uint32_t spares = 0;
+  uint32_t pages_each = 0;
+};
+GrowPlan grow_plan(uint32_t page_size, std::string* bad) {
+  const char* v = base::env("USRTRACE_SHARED_GROW");
+  if (!v || !*v) return {};
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long cap = std::strtoull(v, &end, 10);
+  if (errno != 0 || *end != '\0' || *v == '-') {
+    *bad = std::string("USRTRACE_SHARED_GROW=") + v + ": not a number of bytes";
+    return {};
+  }
+  constexpr uint64_t kSpareBytes = uint64_t{16} << 20;
+  constexpr uint64_t kMax = persist::FileStore::kMaxExtraCpuBuffers;
+  uint64_t each = std::min<uint64_t>(kSpareBytes, std::max<uint64_t>(cap / 8, uint64_t{64} << 10));
+  each = std::max<uint64_t>(each, (cap + kMax - 1) / kMax);
+  each = (each + page_size - 1) / page_size * page_size;
+  GrowPlan p;
+  p.spares = static_cast<uint32_t>(std::min<uint64_t>(cap / each, kMax));
+  p.pages_each = static_cast<uint32_t>(std::min<uint64_t>(each / page_size, uint64_t{1} << 24));
+  return p;
+}
+
 }  // namespace
 
 int Instance::set_buffer_file(const std::string& path, int max_refs, std::string* why) {
@@ -109,9 +142,15 @@ int Instance::set_buffer_file(const std::string& path, int max_refs, std::string
   o.tag = old->tag();
   std::shared_ptr<persist::FileStore> fs;
   int err = 0;
+  GrowPlan grow;
+  if (path == persist::kSharedMemory) {
+    std::string bad;
+    grow = grow_plan(o.page_size, &bad);
+    if (!bad.empty()) log_error("buffer_file", bad, "USRTRACE_SHARED_BUFFERS=1", 0);
+  }
   if (!path.empty()) {
     std::string reason;
-    fs = persist::FileStore::create(path, o.page_size, old->nr_cpus(), name_, &err, &reason);
+    fs = persist::FileStore::create(path, o.page_size, old->nr_cpus(), name_, &err, &reason, grow.spares);
     if (!fs) {
       if (why) *why = "cannot create " + reason;
       return -err;
@@ -131,6 +170,11 @@ int Instance::set_buffer_file(const std::string& path, int max_refs, std::string
       if (fs && fs->last_error()) *why += std::string(" in ") + path + ": " + std::strerror(fs->last_error());
     }
     return -(err ? err : ENOMEM);
+  }
+  if (grow.spares > 0) {
+    if (int rc = fresh->enable_growth(grow.spares, grow.pages_each); rc < 0)
+      log_error("buffer_file", std::string("the buffer will not grow: ") + std::strerror(-rc),
+                "USRTRACE_SHARED_GROW", 0);
   }
   fresh->set_time_stamp_abs(old->time_stamp_abs());
   if (!old->record_is_on()) fresh->record_off();

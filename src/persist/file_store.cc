@@ -82,7 +82,8 @@ void copy_str(char* dst, size_t cap, std::string_view s) {
 CpuLayout cpu_layout() { return own_cpu_layout(); }
 
 std::shared_ptr<FileStore> FileStore::create(const std::string& path, uint32_t page_size, int nr_cpus,
-                                             std::string_view instance, int* err, std::string* why) {
+                                             std::string_view instance, int* err, std::string* why,
+                                             uint32_t extra_cpu_buffers) {
   auto fail = [&](int e, const std::string& text = {}) {
     if (err) *err = e;
     if (why) *why = text.empty() ? path + ": " + std::strerror(e) : text;
@@ -124,8 +125,10 @@ std::shared_ptr<FileStore> FileStore::create(const std::string& path, uint32_t p
     return fail(EEXIST,
                 path + ": already holds data (a trace to recover with `usrtrace recover`?): remove it first");
   // Per CPU: a CpuBuffer and its pages, for the live buffer, a snapshot and
-  // a resize in progress; plus format blobs.
-  const uint32_t capacity = static_cast<uint32_t>(nr_cpus) * 6 + 64;
+  // a resize in progress; plus format blobs; plus a growth pool's spares,
+  // two regions each.
+  if (extra_cpu_buffers > kMaxExtraCpuBuffers) return fail(EINVAL, "too many spare buffers");
+  const uint32_t capacity = static_cast<uint32_t>(nr_cpus) * 6 + 64 + 2 * extra_cpu_buffers;
   const uint64_t table_off = kHeaderBytes;
   const uint64_t cmd_off = round_up(table_off + uint64_t{capacity} * sizeof(RegionDesc), kFileAlign);
   constexpr uint32_t kCmdlines = 1024;

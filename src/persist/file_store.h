@@ -42,8 +42,13 @@ class FileStore final : public rb::BufferStore {
   // `path` kSharedMemory makes the store an anonymous memfd instead
   // (sealed against shrinking), for a recorder in another process to map
   // (record/shared_buffers.cc); fd() is then the way to it.
+  // `extra_cpu_buffers`: room in the region table for that many more
+  // CpuBuffers with their pages (a growth pool, rb::RingBuffer::enable_growth),
+  // at most kMaxExtraCpuBuffers.
   static std::shared_ptr<FileStore> create(const std::string& path, uint32_t page_size, int nr_cpus,
-                                           std::string_view instance, int* err, std::string* why = nullptr);
+                                           std::string_view instance, int* err, std::string* why = nullptr,
+                                           uint32_t extra_cpu_buffers = 0);
+  static constexpr uint32_t kMaxExtraCpuBuffers = 16384;
   ~FileStore() override;
   FileStore(const FileStore&) = delete;
   FileStore& operator=(const FileStore&) = delete;

@@ -45,11 +45,10 @@ constexpr uint32_t kSharedPass = 4096;
 
 // The most a flush takes from an instance once the process is exiting or
 // gone: what its buffers hold (their capacity, as the process said while it
-// ran) and a chunk, and never more than this machine's memory, whatever the
-// process said. Beyond that, what comes is new (threads still writing, or a
-// forked child that keeps the shared buffer mapped and forges pages after
-// its parent died), and taking it would keep the recorder, and a process
-// held at its exit, going without end.
+// ran, and what growth retired and we have not taken yet) and a chunk, and never more than this machine's
+// memory, whatever the process said. Beyond that, what comes is new (threads still writing, or a forked child
+// that keeps the shared buffer mapped and forges pages after its parent died), and taking it would keep the
+// recorder, and a process held at its exit, going without end.
 uint64_t flush_budget_of(uint64_t capacity) {
   static const uint64_t ram = [] {
     const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
@@ -307,7 +306,9 @@ void RemoteRecording::set_flush_budgets() {
   for (auto& inst : instances_) {
     inst->flush_budget = 0;
     for (const control::InstanceMeta& im : meta_.instances)
-      if (im.name == inst->name) inst->flush_budget = flush_budget_of(im.capacity);
+      if (im.name == inst->name)
+        inst->flush_budget =
+            flush_budget_of(im.capacity + (inst->shared ? inst->shared->retired_bytes() : 0));
   }
 }
 
@@ -606,9 +607,11 @@ std::string RemoteRecording::lost_where() const {
 std::string ProcessTreeRecording::warnings() const {
   std::string w;
   if (const std::string lost = root_.lost_where(); !lost.empty())
-    w += "events lost: " + lost +
-         ": the buffers filled before the recorder took their pages (a loaded machine, or buffers "
-         "too small for the rate); -b KB makes each CPU's buffer larger\n";
+    w +=
+        "events lost: " + lost +
+        ": the buffers filled before the recorder took their pages (a loaded machine, or buffers "
+        "too small for the rate); -b KB makes each CPU's buffer larger, and with -- COMMAND, --buffer-cap KB "
+        "lets it grow further before it overwrites\n";
   if (const std::string b = root_.broken(); !b.empty())
     w += "process " + std::to_string(opts_.pid) + " " + b +
          ": its recording stopped there, and what was taken before is in the file\n";

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -167,36 +168,88 @@ void SharedBuffer::unmap_dead() {
   }
 }
 
+// The CpuBuffer at region `idx`, mapped, if it is a live CpuBuffer region.
+rb::CpuBuffer* SharedBuffer::cpu_buffer_at(uint32_t idx) {
+  RegionDesc d;
+  uint8_t* at = map_region(idx, &d);
+  if (!at || d.kind != persist::kRegionCpu || d.size < sizeof(rb::CpuBuffer)) return nullptr;
+  return reinterpret_cast<rb::CpuBuffer*>(at);
+}
+
+uint64_t SharedBuffer::retired_bytes() {
+  uint64_t n = 0;
+  for (uint32_t i = 0; i < capacity_; ++i) {
+    RegionDesc d;
+    if (!live_region(table_, i, &d) || d.kind != persist::kRegionCpu ||
+        (d.role >> 32) != uint64_t{rb::kRetiredTag} + 1)
+      continue;
+    rb::CpuBuffer* cb = cpu_buffer_at(i);
+    if (!cb || load(reinterpret_cast<const uint64_t*>(&cb->grow_state)) != rb::kGrowRetired) continue;
+    n += uint64_t{load(&cb->nr_pages)} * page_size_;  // bounded: 2^32 pages of at most 64 KiB
+  }
+  return n;
+}
+
+// Which CpuBuffer to read for `cpu`: the one being read, while it serves
+// the CPU (live, or retired by growth and not yet drained); else the
+// oldest retired one not drained (epoch order: growth, ring_buffer/grow.cc);
+// else the live one.
 bool SharedBuffer::find_cpu(int cpu, Cpu& c) {
-  const uint64_t want = rb::role_word(0, cpu);
+  const uint64_t live = rb::role_word(0, cpu);
+  const uint64_t retired = rb::role_word(rb::kRetiredTag, cpu);
   if (c.region >= 0) {
     RegionDesc d;
     // The same CpuBuffer: live, in the same role, and not another one that
     // took its table entry since (another offset).
-    if (live_region(table_, static_cast<uint32_t>(c.region), &d) && d.role == want &&
+    if (live_region(table_, static_cast<uint32_t>(c.region), &d) && (d.role == live || d.role == retired) &&
         d.offset == c.region_offset)
       return true;
   }
-  // Gone, or swapped away (a snapshot): the CpuBuffer serving the CPU now
-  // is another, with its own pages and counts, read from its oldest page.
+  // Gone, drained, or swapped away (a snapshot): the CpuBuffer serving the
+  // CPU now is another, with its own pages and counts, read from its oldest
+  // page.
   unmap_dead();
   c.region = -1;
   c.reader = rb::ExternalConsumer{};
+  int live_at = -1, oldest_at = -1;
+  uint64_t oldest = 0;
   for (uint32_t i = 0; i < capacity_; ++i) {
     RegionDesc d;
-    if (live_region(table_, i, &d) && d.kind == persist::kRegionCpu && d.role == want &&
-        d.size >= sizeof(rb::CpuBuffer)) {
-      c.region = static_cast<int>(i);
-      c.region_offset = d.offset;
-      return true;
+    if (!live_region(table_, i, &d) || d.kind != persist::kRegionCpu || d.size < sizeof(rb::CpuBuffer))
+      continue;
+    if (d.role == live && live_at < 0) live_at = static_cast<int>(i);
+    if (d.role != retired) continue;
+    rb::CpuBuffer* cb = cpu_buffer_at(i);
+    if (!cb || load(reinterpret_cast<const uint64_t*>(&cb->grow_state)) != rb::kGrowRetired) continue;
+    const uint64_t epoch = load(reinterpret_cast<const uint64_t*>(&cb->grow_epoch));
+    if (epoch > c.drained_epoch && (oldest_at < 0 || epoch < oldest)) {
+      oldest_at = static_cast<int>(i);
+      oldest = epoch;
     }
   }
-  return false;
+  const int at = oldest_at >= 0 ? oldest_at : live_at;
+  if (at < 0) return false;
+  RegionDesc d;
+  if (!live_region(table_, static_cast<uint32_t>(at), &d)) return false;
+  c.region = at;
+  c.region_offset = d.offset;
+  return true;
 }
 
 uint32_t SharedBuffer::read_page(int cpu, uint8_t* out, bool full_only, uint64_t* missed) {
   *missed = 0;
   if (cpu < 0 || cpu >= nr_cpus()) return 0;
+  // From a drained CpuBuffer to the next: at most one pass over the table
+  // (epochs only go up, but the process writes them).
+  for (uint32_t hop = 0; hop <= capacity_; ++hop) {
+    bool next = false;
+    const uint32_t len = read_cpu_page(cpu, out, full_only, missed, &next);
+    if (!next) return len;
+  }
+  return 0;
+}
+
+uint32_t SharedBuffer::read_cpu_page(int cpu, uint8_t* out, bool full_only, uint64_t* missed, bool* next) {
   Cpu& c = cpus_[static_cast<size_t>(cpu)];
   if (!find_cpu(cpu, c)) return 0;
   // Everything is checked against the descriptor the mapping was made
@@ -230,9 +283,27 @@ uint32_t SharedBuffer::read_page(int cpu, uint8_t* out, bool full_only, uint64_t
     v.nr_pages = nr;
     v.page_size = ps;
     v.page_shift = shift;
-    const uint32_t len = rb::read_page_external(cb, v, &c.reader, out, ps, full_only);
-    if (len) settle_page(out, ps, len, missed);
-    return len;
+    // Retired by growth: nothing more will be written to it, so its open
+    // page is taken too, and once it gives nothing it is drained. The
+    // state is read first (acquire, pairing with the writer's release):
+    // what the read below finds is then all there is.
+    auto* state = reinterpret_cast<uint64_t*>(&cb->grow_state);
+    const bool retired = load(state) == rb::kGrowRetired;
+    const uint32_t len = rb::read_page_external(cb, v, &c.reader, out, ps, full_only && !retired);
+    if (len) {
+      settle_page(out, ps, len, missed);
+      return len;
+    }
+    if (!retired) return 0;
+    // Drained: the process may now clear and reuse it (release: our reads
+    // of its pages happen before its writes).
+    uint64_t expect = rb::kGrowRetired;
+    __atomic_compare_exchange_n(state, &expect, uint64_t{rb::kGrowDrained}, false, __ATOMIC_RELEASE,
+                                __ATOMIC_RELAXED);
+    c.drained_epoch = std::max(c.drained_epoch, load(reinterpret_cast<const uint64_t*>(&cb->grow_epoch)));
+    c.region = -1;
+    *next = true;
+    return 0;
   }
   return 0;
 }

@@ -46,6 +46,10 @@ class SharedBuffer {
   // only the open tail page, with `full_only`). *missed: events lost
   // right before it, as the page's missed-events field says.
   uint32_t read_page(int cpu, uint8_t* out, bool full_only, uint64_t* missed);
+  // What the CpuBuffers that growth retired and nobody has drained yet
+  // hold, in bytes of pages (ring_buffer/grow.cc): beside the live rings,
+  // what a last flush has to take.
+  uint64_t retired_bytes();
 
  private:
   struct Cpu {
@@ -53,7 +57,12 @@ class SharedBuffer {
     uint64_t region_offset = 0;  // and where it is in the file
     int pages_region = -1;       // where its pages were last time
     rb::ExternalConsumer reader;
+    uint64_t drained_epoch = 0;  // growth: the CpuBuffers up to it are read
   };
+  rb::CpuBuffer* cpu_buffer_at(uint32_t idx);
+  // read_page() from the CpuBuffer find_cpu() names; *next when that one
+  // was retired and is now drained (read the next).
+  uint32_t read_cpu_page(int cpu, uint8_t* out, bool full_only, uint64_t* missed, bool* next);
   // The region `idx` mapped in this process, with *d the descriptor the
   // mapping was made from, or nullptr if it is not a live region inside
   // the file.

@@ -24,6 +24,14 @@ inline Tail read_tail(const CpuBuffer* cb) { return read_tail(cb, own_view(cb));
 // The same, ignoring the floor.
 Tail read_tail_raw(const CpuBuffer* cb, const PagesView& v);
 inline Tail read_tail_raw(const CpuBuffer* cb) { return read_tail_raw(cb, own_view(cb)); }
+// The state of a CPU with nothing written. `metas_zero`: the PageMetas are
+// known to be zero (fresh from the store), and are not written (a sparse
+// store's untouched metas then cost no memory). Context: no writer targets
+// `cb` (control lock held and the CPU sealed, or `cb` detached).
+void init_state(CpuBuffer* cb, bool metas_zero = false);
+// RingBuffer::clear_detached() for one CpuBuffer no writer targets.
+// Context: async-signal-safe.
+void clear_detached_cpu_buffer(CpuBuffer* cb);
 // A reader that finds the buffer cleared (clear_detached) since it last
 // looked drops its position and counts. Context: reader_mu held.
 void sync_clear(CpuBuffer* cb);

@@ -51,8 +51,10 @@ uint64_t virgin_w0(const CpuBuffer* cb) {
   return reinterpret_cast<uint64_t>(last + cb->page_size - 4) << 16;
 }
 
-void init_state(CpuBuffer* cb) {
-  for (uint32_t i = 0; i < cb->nr_pages; ++i) {
+}  // namespace
+
+void init_state(CpuBuffer* cb, bool metas_zero) {
+  for (uint32_t i = 0; i < cb->nr_pages && !metas_zero; ++i) {
     cb->meta[i].seq.store(0, std::memory_order_relaxed);
     cb->meta[i].first_index.store(0, std::memory_order_relaxed);
     cb->meta[i].missed.store(0, std::memory_order_relaxed);
@@ -69,6 +71,8 @@ void init_state(CpuBuffer* cb) {
   cb->floor_index.store(0, std::memory_order_relaxed);
   cb->floor_dropped.store(0, std::memory_order_relaxed);
 }
+
+namespace {
 
 // Anonymous memory: pages from map_aligned, metas and CpuBuffers from new.
 class HeapStore final : public BufferStore {
@@ -165,10 +169,12 @@ RingBuffer::~RingBuffer() {
   wait_slow_paths();
   for (int c = 0; c < nr_cpus_; ++c) {
     CpuBuffer* cb = cpu_buffer(c);
-    if (!cb) continue;
+    // A growth pool's CpuBuffers are freed by the pool, wherever they are.
+    if (!cb || cb->grow_state.load(std::memory_order_relaxed) != kGrowNone) continue;
     if (cb->pages) free_pages(cb);
     cb->store->delete_cpu_buffer(cb);
   }
+  free_grow_pool();
 }
 
 void RingBuffer::operator delete(void* p) { ::operator delete (p, std::align_val_t{alignof(RingBuffer)}); }
@@ -198,6 +204,12 @@ void RingBuffer::update_gate(int cpu) {
   // order: release; a writer that sees the gate open sees the state set up
   // before it.
   gates()[cpu + kTrapSlots].store(open ? &cb->ws : &g_closed, std::memory_order_release);
+}
+
+void RingBuffer::close_gate(int cpu) {
+  // order: seq_cst, as seal(): the section that follows (grow.cc) must not
+  // run before a writer can see the gate closed.
+  gates()[cpu + kTrapSlots].store(&g_closed, std::memory_order_seq_cst);
 }
 
 void RingBuffer::update_gates() {
@@ -383,24 +395,25 @@ int RingBuffer::swap_locked(const Locked&, RingBuffer& other, int cpu) USRTRACE_
 // the old pages as soon as floor_seq is stored (read_tail, oldest_seq).
 void RingBuffer::clear_detached(int cpu) {
   const int lo = cpu < 0 ? 0 : cpu, hi = cpu < 0 ? nr_cpus_ : std::min(cpu + 1, nr_cpus_);
-  for (int c = lo; c < hi; ++c) {
-    CpuBuffer* cb = cpu_buffer(c);
-    const Tail t = read_tail_raw(cb);
-    cb->ws.limit.store(0, std::memory_order_relaxed);
-    if (t.seq + 1 > cb->floor_seq.load(std::memory_order_relaxed)) {
-      // order: the counts, relaxed, then the floor and the generation with
-      // release: a reader that sees either sees the counts.
-      cb->floor_index.store(t.seq ? t.first_index + t.entries : 0, std::memory_order_relaxed);
-      cb->floor_dropped.store(cb->dropped.load(std::memory_order_relaxed), std::memory_order_relaxed);
-      cb->floor_seq.store(t.seq + 1, std::memory_order_release);
-    }
-    cb->clear_gen.fetch_add(1, std::memory_order_release);
-    // Discard mode reuses a page only once the consumer passed it: nothing
-    // below the floor is waiting to be consumed any more.
-    uint64_t ri = cb->reader_index.load(std::memory_order_relaxed);
-    const uint64_t fi = cb->floor_index.load(std::memory_order_relaxed);
-    while (ri < fi && !cb->reader_index.compare_exchange_weak(ri, fi, std::memory_order_release)) {
-    }
+  for (int c = lo; c < hi; ++c) clear_detached_cpu_buffer(cpu_buffer(c));
+}
+
+void clear_detached_cpu_buffer(CpuBuffer* cb) {
+  const Tail t = read_tail_raw(cb);
+  cb->ws.limit.store(0, std::memory_order_relaxed);
+  if (t.seq + 1 > cb->floor_seq.load(std::memory_order_relaxed)) {
+    // order: the counts, relaxed, then the floor and the generation with
+    // release: a reader that sees either sees the counts.
+    cb->floor_index.store(t.seq ? t.first_index + t.entries : 0, std::memory_order_relaxed);
+    cb->floor_dropped.store(cb->dropped.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    cb->floor_seq.store(t.seq + 1, std::memory_order_release);
+  }
+  cb->clear_gen.fetch_add(1, std::memory_order_release);
+  // Discard mode reuses a page only once the consumer passed it: nothing
+  // below the floor is waiting to be consumed any more.
+  uint64_t ri = cb->reader_index.load(std::memory_order_relaxed);
+  const uint64_t fi = cb->floor_index.load(std::memory_order_relaxed);
+  while (ri < fi && !cb->reader_index.compare_exchange_weak(ri, fi, std::memory_order_release)) {
   }
 }
 

@@ -135,6 +135,7 @@
 namespace usrtrace::rb {
 
 class BufferStore;
+struct GrowPool;
 
 enum class Mode : uint8_t { kOverwrite, kDiscard };
 
@@ -213,6 +214,14 @@ struct alignas(64) CpuBuffer {
   // File-backed only: this CpuBuffer's role word in the file (role_word());
   // nullptr for memory. Written by adopt_cpu() with plain stores.
   std::atomic<uint64_t>* role = nullptr;
+  // Growth (grow.cc): kGrowNone for a CpuBuffer outside a growth pool,
+  // else where it is in its life (GrowState). Shared with the recorder,
+  // which alone moves it from kGrowRetired to kGrowDrained; everything else
+  // is written under the owning buffer's control lock. grow_epoch orders
+  // the CpuBuffers one CPU went through (the recorder drains them in that
+  // order); unique across the CPUs of a pool.
+  std::atomic<uint64_t> grow_state{0};
+  std::atomic<uint64_t> grow_epoch{0};
 
   alignas(64) std::atomic<uint64_t> dropped{0};
   // Written by the consuming reader, read by switch slow paths: the page it
@@ -318,6 +327,21 @@ struct Options {
 constexpr uint64_t role_word(uint32_t tag, int cpu) {
   return (uint64_t{tag} + 1) << 32 | static_cast<uint32_t>(cpu);
 }
+
+// CpuBuffer::grow_state. A pool's CpuBuffer goes spare -> live (installed
+// for a CPU) -> retired (full of pages the recorder has not taken; no
+// write can land in it any more) -> drained (the recorder took them all)
+// -> live again, cleared in O(1).
+enum GrowState : uint64_t {
+  kGrowNone = 0,
+  kGrowSpare = 1,
+  kGrowLive = 2,
+  kGrowRetired = 3,
+  kGrowDrained = 4,
+};
+// The tag in a retired CpuBuffer's role word (role_word(kRetiredTag, cpu)):
+// no buffer has it, so a recorder looking for the live CPU never takes it.
+inline constexpr uint32_t kRetiredTag = 0xfffffffeu;
 
 // One event as readers return it.
 struct Event {
@@ -440,6 +464,29 @@ class RingBuffer {
   // The store this buffer allocates from (nullptr: anonymous memory).
   const std::shared_ptr<BufferStore>& store() const { return store_; }
 
+  // ---- Growth (grow.cc; docs/design/ring-buffer.md, "Growth"): a buffer
+  // ---- whose pages an external consumer takes (`usrtrace record`) swaps
+  // ---- in a fresh CpuBuffer instead of overwriting pages not yet taken.
+
+  // Makes this buffer grow into `spares` more CpuBuffers of `pages_each`
+  // pages (from its store: a sparse memfd costs only what is written),
+  // shared by all CPUs. Once every spare holds pages not yet taken, the
+  // ring overwrites (or, in discard mode, drops) as before, and counts it.
+  // 0 or -ENOMEM (nothing is kept then) / -EINVAL. Context: control plane,
+  // before the buffer is published to writers.
+  int enable_growth(uint32_t spares, uint32_t pages_each);
+  bool grows() const { return grow_.load(std::memory_order_relaxed) != nullptr; }
+  // Growth so far: CpuBuffers installed, and page switches that found no
+  // spare (the pool was exhausted) or the control lock busy.
+  struct GrowStats {
+    uint64_t grown = 0;
+    uint64_t no_spare = 0;
+    uint64_t busy = 0;
+    uint32_t pool = 0;         // CpuBuffers in the pool, the first live ones included
+    uint64_t spare_bytes = 0;  // pages of the pool's CpuBuffers, less the first live ones'
+  };
+  GrowStats grow_stats() const;
+
   // Raw clock value at the last reset of every CPU (reset(-1), set_clock),
   // 0 for a buffer never reset: the kernel's time_start, the base of the
   // latency-format times.
@@ -510,12 +557,17 @@ class RingBuffer {
   void seal(int cpu);
   void unseal(int cpu);
   void update_gate(int cpu);
+  void close_gate(int cpu);
   void update_gates();
+  void free_grow_pool();
   void wait_slow_paths();
   void reset_locked(CpuBuffer* cb);
   int resize_cpu_locked(CpuBuffer* cb, uint32_t nr_pages);
   void drain_deferred();
   bool page_ready(CpuBuffer* cb, int percent);
+  // Growth's page-switch half (grow.cc). Context: as the slow path.
+  bool grow_due(const CpuBuffer* cb, uint64_t next_slot, uint64_t new_seq) const;
+  bool grow(int cpu, CpuBuffer* cb, uint64_t new_seq);
   void wake_now();
 
   // Writer-read fields first: one cache line, read-only on the write path.
@@ -544,6 +596,8 @@ class RingBuffer {
   void* deferred_arg_ = nullptr;
   // order: relaxed is enough; written under control_, read for display.
   std::atomic<uint64_t> time_start_{0};
+  // Set once by enable_growth() before writers see the buffer; owned.
+  std::atomic<GrowPool*> grow_{nullptr};
 
  public:
   // Entries before cpu 0 catch the rseq cpu_id values -1 (unregistered) and

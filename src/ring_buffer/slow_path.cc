@@ -274,6 +274,8 @@ struct SlowPath {
   // Context: any thread; async-signal-safe; no lock, no allocation. The
   // system calls it can make: rseq registration once per thread that glibc
   // did not register, and one futex wake when a reader is blocked waiting.
+  // A growing buffer's switch may try the control lock (never waits for it:
+  // grow.cc).
   // `given`: the caller's TSC stamp (write_at), used when the clock is a
   // TSC clock; nullptr: read the clock here.
   static bool write(RingBuffer* rb, const void* payload, uint32_t len, const uint64_t* given = nullptr) {
@@ -356,6 +358,12 @@ struct SlowPath {
       const uint64_t next_slot = slot + 1 == cb->nr_pages ? 0 : slot + 1;
       const uint64_t new_seq = tail_seq + 1;
       PageMeta& nm = cb->meta[next_slot];
+      // A growing buffer takes a fresh CpuBuffer before it would overwrite
+      // (or drop) what its consumer has not taken (grow.cc); a buffer that
+      // does not grow pays this one predictable branch per page switch.
+      if (USRTRACE_UNLIKELY(rb->grow_.load(std::memory_order_relaxed) != nullptr) &&
+          rb->grow_due(cb, next_slot, new_seq) && rb->grow(cpu, cb, new_seq))
+        continue;  // switch into the new CpuBuffer
       if (rb->mode_.load(std::memory_order_relaxed) == Mode::kDiscard) {
         const uint64_t old_seq = nm.seq.load(std::memory_order_acquire);
         if (old_seq != 0 && old_seq != new_seq &&  // new_seq: an aborted switch marked it; content is gone

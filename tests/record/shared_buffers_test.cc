@@ -8,7 +8,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -237,6 +239,131 @@ TEST(SharedBuffer, DrainsAWriterAtFullSpeedExactly) {
     if (mode == rb::Mode::kOverwrite) {
       EXPECT_EQ(got.back(), kEvents - 1);
     }
+  }
+}
+
+// Growth (ring_buffer/grow.cc): a buffer of 4 pages per CPU with `spares`
+// more CpuBuffers of 4 pages; the recorder's view of it.
+struct Growing {
+  std::shared_ptr<persist::FileStore> fs;
+  std::unique_ptr<rb::RingBuffer> rb;
+  SharedBuffer sb;
+  bool ok = false;
+
+  Growing(uint32_t spares, uint32_t pages_each, rb::Mode mode = rb::Mode::kOverwrite) {
+    int err = 0;
+    std::string why;
+    fs = persist::FileStore::create(persist::kSharedMemory, 4096, base::nr_possible_cpus(), "t", &err, &why,
+                                    spares);
+    EXPECT_TRUE(fs) << why;
+    if (!fs) return;
+    rb = buffer_in(fs, 4 * (4096 - rb::kPageHeaderSize), mode);
+    if (!rb) return;
+    EXPECT_EQ(rb->enable_growth(spares, pages_each), 0);
+    std::string e;
+    ok = rb->grows() && sb.open(getpid(), fs->shared_fd(), "t", &e) == 0;
+    EXPECT_TRUE(ok) << e;
+  }
+};
+
+// The mechanism, not a size: a recorder that takes nothing while a writer
+// fills the ring many times over loses nothing as long as spares remain,
+// and once they are gone loses exactly what it counts. A drained spare is
+// used again.
+TEST(SharedBuffer, AGrowingBufferLosesNothingUntilItsSparesAreFull) {
+  for (const rb::Mode mode : {rb::Mode::kOverwrite, rb::Mode::kDiscard}) {
+    SCOPED_TRACE(mode == rb::Mode::kOverwrite ? "overwrite" : "discard");
+    Growing g(8, 4, mode);
+    ASSERT_TRUE(g.ok);
+    // 16-byte payloads: 203 to a page, 812 to a CpuBuffer, 9 CpuBuffers.
+    constexpr uint64_t kFits = 5000;
+    ASSERT_EQ(write_n(*g.rb, 0, kFits), kFits);
+    EXPECT_GE(g.rb->grow_stats().grown, 5u) << "the ring of 812 events was full 6 times over";
+    uint64_t lost = 0;
+    EXPECT_EQ(drain(g.sb, false, &lost), iota(0, kFits));
+    EXPECT_EQ(lost, 0u);
+    // Every spare is drained now: the same again, in the same CpuBuffers.
+    ASSERT_EQ(write_n(*g.rb, kFits, kFits), kFits);
+    EXPECT_GT(g.rb->grow_stats().grown, 8u) << "drained spares are used again";
+    EXPECT_EQ(drain(g.sb, false, &lost), iota(kFits, 2 * kFits));
+    EXPECT_EQ(lost, 0u);
+    // Past the cap: ten times what the pool holds, with nobody reading.
+    constexpr uint64_t kMany = 80000;
+    const uint64_t written = write_n(*g.rb, 2 * kFits, kMany);
+    EXPECT_GT(g.rb->grow_stats().no_spare, 0u);
+    const std::vector<uint64_t> got = drain(g.sb, false, &lost);
+    for (size_t i = 1; i < got.size(); ++i) ASSERT_LT(got[i - 1], got[i]) << "out of order or twice";
+    ASSERT_FALSE(got.empty());
+    EXPECT_GE(got.size(), 7 * 812u) << "the spares hold their events";
+    if (mode == rb::Mode::kOverwrite) {
+      EXPECT_EQ(written, kMany);
+      EXPECT_EQ(got.size() + lost, kMany) << "every event read or counted lost";
+      EXPECT_EQ(got.back(), 2 * kFits + kMany - 1) << "the newest kept";
+    } else {
+      EXPECT_EQ(got.size(), written) << "discard mode: every event that was not dropped";
+      EXPECT_EQ(got.front(), 2 * kFits) << "the oldest kept";
+    }
+  }
+}
+
+// Threads racing the growth: writers on every CPU at full speed (migrating
+// as the scheduler likes), a recorder draining beside them that is slower
+// at times. Every event is read exactly once: none lands in a CpuBuffer
+// after it was retired, none is lost at a switch, none read twice.
+TEST(SharedBuffer, WritersRacingGrowthLoseNothing) {
+  Growing g(512, 16);
+  ASSERT_TRUE(g.ok);
+  constexpr int kThreads = 4;
+  constexpr uint64_t kEach = 150000;
+  std::atomic<int> running{kThreads};
+  std::vector<std::thread> writers;
+  std::atomic<uint64_t> refused{0};
+  for (int t = 0; t < kThreads; ++t)
+    writers.emplace_back([&, t] {
+      for (uint64_t i = 0; i < kEach; ++i) {
+        const uint64_t n = uint64_t(t) << 32 | i;
+        Payload p{n, ~n};
+        if (!g.rb->write<sizeof p>(&p)) refused.fetch_add(1);
+      }
+      running.fetch_sub(1);
+    });
+  std::vector<std::vector<uint64_t>> seen(kThreads);
+  uint64_t lost = 0;
+  std::vector<uint8_t> page(g.sb.page_size());
+  auto take = [&](bool full_only) {
+    for (int cpu = 0; cpu < g.sb.nr_cpus(); ++cpu) {
+      uint64_t missed = 0;
+      while (uint32_t len = g.sb.read_page(cpu, page.data(), full_only, &missed)) {
+        lost += missed;
+        rb::PageHeader h;
+        std::memcpy(&h, page.data(), sizeof h);
+        rb::PageWalker w(page.data() + rb::kPageHeaderSize, len, h.timestamp);
+        rb::Entry e;
+        while (w.next_data(&e)) {
+          Payload p;
+          std::memcpy(&p, e.payload, sizeof p);
+          ASSERT_EQ(p.check, ~p.n) << "torn payload";
+          ASSERT_LT(p.n >> 32, uint64_t{kThreads});
+          seen[p.n >> 32].push_back(p.n & 0xffffffffu);
+        }
+      }
+    }
+  };
+  for (int round = 0; running.load() > 0; ++round) {
+    take(true);
+    if (round % 8 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));  // a slow recorder
+  }
+  for (auto& w : writers) w.join();
+  take(false);
+  EXPECT_EQ(refused.load(), 0u);
+  EXPECT_EQ(lost, 0u);
+  EXPECT_GT(g.rb->grow_stats().grown, 0u);
+  EXPECT_EQ(g.rb->grow_stats().no_spare, 0u) << "the pool was large enough";
+  for (int t = 0; t < kThreads; ++t) {
+    std::vector<uint64_t>& v = seen[static_cast<size_t>(t)];
+    std::sort(v.begin(), v.end());
+    ASSERT_EQ(v.size(), kEach) << "thread " << t;
+    for (uint64_t i = 0; i < kEach; ++i) ASSERT_EQ(v[i], i) << "thread " << t << ": lost or twice";
   }
 }
 

@@ -73,13 +73,61 @@ TEST(CliRecord, LostEventsAreSaidWhereWithTheFlagThatHelps) {
   ::rmdir(dir.c_str());
 }
 
+// Lossless by construction (ring_buffer/grow.cc): the recorder stopped
+// (SIGSTOP) for as long as the command writes events that fill its rings
+// 60 times over takes nothing meanwhile, and still loses nothing: each
+// CPU's buffer took fresh pages instead of overwriting. With a cap smaller
+// than what was written, every event is in the file or counted lost.
+TEST(CliRecord, AStoppedRecorderLosesNothingBelowTheBufferCap) {
+  constexpr unsigned kTicks = 400000;  // about 14 MB of events, rings of 256 KiB
+  for (const char* cap : {"", "1024"}) {
+    SCOPED_TRACE(*cap ? "--buffer-cap 1024" : "default cap");
+    const std::string dir = temp_dir(), file = dir + "/stopped.dat";
+    std::vector<std::string> argv = {USRTRACE_CLI, "record", "-b", "256", "-e", "clitest:tick", "-o", file};
+    if (*cap) argv.insert(argv.end(), {"--buffer-cap", cap});
+    argv.insert(argv.end(), {"--", CLI_TARGET});
+    Proc rec = Proc::start(argv, true);
+    ASSERT_TRUE(recording(rec)) << rec.err_text;
+    ASSERT_EQ(::kill(rec.pid, SIGSTOP), 0);
+    const std::string ticks = "tick " + std::to_string(kTicks) + "\n";
+    ASSERT_EQ(::write(rec.in, ticks.data(), ticks.size()), static_cast<ssize_t>(ticks.size()));
+    // Every tick is written while the recorder is stopped.
+    const bool written = rec.wait_for("ok\n") != std::string::npos;
+    ::kill(rec.pid, SIGCONT);
+    ASSERT_TRUE(written) << rec.out_text;
+    ASSERT_EQ(::write(rec.in, "exit 0\n", 7), 7);
+    const Result r = rec.finish();
+    ASSERT_EQ(r.rc, 0) << r.err;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.err, m, std::regex("; ([0-9]+) events lost"))) << r.err;
+    const unsigned long lost = std::stoul(m[1].str());
+    const Result rep = run_cli({"report", "-i", file});
+    ASSERT_EQ(rep.rc, 0) << rep.err;
+    const std::vector<unsigned> got = seqs(rep.out, "tick");
+    for (size_t i = 1; i < got.size(); ++i) ASSERT_LT(got[i - 1], got[i]) << "out of order or twice";
+    if (!*cap) {
+      EXPECT_EQ(lost, 0u) << r.err;
+      ASSERT_EQ(got.size(), kTicks);
+      EXPECT_EQ(got.back(), kTicks - 1);
+    } else {
+      EXPECT_GT(lost, 0u) << "1 MiB of spares cannot hold 14 MB";
+      EXPECT_EQ(got.size() + lost, kTicks) << r.err;
+      EXPECT_GT(got.size(), 1024u * 1024 / 40) << "the spares' events are kept";
+      EXPECT_NE(r.err.find("--buffer-cap KB"), std::string::npos) << r.err;
+    }
+    ::unlink(file.c_str());
+    ::rmdir(dir.c_str());
+  }
+}
+
 // Discard mode: every event is either in the file or counted on the last
 // line, the drops after the last page a CPU opened too (they are in the
 // CPU's stats only).
 TEST(CliRecord, DiscardModeCountsEveryDrop) {
   const std::string dir = temp_dir(), file = dir + "/drop.dat";
-  Proc rec = Proc::start({USRTRACE_CLI, "record", "-b", "8", "-O", "nooverwrite", "-e", "clitest:tick", "-o",
-                          file, "--", CLI_TARGET},
+  // Fixed rings (--buffer-cap 0): growing, they would drop nothing.
+  Proc rec = Proc::start({USRTRACE_CLI, "record", "-b", "8", "--buffer-cap", "0", "-O", "nooverwrite", "-e",
+                          "clitest:tick", "-o", file, "--", CLI_TARGET},
                          true);
   const std::string script = "tick 20000\nexit 0\n";
   ASSERT_EQ(::write(rec.in, script.data(), script.size()), static_cast<ssize_t>(script.size()));

@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -125,7 +126,17 @@ struct Child {
 // Starts the command with the runtime preloaded, held before its
 // constructors.
 // `follow`: the socket its descendants announce themselves on (-c).
-int spawn(const std::vector<std::string>& cmd, const std::string& follow, Child* out) {
+// --buffer-cap's default, in bytes: a quarter of the machine's memory, for
+// each instance's spares (docs/cli/usrtrace-record.md).
+uint64_t default_buffer_cap() {
+  const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || size <= 0) return uint64_t{1} << 30;
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(size) / 4;
+}
+
+// `grow`: USRTRACE_SHARED_GROW for the command, the bytes its buffers'
+// spares may hold (0: they do not grow).
+int spawn(const std::vector<std::string>& cmd, const std::string& follow, uint64_t grow, Child* out) {
   const std::string lib = preload_library();
   if (lib.empty())
     return fail("record", "cannot find libusrtrace-preload.so (set USRTRACE_PRELOAD to its path)");
@@ -153,6 +164,9 @@ int spawn(const std::vector<std::string>& cmd, const std::string& follow, Child*
     // (src/record/shared_buffers.h); USRTRACE_SHARED_BUFFERS=0 keeps them
     // private and the pages come through its control socket.
     setenv("USRTRACE_SHARED_BUFFERS", "1", 0);
+    // Rather than overwrite pages we have not taken, its buffers take
+    // fresh ones, up to this (src/ring_buffer/grow.cc).
+    setenv("USRTRACE_SHARED_GROW", std::to_string(grow).c_str(), 1);
     std::vector<char*> argv;
     for (const auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -349,6 +363,7 @@ Runner add_record(CLI::App& app) {
     bool children = false;
     bool quiet = false;
     uint64_t max_kib = 0;
+    std::optional<uint64_t> cap_kib;
     std::vector<std::string> kernel_events;
     std::vector<std::string> command;
   };
@@ -377,6 +392,10 @@ Runner add_record(CLI::App& app) {
                   "KiB per CPU of each instance that the file keeps: the newest pages, the older given up as "
                   "the recording goes (whole pages, at least one), as trace-cmd's -m")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
+  sub->add_option("--buffer-cap", o->cap_kib,
+                  "With -- COMMAND: KiB that each instance's buffer may grow by, rather than overwrite pages "
+                  "not yet recorded (default: a quarter of the machine's memory; 0: fixed rings)")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 40));
   sub->add_option("command", o->command, "-- COMMAND ARGS: start and record this program");
   sub->positionals_at_end();
   return [o] {
@@ -386,6 +405,11 @@ Runner add_record(CLI::App& app) {
       return fail("record", "-F traces only the command record starts: give -- COMMAND ARGS");
     if (o->children && o->command.empty())
       return fail("record", "-c follows the programs a COMMAND starts: give -- COMMAND ARGS");
+    if (o->cap_kib && o->command.empty())
+      return fail(
+          "record",
+          "--buffer-cap sizes the buffers of the COMMAND record starts (a running process's were sized "
+          "when it started): give -- COMMAND ARGS");
     o->setup.missing_events_ok = o->children;
     if (!o->kernel_events.empty()) {  // before the command starts or the process is touched
       std::string err;
@@ -397,7 +421,8 @@ Runner add_record(CLI::App& app) {
     if (!o->command.empty()) {
       std::string err;
       if (o->children && follower.listen(&err) < 0) return fail("record", err);
-      if (int rc = spawn(o->command, o->children ? follower.path() : std::string(), &child)) return rc;
+      const uint64_t grow = o->cap_kib ? *o->cap_kib * 1024 : default_buffer_cap();
+      if (int rc = spawn(o->command, o->children ? follower.path() : std::string(), grow, &child)) return rc;
       pid = child.pid;
       if (o->children) {
         // Each live followed process holds a connection, its shared buffer
