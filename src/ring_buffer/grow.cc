@@ -72,6 +72,9 @@ struct GrowPool {
 
 namespace {
 
+// order: relaxed; a switch that misses a change grows once more or once less.
+std::atomic<bool> g_paused{false};
+
 // Stores `spare` into the slot of `cpu` if the thread runs on `cpu` and the
 // slot holds `cb`: one rseq critical section whose commit is that store
 // (see the design above). Returns whether the slot holds `spare` after it.
@@ -105,6 +108,8 @@ void free_cpu_buffer(CpuBuffer* cb) {
 }
 
 }  // namespace
+
+void RingBuffer::pause_growth(bool paused) { g_paused.store(paused, std::memory_order_relaxed); }
 
 int RingBuffer::enable_growth(uint32_t spares, uint32_t pages_each) {
   if (grow_.load(std::memory_order_relaxed) || pages_each < 2 || spares == 0) return -EINVAL;
@@ -184,7 +189,9 @@ bool RingBuffer::grow_due(const CpuBuffer* cb, uint64_t next_slot, uint64_t new_
 bool RingBuffer::grow(int cpu, CpuBuffer* cb, uint64_t new_seq) USRTRACE_NO_THREAD_SAFETY_ANALYSIS {
   GrowPool* g = grow_.load(std::memory_order_acquire);
   // Only a pool's live CpuBuffer grows (one a snapshot swapped in does not).
-  if (!g || cb->grow_state.load(std::memory_order_relaxed) != kGrowLive) return false;
+  if (!g || cb->grow_state.load(std::memory_order_relaxed) != kGrowLive ||
+      g_paused.load(std::memory_order_relaxed))
+    return false;
   // order: relaxed; a hint.
   if (new_seq < g->retry_at[static_cast<size_t>(cpu)].load(std::memory_order_relaxed)) return false;
   if (!control_.try_lock()) {

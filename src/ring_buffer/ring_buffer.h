@@ -476,6 +476,11 @@ class RingBuffer {
   // before the buffer is published to writers.
   int enable_growth(uint32_t spares, uint32_t pages_each);
   bool grows() const { return grow_.load(std::memory_order_relaxed) != nullptr; }
+  // Growth of every buffer in the process stops (true) or goes on: a
+  // buffer whose recorder is gone would otherwise grow up to its cap for
+  // nobody. The control server pauses it when its last recorder leaves.
+  // Context: any thread.
+  static void pause_growth(bool paused);
   // Growth so far: CpuBuffers installed, and page switches that found no
   // spare (the pool was exhausted) or the control lock busy.
   struct GrowStats {

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "base/files.h"
+#include "ring_buffer/ring_buffer.h"
 
 namespace usrtrace::control {
 namespace {
@@ -66,7 +67,12 @@ void defer_terminating_signals(int wake_fd) {
 void ExitHandshake::add_recorders(int delta) {
   {
     base::MutexLock l(&mu_);
+    const bool had = recorders_ > 0;
     recorders_ += delta;
+    // The buffers grow for a recorder (ring_buffer/grow.cc); once the last
+    // one left (released us, or its connection closed: a killed recorder),
+    // they overwrite again instead of growing for nobody.
+    if (had != (recorders_ > 0)) rb::RingBuffer::pause_growth(recorders_ == 0);
   }
   cv_.notify_all();
 }

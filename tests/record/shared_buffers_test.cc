@@ -306,6 +306,26 @@ TEST(SharedBuffer, AGrowingBufferLosesNothingUntilItsSparesAreFull) {
   }
 }
 
+// With its recorder gone (the control server pauses growth), a buffer
+// overwrites as a fixed ring does instead of growing for nobody.
+TEST(SharedBuffer, APausedBufferDoesNotGrow) {
+  Growing g(8, 4);
+  ASSERT_TRUE(g.ok);
+  rb::RingBuffer::pause_growth(true);
+  const uint64_t written = write_n(*g.rb, 0, 5000);
+  rb::RingBuffer::pause_growth(false);
+  EXPECT_EQ(written, 5000u);
+  EXPECT_EQ(g.rb->grow_stats().grown, 0u);
+  uint64_t lost = 0;
+  const std::vector<uint64_t> got = drain(g.sb, false, &lost);
+  EXPECT_LE(got.size(), 4 * 203u) << "one ring of 4 pages";
+  EXPECT_EQ(got.size() + lost, 5000u);
+  // Resumed: it grows again.
+  ASSERT_EQ(write_n(*g.rb, 5000, 2000), 2000u);
+  EXPECT_GT(g.rb->grow_stats().grown, 0u);
+  EXPECT_EQ(drain(g.sb, false, &lost), iota(5000, 7000));
+}
+
 // Threads racing the growth: writers on every CPU at full speed (migrating
 // as the scheduler likes), a recorder draining beside them that is slower
 // at times. Every event is read exactly once: none lands in a CpuBuffer
