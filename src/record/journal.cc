@@ -3,6 +3,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -17,14 +19,44 @@
 #include <map>
 #include <string_view>
 
+#include "base/sys.h"
+#include "function/function.h"
 #include "record/journal_format.h"
 #include "record/recorder.h"
+#include "tracedat/chunks.h"
 
 namespace usrtrace::tracedat {
 
 using namespace journal_format;
 
+namespace {
+
+// The bytes of pages in the whole chunks of the first `n` bytes of a
+// kChunks payload (u32 stream, u32 CPU, chunks).
+uint64_t chunked_bytes(const std::string& payload, uint64_t n) {
+  n = std::min<uint64_t>(n, payload.size());
+  uint64_t bytes = 0;
+  for (uint64_t at = 8; at + kChunkHead <= n;) {
+    uint32_t head[2];
+    std::memcpy(head, payload.data() + at, kChunkHead);
+    if (at + kChunkHead + head[0] > n) break;
+    bytes += head[1];
+    at += kChunkHead + head[0];
+  }
+  return bytes;
+}
+
+}  // namespace
+
 JournalWriter::~JournalWriter() {
+  if (compressor_.joinable()) {
+    {
+      std::lock_guard<std::mutex> q(qmu_);
+      stopping_ = true;
+    }
+    q_put_.notify_all();
+    compressor_.join();  // after what was queued is written
+  }
   for (auto& [key, f] : files_)
     if (f.fd >= 0) ::close(f.fd);
   if (fd_ < 0) return;
@@ -61,6 +93,10 @@ int JournalWriter::create(const RecordOptions& opts, std::string* err) {
   // A size limit needs them too, whatever the output: a page file is
   // reused as a ring (journal.h).
   page_files_ = (opts.file_version == 7 && !opts.compress) || opts.max_cpu_bytes > 0;
+  // A compressed file without a size limit: compressed as recorded (a
+  // ring's pages are overwritten in place, so -m keeps page files and is
+  // compressed at the end).
+  compress_ = opts.compress && !page_files_;
   max_cpu_bytes_ = opts.max_cpu_bytes;
   // The output as an absolute name, so that recover writes it wherever it runs.
   std::string output = opts.output;
@@ -95,7 +131,21 @@ int JournalWriter::create(const RecordOptions& opts, std::string* err) {
   output_record_ = p;
   // A size limit bounds the journal too: compaction (below).
   if (max_cpu_bytes_ > 0) compact_at_ = kCompactFloor;
-  return append(kOutput, p, nullptr, 0, err);
+  if (int rc = append(kOutput, p, nullptr, 0, err); rc < 0) return rc;
+  if (compress_) {
+    // It blocks every signal, as the recorder threads do: the program's
+    // handlers run in its own threads.
+    sigset_t all, old;
+    sigfillset(&all);
+    sigdelset(&all, function::patch::sweep_signal());  // the patcher's sweep (function/function.h)
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    compressor_ = std::thread([this] {
+      base::name_own_thread("usrtrace-zstd");
+      compress_loop();
+    });
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  }
+  return 0;
 }
 
 // The id is taken and its record appended under one lock: a reader
@@ -178,6 +228,34 @@ int JournalWriter::put_pages(uint32_t stream, uint32_t cpu, const void* pages, s
                              std::string* err) {
   if (bytes == 0) return 0;
   if (page_files_) return put_in_page_file(stream, cpu, pages, bytes, err);
+  if (compress_) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (error_) {
+        *err = error_text_;
+        return -error_;
+      }
+      const uint32_t unit = stream < stream_page_size_.size() ? stream_page_size_[stream] : 0;
+      if (unit == 0 || bytes % unit != 0) {
+        *err = "pages of an unknown stream, or not whole pages";
+        return -EINVAL;
+      }
+    }
+    std::unique_lock<std::mutex> q(qmu_);
+    // Full: the recorder waits (the program's buffers hold its pages).
+    q_space_.wait(q, [&] { return queued_ == 0 || queued_ + bytes <= kCompressQueueBytes; });
+    Batch b{stream, cpu, {}};
+    if (!spare_.empty()) {
+      b.pages = std::move(spare_.back());
+      spare_.pop_back();
+    }
+    b.pages.assign(static_cast<const char*>(pages), bytes);
+    queue_.push_back(std::move(b));
+    queued_ += bytes;
+    q.unlock();
+    q_put_.notify_one();
+    return 0;
+  }
   std::string p;
   put32(&p, stream);
   put32(&p, cpu);
@@ -295,6 +373,79 @@ int JournalWriter::write_pages_locked(PageFile& f, uint32_t stream, uint32_t cpu
   return 0;
 }
 
+int JournalWriter::drain(std::string* err) {
+  if (compress_) {
+    std::unique_lock<std::mutex> q(qmu_);
+    q_space_.wait(q, [&] { return queued_ == 0; });
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  if (error_) {
+    *err = error_text_;
+    return -error_;
+  }
+  return 0;
+}
+
+// The compressor thread: takes up to half the queue at a time, cuts each
+// CPU's pages of it (in the order put) into chunks of kChunkPages pages,
+// and appends one kChunks record per CPU. The queue's bytes are given back
+// once they are in the journal: the bound is on what a death would lose.
+void JournalWriter::compress_loop() {
+  ChunkCompressor z(WriteOptions{}.zstd_level);
+  std::vector<Batch> work;
+  std::string pages, chunks;
+  for (;;) {
+    size_t taken = 0;
+    {
+      std::unique_lock<std::mutex> q(qmu_);
+      q_put_.wait(q, [&] { return !queue_.empty() || stopping_; });
+      if (queue_.empty()) return;  // stopping, and all written
+      while (!queue_.empty() &&
+             (taken == 0 || taken + queue_.front().pages.size() <= kCompressQueueBytes / 2)) {
+        taken += queue_.front().pages.size();
+        work.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+    }
+    // Each CPU's pages in one run: its batches, in order.
+    std::map<std::pair<uint32_t, uint32_t>, std::vector<const Batch*>> by_cpu;
+    for (const Batch& b : work) by_cpu[{b.stream, b.cpu}].push_back(&b);
+    for (const auto& [key, batches] : by_cpu) {
+      uint32_t unit = 0;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        if (error_) break;  // the recording has failed: nothing more is written
+        unit = stream_page_size_[key.first];
+      }
+      const std::string* run = &batches[0]->pages;
+      if (batches.size() > 1) {
+        pages.clear();
+        for (const Batch* b : batches) pages += b->pages;
+        run = &pages;
+      }
+      chunks.clear();
+      put32(&chunks, key.first);
+      put32(&chunks, key.second);
+      const int64_t count = z.pages(run->data(), run->size(), unit, &chunks);
+      std::lock_guard<std::mutex> l(mu_);
+      if (count < 0) {
+        if (!error_) fail_locked(ENOMEM, "compressing the recorded pages");
+        break;
+      }
+      std::string ignored;
+      if (append_locked(kChunks, chunks, nullptr, 0, &ignored) < 0) break;
+    }
+    {
+      std::lock_guard<std::mutex> q(qmu_);
+      for (Batch& b : work)
+        if (spare_.size() < 16) spare_.push_back(std::move(b.pages));
+      queued_ -= taken;
+    }
+    work.clear();
+    q_space_.notify_all();
+  }
+}
+
 // The first failure, in the words every later append repeats.
 void JournalWriter::fail_locked(int e, const std::string& what) {
   error_ = e;
@@ -400,6 +551,7 @@ int JournalWriter::append_locked(uint32_t kind, const std::string& head, const v
         const uint64_t unit = stream < stream_page_size_.size() ? stream_page_size_[stream] : 0;
         if (unit) page_bytes_ += (at - data_at) / unit * unit;
       }
+      if (kind == kChunks) page_bytes_ += chunked_bytes(head, at - (end_ + sizeof rec));
       fail_locked(w < 0 ? errno : EIO, "writing the recorded pages to " + path_);
       *err = error_text_;
       return -error_;
@@ -414,6 +566,7 @@ int JournalWriter::append_locked(uint32_t kind, const std::string& head, const v
   }
   end_ = at;
   if (kind == kPages) page_bytes_ += bytes;
+  if (kind == kChunks) page_bytes_ += chunked_bytes(head, head.size());
   return 0;
 }
 

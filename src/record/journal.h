@@ -21,9 +21,24 @@
 //               written at `offset` of the stream's CPU's page file
 //     kPagesGone u32 stream, u32 CPU, u64 offset, u64 bytes: the pages
 //               there no longer count (about to be overwritten)
+//     kChunks   u32 stream, u32 CPU, then the CPU's next pages compressed,
+//               as trace.dat v7 holds them: chunks back to back, each u32
+//               compressed size, u32 size, a zstd frame of `size` bytes
+//               (whole pages, at most kChunkPages)
 //   (str: u32 length, then the bytes.) A record cut short by a death or a
 // full disk ends the journal; of a kPages record cut short, its whole pages
-// count.
+// count, and of a kChunks record its whole chunks.
+//
+// Compression while recording: a recording that writes a compressed
+// trace.dat (without a size limit) hands each batch of pages to a thread of
+// the journal's, through a queue of at most kCompressQueueBytes (the
+// recorder waits when it is full; the traced program never does: its
+// buffers hold the pages meanwhile). That thread cuts each CPU's pages into
+// chunks as the trace.dat writer does and appends them as kChunks records;
+// the end of the recording copies them into the file as they are
+// (CpuData::chunks), so that it compresses nothing. A killed recorder
+// loses, besides what it had not taken, what was queued: at most
+// kCompressQueueBytes of pages.
 //
 // Page files: a recording that writes a trace.dat v7 without compression
 // puts each CPU's pages of each stream in a file of its own, JOURNAL.S.C
@@ -46,10 +61,13 @@
 
 #include <sys/types.h>
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "control/meta.h"
@@ -68,7 +86,8 @@ class JournalWriter {
   JournalWriter() = default;
   JournalWriter(const JournalWriter&) = delete;
   JournalWriter& operator=(const JournalWriter&) = delete;
-  // Closes; removes the file if it holds no pages (nothing to recover).
+  // Writes what is queued for compression, closes; removes the file if it
+  // holds no pages (nothing to recover).
   ~JournalWriter();
 
   // Creates DIR/.NAME.usrtrace-rec-XXXXXX beside opts.output (a new name,
@@ -86,8 +105,13 @@ class JournalWriter {
   int add_stream(uint32_t process, const std::string& instance, uint32_t page_size, uint32_t nr_cpus,
                  uint32_t* stream, std::string* err);
   int put_meta(uint32_t process, const control::RemoteMeta& meta, std::string* err);
-  // `bytes` of whole pages of `cpu`.
+  // `bytes` of whole pages of `cpu`. With compression they are queued
+  // (copied) for the compressor, and a failure to write them is said by a
+  // later call, or by drain().
   int put_pages(uint32_t stream, uint32_t cpu, const void* pages, size_t bytes, std::string* err);
+  // Waits until every page put is in the journal (the compressor's queue
+  // is empty). 0, or the first failure as put_pages says it.
+  int drain(std::string* err);
   // The page file of stream's CPU (see the layout) and its descriptor
   // (O_RDWR), or -1 if it has none (no page files, or no pages yet). A
   // page file closed by close_stream() is opened again (and must be the
@@ -133,6 +157,24 @@ class JournalWriter {
   void maybe_compact_locked() {
     if (compact_at_ && !error_ && end_ > compact_at_) compact_locked();
   }
+
+  // Compression while recording (the layout's comment). The compressor
+  // thread takes batches off queue_, compresses them and appends kChunks
+  // records under mu_. Lock order: never mu_ and qmu_ together.
+  struct Batch {
+    uint32_t stream = 0, cpu = 0;
+    std::string pages;
+  };
+  void compress_loop();
+  bool compress_ = false;  // set by create()
+  std::thread compressor_;
+  std::mutex qmu_;
+  std::condition_variable q_put_;    // queue_ not empty, or stopping_
+  std::condition_variable q_space_;  // queued_ went down
+  std::deque<Batch> queue_;          // under qmu_
+  std::vector<std::string> spare_;   // under qmu_: batch buffers to reuse
+  size_t queued_ = 0;                // under qmu_: bytes put and not yet in the journal
+  bool stopping_ = false;            // under qmu_
 
   mutable std::mutex mu_;
   int fd_ = -1;
@@ -218,8 +260,13 @@ bool is_journal(const void* p, size_t n);
 // files', found beside `path`: "" for the name /proc/self/fd gives `fd`).
 // 0, or -errno with *err set when it is not a journal or holds no output
 // record. A page file missing or shorter than its records ends the journal
-// there (Journal::damage), as a record cut short does.
-int read_journal(int fd, Journal* out, std::string* err, const std::string& path = "");
+// there (Journal::damage), as a record cut short does. Every compressed
+// chunk's sizes are checked; with `check_chunks`, each is decompressed too
+// (bounded by its declared size), so that a chunk that does not
+// decompress ends the journal there instead of going into a trace.dat
+// (recover; a recording's own end skips it: it wrote the chunks itself).
+int read_journal(int fd, Journal* out, std::string* err, const std::string& path = "",
+                 bool check_chunks = true);
 
 // Writes `output` as a trace.dat from the journal (never the output the
 // journal names: a journal is input, maybe another user's, and the path

@@ -28,7 +28,8 @@ enum Kind : uint32_t {
   kMeta = 4,
   kPages = 5,
   kPagesIn = 6,
-  kPagesGone = 7
+  kPagesGone = 7,
+  kChunks = 8
 };
 
 // What a reader accepts (a journal is untrusted input).
@@ -43,6 +44,11 @@ constexpr size_t kMaxName = 4096;
 // its size after the last compaction, whichever is more (amortized: each
 // byte of the live state is written again at most once per byte appended).
 constexpr uint64_t kCompactFloor = 4u << 20;
+// With compression, the pages put and not yet in the journal (queued for
+// the compressor, or being compressed): what a killed recorder loses
+// beyond what it had not taken. The compressor takes half of it at a time,
+// so that the recorder can queue the next half meanwhile.
+constexpr size_t kCompressQueueBytes = 4u << 20;
 
 inline void put32(std::string* s, uint32_t v) { s->append(reinterpret_cast<const char*>(&v), 4); }
 inline void put64(std::string* s, uint64_t v) { s->append(reinterpret_cast<const char*>(&v), 8); }

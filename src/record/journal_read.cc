@@ -21,6 +21,7 @@
 
 #include "record/journal_format.h"
 #include "record/recorder.h"
+#include "tracedat/chunks.h"
 
 namespace usrtrace::tracedat {
 
@@ -72,7 +73,7 @@ Journal::~Journal() {
   for (int fd : page_fds) ::close(fd);
 }
 
-int read_journal(int fd, Journal* out, std::string* err, const std::string& path) {
+int read_journal(int fd, Journal* out, std::string* err, const std::string& path, bool check_chunks) {
   struct stat st;
   if (fstat(fd, &st) != 0) {
     const int e = errno;
@@ -122,6 +123,8 @@ int read_journal(int fd, Journal* out, std::string* err, const std::string& path
   bool have_output = false;
   uint64_t at = kHeaderBytes;
   std::vector<uint8_t> buf;
+  std::vector<char> frame, unpacked;  // check_chunks
+  ChunkDecompressor unzstd;
   auto damaged = [&](const std::string& why) { out->damage = why + " at offset " + std::to_string(at); };
   while (at < out->bytes) {
     char rec[kRecordHead];
@@ -154,6 +157,10 @@ int read_journal(int fd, Journal* out, std::string* err, const std::string& path
         damaged("a page record that is not whole pages");
         break;
       }
+      if (s.cpus[cpu].chunks) {
+        damaged("pages of a CPU whose pages are compressed");
+        break;
+      }
       // Pages the journal holds, not a hole (see kPagesIn below).
       const off_t h = have > 0 ? ::lseek(fd, static_cast<off_t>(body + 8), SEEK_HOLE) : -1;
       const bool hole = h >= 0 && static_cast<uint64_t>(h) < body + 8 + have;
@@ -169,6 +176,78 @@ int read_journal(int fd, Journal* out, std::string* err, const std::string& path
       }
       if (have < want) {
         damaged("a page record cut short (its whole pages are kept)");
+        break;
+      }
+      at = body + len + (8 - len % 8) % 8;
+      continue;
+    }
+    if (kind == kChunks) {
+      // Whole chunks, each head checked before its frame is used: a record
+      // cut short keeps the whole chunks before the cut; a chunk that does
+      // not check out ends the journal there.
+      char ids[8];
+      if (len < 8 || avail < 8 || !read_at(fd, body, ids, 8)) {
+        damaged("a chunk record cut short");
+        break;
+      }
+      uint32_t stream, cpu;
+      std::memcpy(&stream, ids, 4);
+      std::memcpy(&cpu, ids + 4, 4);
+      if (stream >= out->streams.size() || cpu >= out->streams[stream].cpus.size()) {
+        damaged("pages of an unknown stream or CPU");
+        break;
+      }
+      Journal::Stream& s = out->streams[stream];
+      CpuData& c = s.cpus[cpu];
+      if (c.chunks == 0 && !c.extents.empty()) {
+        damaged("compressed pages of a CPU whose pages are not");
+        break;
+      }
+      const uint64_t want = len - 8, data = body + 8;
+      uint64_t have = std::min(want, avail - 8);
+      // Chunks the journal holds, not a hole (as for kPages).
+      const off_t h = have > 0 ? ::lseek(fd, static_cast<off_t>(data), SEEK_HOLE) : -1;
+      const bool hole = h >= 0 && static_cast<uint64_t>(h) < data + have;
+      if (hole) have = static_cast<uint64_t>(h) - data;
+      uint64_t done = 0, chunks = 0, bytes = 0;
+      std::string bad;
+      while (done < have) {
+        uint32_t sizes[2];
+        if (have - done < kChunkHead || !read_at(fd, data + done, sizes, kChunkHead)) break;
+        if (!chunk_head_ok(sizes[0], sizes[1], s.page_size)) {
+          bad = "a compressed chunk whose sizes do not check out";
+          break;
+        }
+        if (sizes[0] > have - done - kChunkHead) break;
+        if (check_chunks) {
+          frame.resize(sizes[0]);
+          unpacked.resize(sizes[1]);
+          if (!read_at(fd, data + done + kChunkHead, frame.data(), frame.size())) break;
+          if (!unzstd.decompress(frame.data(), frame.size(), unpacked.data(), unpacked.size())) {
+            bad = "a compressed chunk that does not decompress to its size";
+            break;
+          }
+        }
+        done += kChunkHead + sizes[0];
+        ++chunks;
+        bytes += sizes[1];
+      }
+      if (chunks > 0) {
+        c.extents.push_back({data, done});
+        c.chunks += chunks;
+        out->pages += bytes / s.page_size;
+      }
+      if (!bad.empty()) {
+        damaged(bad + " (the chunks before it are kept)");
+        break;
+      }
+      if (hole) {
+        damaged("a chunk record over a hole in the journal (its whole chunks before it are kept)");
+        break;
+      }
+      if (done < want) {
+        damaged(have < want ? "a chunk record cut short (its whole chunks are kept)"
+                            : "a chunk record whose chunks do not fill it");
         break;
       }
       at = body + len + (8 - len % 8) % 8;
@@ -193,6 +272,10 @@ int read_journal(int fd, Journal* out, std::string* err, const std::string& path
       Journal::Stream& s = out->streams[stream];
       CpuData& c = s.cpus[cpu];
       const uint64_t start = page_file_start(s.page_size);
+      if (c.chunks) {
+        damaged("pages of a CPU whose pages are compressed");
+        break;
+      }
       if (n == 0 || n % s.page_size != 0 || off < start || (off - start) % s.page_size != 0 ||
           n > UINT64_MAX - off) {
         damaged("a page record that is not whole pages of its page file");
@@ -398,7 +481,7 @@ int finish_in_place(JournalWriter& w, const Journal& j, const std::vector<uint32
     for (size_t ci = 0; ci < s.cpus.size(); ++ci) {
       const CpuData& c = s.cpus[ci];
       if (c.size() <= best) continue;
-      if (c.fd == w.fd()) return 1;  // pages in the journal itself: an older layout
+      if (c.fd == w.fd() || c.chunks) return 1;  // pages in the journal itself: an older layout
       // A ring that came round (max_cpu_bytes) is not one run: copied.
       if (c.extents.size() != 1 || c.extents[0].offset != page_file_start(s.page_size)) continue;
       best = c.size();
@@ -451,7 +534,10 @@ int write_from_journal(const Journal& j, const std::string& output, const std::v
 
 int finish_journal(JournalWriter& w, const std::vector<uint32_t>& skip, std::string* err) {
   Journal j;
-  int rc = read_journal(w.fd(), &j, err, w.path());
+  // What the compressor still holds goes to the journal first.
+  int rc = w.drain(err);
+  // Its own chunks are not decompressed again: the end costs a copy.
+  if (rc == 0) rc = read_journal(w.fd(), &j, err, w.path(), /*check_chunks=*/false);
   if (rc == 0 && !j.damage.empty()) {
     // The writer takes nothing the reader refuses (journal_stream_ok), so
     // this is a file changed under us or a fault: said, never a trace.dat

@@ -52,12 +52,8 @@ const std::string& JournalFile::damage() const { return j_->damage; }
 void JournalFile::set_file_version(int v) { j_->file_version = v; }
 void JournalFile::set_compress(bool c) { j_->compress = c; }
 
-uint64_t JournalFile::pages() const {
-  uint64_t pages = 0;
-  for (const auto& s : j_->streams)
-    for (const auto& c : s.cpus) pages += s.page_size ? c.size() / s.page_size : 0;
-  return pages;
-}
+// Counted as read (compressed chunks' extents are not pages).
+uint64_t JournalFile::pages() const { return j_->pages; }
 
 std::string JournalFile::beside_journal(const std::string& journal) {
   return tracedat::output_beside_journal(journal);

@@ -24,15 +24,13 @@
 #include <cstring>
 #include <memory>
 
+#include "tracedat/chunks.h"
 #include "tracedat/format.h"
 
 namespace usrtrace::tracedat {
 namespace {
 
 static_assert(std::endian::native == std::endian::little, "the writer writes host-endian numbers");
-
-// Pages per compressed chunk of CPU data.
-constexpr uint32_t kChunkPages = 16;
 
 class Out {
  public:
@@ -227,9 +225,11 @@ int check(const Metadata& meta, const std::vector<BufferData>& buffers, const Wr
     if (b.cpus.size() > static_cast<size_t>(meta.nr_cpus)) return bad("more CPUs than the file has");
     if (b.page_size == 0 || (b.page_size & (b.page_size - 1))) return bad("bad page size");
     for (const CpuData& c : b.cpus) {
+      if (c.chunks > UINT32_MAX) return bad("more compressed chunks than a file holds");
       for (const Extent& e : c.extents)
-        if (e.size % b.page_size != 0) return bad("CPU data is not whole pages");
+        if (c.chunks == 0 && e.size % b.page_size != 0) return bad("CPU data is not whole pages");
       if (!c.in_place) continue;
+      if (c.chunks) return bad("compressed CPU data cannot be in place");
       // The header's first page stays free of it; the sections come after.
       if (opts.version != 7 || opts.compression != Compression::kNone)
         return bad("CPU data in place needs file version 7 without compression");
@@ -240,6 +240,35 @@ int check(const Metadata& meta, const std::vector<BufferData>& buffers, const Wr
   }
   if (opts.append_at % 4096 != 0) return bad("the sections must start on a page");
   return 0;
+}
+
+// The pages of chunked CPU data (CpuData::chunks), decompressed: each
+// chunk's head checked before its frame is read, and the frame must give
+// exactly the size its head says (a journal is untrusted input).
+void copy_decompressed(Out& out, const CpuData& c, uint32_t page_size) {
+  std::vector<char> frame, pages;
+  ChunkDecompressor d;
+  for (const Extent& e : c.extents)
+    for (uint64_t at = e.offset, end = e.offset + e.size; at < end && out.ok();) {
+      uint32_t head[2];
+      if (end - at < kChunkHead || !out.read_in(c.fd, at, head, kChunkHead)) {
+        out.fail(EINVAL, "a compressed chunk cut short");
+        return;
+      }
+      if (!chunk_head_ok(head[0], head[1], page_size) || head[0] > end - at - kChunkHead) {
+        out.fail(EINVAL, "a compressed chunk whose sizes do not check out");
+        return;
+      }
+      frame.resize(head[0]);
+      pages.resize(head[1]);
+      if (!out.read_in(c.fd, at + kChunkHead, frame.data(), frame.size())) return;
+      if (!d.decompress(frame.data(), frame.size(), pages.data(), pages.size())) {
+        out.fail(EINVAL, "a compressed chunk that does not decompress to its size");
+        return;
+      }
+      out.bytes(pages.data(), pages.size());
+      at += kChunkHead + head[0];
+    }
 }
 
 // ---- v6 ----
@@ -259,14 +288,17 @@ void write_flyrecord_v6(Out& out, const Metadata& meta, const BufferData& b, boo
   }
   for (size_t cpu = 0; cpu < b.cpus.size(); ++cpu) {
     const CpuData& c = b.cpus[cpu];
-    const uint64_t size = c.size();
-    if (size == 0) continue;
+    if (c.size() == 0) continue;
     out.pad_to(b.page_size);
     const uint64_t at = out.pos();
-    std::vector<char> chunk(std::min<uint64_t>(size, uint64_t{b.page_size} * kChunkPages));
-    for (const Extent& e : c.extents) out.copy_from(c.fd, e.offset, e.size, &chunk);
+    if (c.chunks) {
+      copy_decompressed(out, c, b.page_size);
+    } else {
+      std::vector<char> chunk(std::min<uint64_t>(c.size(), uint64_t{b.page_size} * kChunkPages));
+      for (const Extent& e : c.extents) out.copy_from(c.fd, e.offset, e.size, &chunk);
+    }
     out.patch_num<uint64_t>(table + cpu * 16, at);
-    out.patch_num<uint64_t>(table + cpu * 16 + 8, size);
+    out.patch_num<uint64_t>(table + cpu * 16 + 8, out.pos() - at);
   }
 }
 
@@ -314,29 +346,7 @@ int write_v6(Out& out, const Metadata& meta, const std::vector<BufferData>& buff
 
 // ---- v7 ----
 
-class Compressor {
- public:
-  explicit Compressor(int level) : level_(level) {}
-  ~Compressor() { ZSTD_freeCCtx(cctx_); }
-  // Appends "u32 compressed size, u32 size, data" for `in` to `out`.
-  bool block(const char* in, size_t n, std::string* out) {
-    if (!cctx_) cctx_ = ZSTD_createCCtx();
-    if (!cctx_) return false;
-    const size_t bound = ZSTD_compressBound(n);
-    const size_t head = out->size();
-    out->resize(head + 8 + bound);
-    const size_t c = ZSTD_compressCCtx(cctx_, out->data() + head + 8, bound, in, n, level_);
-    if (ZSTD_isError(c) || c > UINT32_MAX || n > UINT32_MAX) return false;
-    const uint32_t sizes[2] = {static_cast<uint32_t>(c), static_cast<uint32_t>(n)};
-    std::memcpy(out->data() + head, sizes, 8);
-    out->resize(head + 8 + c);
-    return true;
-  }
-
- private:
-  int level_;
-  ZSTD_CCtx* cctx_ = nullptr;
-};
+using Compressor = ChunkCompressor;
 
 // Writes a section; returns its offset.
 uint64_t section(Out& out, uint16_t id, const std::string& data, Compressor* z) {
@@ -386,7 +396,13 @@ uint64_t flyrecord_v7(Out& out, const BufferData& b, Compressor* z, std::vector<
       cpus->push_back({static_cast<uint32_t>(cpu), c.extents[0].offset, size});
       continue;
     }
-    if (!z) {
+    if (!z && c.chunks) {
+      copy_decompressed(out, c, b.page_size);
+    } else if (!z) {
+      for (const Extent& e : c.extents) out.copy_from(c.fd, e.offset, e.size, &chunk);
+    } else if (c.chunks) {
+      // Compressed while recorded (record/journal.h): taken as they are.
+      out.num<uint32_t>(static_cast<uint32_t>(c.chunks));
       for (const Extent& e : c.extents) out.copy_from(c.fd, e.offset, e.size, &chunk);
     } else {
       // Chunks of kChunkPages pages of the CPU's stream, across extents.

@@ -48,6 +48,11 @@ struct Extent {
   uint64_t size = 0;
 };
 
+// Pages per compressed chunk of CPU data, at most: the writer's chunks, and
+// a recording's (record/journal.h), which a compressed file takes as they
+// are. A chunk of more is refused where chunks are read back.
+inline constexpr uint32_t kChunkPages = 16;
+
 // One CPU's pages: its extents of `fd`, in order (a recording's journal
 // holds each CPU's pages in runs between other CPUs' runs).
 struct CpuData {
@@ -57,6 +62,14 @@ struct CpuData {
   // page-aligned extent, before WriteOptions::append_at): the file only
   // names them (v7 without compression; a recording's largest CPU stream).
   bool in_place = false;
+  // Not 0: the extents hold the pages already compressed, `chunks` chunks
+  // back to back as trace.dat v7 holds them (each u32 compressed size, u32
+  // size, a zstd frame of `size` bytes: whole pages, at most kChunkPages),
+  // one chunk never across two extents. A zstd file takes them as they are
+  // (copy_file_range); any other file gets them decompressed, each chunk
+  // checked against its sizes (a journal is untrusted input). size() is
+  // then the compressed bytes.
+  uint64_t chunks = 0;
   uint64_t size() const {
     uint64_t n = 0;
     for (const Extent& e : extents) n += e.size;
