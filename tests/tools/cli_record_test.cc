@@ -514,6 +514,164 @@ TEST(CliRecord, AKilledRecorderLeavesAJournalThatRecoverFinishes) {
   ::rmdir(dir.c_str());
 }
 
+// The events of a trace-cmd report, without what differs from one run of
+// the same program to the next: the task, pid, CPU and time stamp before
+// the event's name, and the thread ids in its fields.
+std::vector<std::string> events_of(const std::string& report) {
+  static const std::regex prefix(R"(^\s*\S+-\d+\s+\[\d+\]\s+[0-9.]+:\s+)"), tid(R"(tid=\d+)");
+  std::vector<std::string> events;
+  std::istringstream in(report);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (!std::regex_search(line, m, prefix)) continue;
+    events.push_back(std::regex_replace(m.suffix().str(), tid, "tid=T"));
+  }
+  return events;
+}
+
+// Compressed while recorded (the journal's chunks, copied into the file
+// as they are): trace-cmd reads the same events from it as from an
+// uncompressed recording of the same program, and so does usrtrace report.
+TEST(CliRecord, ACompressedRecordingHoldsTheEventsOfAnUncompressedOne) {
+  if (!have_trace_cmd()) GTEST_SKIP() << "trace-cmd is not installed";
+  const std::string dir = temp_dir();
+  std::map<std::string, std::vector<std::string>> events;
+  std::map<std::string, off_t> sizes;
+  for (const std::string compression : {"none", "zstd"}) {
+    SCOPED_TRACE(compression);
+    const std::string file = dir + "/" + compression + ".dat";
+    Proc rec = Proc::start(
+        {USRTRACE_CLI, "record", "-e", "clitest", "--compression", compression, "-o", file, "--", CLI_TARGET},
+        true);
+    const std::string script = "tick 120000\nrare 3\ntick 500\nexit 0\n";
+    ASSERT_EQ(::write(rec.in, script.data(), script.size()), static_cast<ssize_t>(script.size()));
+    const Result r = rec.finish();
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.err.find("; 0 events lost"), std::string::npos) << r.err;
+    std::string err;
+    auto f = usrtrace::TraceFile::open(file, &err);
+    ASSERT_TRUE(f) << err;
+    EXPECT_EQ(f->compression(), compression);
+    const Result tc = Proc::start({"/usr/bin/trace-cmd", "report", file}, false).finish();
+    ASSERT_EQ(tc.rc, 0) << tc.err;
+    events[compression] = events_of(tc.out);
+    const Result rep = run_cli({"report", "-i", file});
+    ASSERT_EQ(rep.rc, 0) << rep.err;
+    EXPECT_EQ(rep.out, tc.out);
+    struct stat st;
+    ASSERT_EQ(::stat(file.c_str(), &st), 0);
+    sizes[compression] = st.st_size;
+    ::unlink(file.c_str());
+  }
+  ASSERT_EQ(events["none"].size(), 120000u + 3 + 500) << "every event, and nothing else";
+  EXPECT_TRUE(events["zstd"] == events["none"]) << events["zstd"].size() << " events compressed";
+  EXPECT_LT(sizes["zstd"] * 4, sizes["none"]);
+  ::rmdir(dir.c_str());
+}
+
+// kill -9 of a compressed recording: its journal holds the chunks written
+// so far (what was queued for the compressor is the only extra loss);
+// recover writes them as they are, or decompressed (--compression none,
+// --file-version 6), and a journal torn in a chunk record, or with a
+// garbled chunk, keeps what comes before.
+TEST(CliRecord, AKilledCompressedRecorderLeavesAJournalThatRecoverFinishes) {
+  const std::string dir = temp_dir(), file = dir + "/zkilled.dat";
+  Proc rec = Proc::start(
+      {USRTRACE_CLI, "record", "--compression", "zstd", "-e", "clitest:tick", "-o", file, "--", CLI_TARGET},
+      true);
+  ASSERT_NE(rec.wait_for("ready "), std::string::npos) << rec.err_text;
+  const std::string script = "tick 400000\n";
+  ASSERT_EQ(::write(rec.in, script.data(), script.size()), static_cast<ssize_t>(script.size()));
+  ASSERT_NE(rec.wait_for("ok\n"), std::string::npos) << rec.err_text;
+  const auto until = Clock::now() + std::chrono::seconds(60);
+  while (journal_of(dir, "zkilled.dat").second < 64 && Clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const auto [journal, pages] = journal_of(dir, "zkilled.dat");
+  ASSERT_GE(pages, 64u) << "the recorder took no pages: " << rec.err_text;
+  ASSERT_EQ(::kill(rec.pid, SIGKILL), 0);
+  rec.finish(60);
+  EXPECT_EQ(::access(file.c_str(), F_OK), -1) << "record wrote its output before it was killed";
+  // No page files: the chunks are in the journal.
+  const std::vector<std::string> left = journals_of(dir, "zkilled.dat");
+  EXPECT_EQ(left, std::vector<std::string>{journal});
+  const Result rv = run_cli({"recover", journal});
+  ASSERT_EQ(rv.rc, 0) << rv.err;
+  EXPECT_EQ(rv.err.find("ends early"), std::string::npos) << rv.err;
+  std::string err;
+  auto f = usrtrace::TraceFile::open(file, &err);
+  ASSERT_TRUE(f) << err;
+  EXPECT_EQ(f->compression(), "zstd");
+  const Result rep = run_cli({"report", "-i", file});
+  ASSERT_EQ(rep.rc, 0) << rep.err;
+  const std::vector<unsigned> got = seqs(rep.out, "tick");
+  ASSERT_GE(got.size(), 64u * 4000 / 40) << rv.err << rep.err;
+  for (size_t i = 1; i < got.size(); ++i) ASSERT_LT(got[i - 1], got[i]) << i;
+  // Decompressed: the same ticks, as trace-cmd reads them too.
+  for (const std::vector<std::string>& how :
+       {std::vector<std::string>{"--compression", "none"}, std::vector<std::string>{"--file-version", "6"}}) {
+    SCOPED_TRACE(how[0]);
+    const std::string plain = dir + "/plain.dat";
+    std::vector<std::string> argv = {"recover", journal, "-o", plain};
+    argv.insert(argv.end(), how.begin(), how.end());
+    const Result rp = run_cli(argv);
+    ASSERT_EQ(rp.rc, 0) << rp.err;
+    auto pf = usrtrace::TraceFile::open(plain, &err);
+    ASSERT_TRUE(pf) << err;
+    EXPECT_EQ(pf->compression(), "none");
+    EXPECT_EQ(pf->version(), how[0] == "--file-version" ? 6 : 7);
+    EXPECT_TRUE(seqs(run_cli({"report", "-i", plain}).out, "tick") == got);
+    if (have_trace_cmd()) {
+      const Result tc = Proc::start({"/usr/bin/trace-cmd", "report", plain}, false).finish();
+      ASSERT_EQ(tc.rc, 0) << tc.err;
+      EXPECT_TRUE(seqs(tc.out, "tick") == got);
+    }
+    ::unlink(plain.c_str());
+  }
+  // A chunk garbled in the middle of the journal: recover keeps the
+  // chunks before it (fewer ticks, still in order), and says so.
+  struct stat st;
+  ASSERT_EQ(::stat(journal.c_str(), &st), 0);
+  const int jfd = ::open(journal.c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(jfd, 0);
+  std::vector<char> bytes(static_cast<size_t>(st.st_size));
+  ASSERT_EQ(::pread(jfd, bytes.data(), bytes.size(), 0), st.st_size);
+  // The middle one of its kChunks records (kind 8).
+  std::vector<uint64_t> chunk_records;
+  for (uint64_t at = 32; at + 16 <= bytes.size();) {
+    uint32_t kind;
+    uint64_t len;
+    std::memcpy(&kind, bytes.data() + at, 4);
+    std::memcpy(&len, bytes.data() + at + 8, 8);
+    if (kind == 8) chunk_records.push_back(at);
+    at += 16 + len + (8 - len % 8) % 8;
+  }
+  ASSERT_GE(chunk_records.size(), 3u);
+  const uint64_t middle = chunk_records[chunk_records.size() / 2];
+  const std::string junk(16, '\x33');
+  ASSERT_EQ(::pwrite(jfd, junk.data(), junk.size(), static_cast<off_t>(middle + 16 + 8 + 8 + 20)), 16);
+  ::close(jfd);
+  const std::string garbled = dir + "/garbled.dat";
+  const Result rg = run_cli({"recover", journal, "-o", garbled});
+  ASSERT_EQ(rg.rc, 0) << rg.err;
+  EXPECT_NE(rg.err.find("ends early (a compressed chunk that does not decompress"), std::string::npos)
+      << rg.err;
+  const Result repg = run_cli({"report", "-i", garbled});
+  ASSERT_EQ(repg.rc, 0) << repg.err;
+  const std::vector<unsigned> before = seqs(repg.out, "tick");
+  EXPECT_GT(before.size(), 0u);
+  EXPECT_LT(before.size(), got.size());
+  for (size_t i = 1; i < before.size(); ++i) ASSERT_LT(before[i - 1], before[i]) << i;
+  // Torn in that record's first chunk: the same chunks kept.
+  ASSERT_EQ(::truncate(journal.c_str(), static_cast<off_t>(middle + 16 + 8 + 30)), 0);
+  const std::string torn = dir + "/torn.dat";
+  const Result rt = run_cli({"recover", journal, "-o", torn});
+  ASSERT_EQ(rt.rc, 0) << rt.err;
+  EXPECT_NE(rt.err.find("ends early (a chunk record cut short"), std::string::npos) << rt.err;
+  EXPECT_TRUE(seqs(run_cli({"report", "-i", torn}).out, "tick") == before);
+  for (const std::string& x : {file, garbled, torn, journal}) ::unlink(x.c_str());
+  ::rmdir(dir.c_str());
+}
+
 // trace-cmd's -m: each CPU keeps its newest pages within the size (in
 // KiB), whatever the file's version or compression; what is kept is the
 // end of what was written, every event of it in order.

@@ -34,7 +34,8 @@ struct Options {
   bool snapshots = false;
   std::string tracedat;
   int file_version = 7;
-  bool compress = false;
+  bool compress = false;    // what run() decided
+  std::string compression;  // --compression as given: "", "none", "zstd" or "any"
 };
 
 int write_tracedat(const Recovery& rec, const Options& o) {
@@ -130,7 +131,10 @@ int recover_journal(int fd, const Options& o, bool version_given, bool compress_
     }
     j->set_file_version(o.file_version);
   }
-  if (compress_given) j->set_compress(o.compress);
+  if (compress_given)
+    j->set_compress(o.compress);
+  else if (version_given && o.file_version == 6)
+    j->set_compress(false);  // a compressed recording's journal as version 6: decompressed
   if (j->compress() && j->file_version() != 7) {
     fprintf(stderr, "usrtrace recover: compression needs file version 7\n");
     return 2;
@@ -169,8 +173,15 @@ int recover_journal(int fd, const Options& o, bool version_given, bool compress_
   return 0;
 }
 
-int run(const Options& o, bool version_given, bool compress_given) {
+int run(Options o, bool version_given, bool compress_flag) {
   std::string err;
+  // As record's: --compress is zstd, --compression none|zstd|any trace-cmd's.
+  if (compress_flag && o.compression == "none") {
+    fprintf(stderr, "usrtrace recover: --compress and --compression none disagree\n");
+    return 2;
+  }
+  const bool compress_given = compress_flag || !o.compression.empty();
+  o.compress = compress_flag || (!o.compression.empty() && o.compression != "none");
   {
     off_t size = 0;
     const int fd = toolkit::open_regular_for_read(o.file, &size, &err);
@@ -238,6 +249,10 @@ Runner add_recover(CLI::App& app) {
   CLI::Option* version =
       sub->add_option("--file-version", o->file_version, "trace.dat version: 6 or 7 (default)");
   CLI::Option* compress = sub->add_flag("--compress", o->compress, "zstd-compress the trace.dat (version 7)");
+  sub->add_option("--compression", o->compression,
+                  "compression of the trace.dat (version 7), as record's: none, zstd or any (zstd); a "
+                  "journal's own by default")
+      ->check(CLI::IsMember({"none", "zstd", "any"}));
   return [o, version, compress] { return run(*o, version->count() > 0, compress->count() > 0); };
 }
 
