@@ -2,13 +2,17 @@
 // `usrtrace recover JOURNAL` reads it. Like recover_fuzzer, the input
 // overwrites a real journal's bytes at an offset its first 4 bytes choose
 // (or, starting with 'R', is the whole file), so that mutations reach past
-// the header; two seeds, one with the pages in the journal (version 6) and
-// one with them in page files beside it (version 7, kPagesIn records).
+// the header; three seeds, one with the pages in the journal (version 6),
+// one with them in page files beside it (version 7, kPagesIn records) and
+// one with them compressed in the journal (version 7 zstd, kChunks).
 // read_journal must give an error or extents inside their files, and
 // write_from_journal a trace.dat or an error; never a crash or a hang.
 // The processes' saved_cmdlines are many lines each (assemble joins them
 // with keep_departed), and an input may also make a page file longer by
-// a hole (a sparse file): no extent may then name the hole.
+// a hole (a sparse file): no extent may then name the hole. A compressed
+// journal is also read without decompressing its chunks (as a recording's
+// end reads its own) and written uncompressed: the writer's own checks of
+// each chunk must hold then.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -44,8 +48,9 @@ std::vector<uint8_t> read_all(const std::string& path) {
 }
 
 // A journal of two processes, three CPUs' pages: version 6, pages in the
-// journal (kPages), or version 7, pages in page files (kPagesIn).
-std::vector<uint8_t> make_seed(int version) {
+// journal (kPages), version 7, pages in page files (kPagesIn), or version 7
+// compressed, chunks in the journal (kChunks).
+std::vector<uint8_t> make_seed(int version, bool compress = false) {
   if (g_dir.empty()) {
     char tmpl[] = "/tmp/usrtrace-journal-fuzzer-XXXXXX";
     if (!mkdtemp(tmpl)) abort();
@@ -55,6 +60,7 @@ std::vector<uint8_t> make_seed(int version) {
   RecordOptions o;
   o.output = g_dir + "/seed.dat";
   o.file_version = version;
+  o.compress = compress;
   std::string err;
   std::string path;
   struct Written {
@@ -87,6 +93,9 @@ std::vector<uint8_t> make_seed(int version) {
   w.put_pages(s0, 0, page.data(), page.size(), &err);
   w.put_pages(s0, 1, page.data(), page.size(), &err);
   w.put_pages(s0, 1, page.data(), page.size(), &err);
+  std::vector<uint8_t> pages(4096 * 20, 0);  // two chunks when compressed
+  for (size_t i = 0; i < pages.size(); ++i) pages[i] = static_cast<uint8_t>(i * 7 / 4096);
+  if (compress) w.put_pages(s0, 0, pages.data(), pages.size(), &err);
   w.add_process(2, "child-2", &p1, &err);
   w.add_stream(p1, "x", 4096, 2, &s1, &err);
   m.meta.cmdlines.clear();
@@ -95,6 +104,7 @@ std::vector<uint8_t> make_seed(int version) {
   w.put_meta(p1, m, &err);
   w.put_pages(s1, 1, page.data(), page.size(), &err);
   written = {{s0, 0}, {s0, 1}, {s1, 1}};
+  w.drain(&err);
   w.keep();
   std::vector<uint8_t> bytes = read_all(path);
   unlink(path.c_str());
@@ -112,17 +122,20 @@ std::vector<uint8_t> make_seed(int version) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::vector<uint8_t> inline_seed = make_seed(6);
   static const std::vector<uint8_t> files_seed = make_seed(7);
+  static const std::vector<uint8_t> chunks_seed = make_seed(7, true);
   std::vector<uint8_t> bytes;
-  // The first 4 bytes: where the rest overwrites a seed, and (the top bit)
-  // which seed; 'R' first: the rest is the whole journal.
+  // The first 4 bytes: where the rest overwrites a seed, and (the top two
+  // bits) which seed: 1x the page files', 01 the compressed one's, 00 the
+  // inline one's; 'R' first: the rest is the whole journal.
   uint32_t at = 0;
   if (size >= 4) std::memcpy(&at, data, 4);
   const bool files = (at & 0x80000000u) != 0;
+  const bool chunks = !files && (at & 0x40000000u) != 0;
   if (size >= 1 && data[0] == 'R') {
     bytes.assign(data + 1, data + size);
   } else {
-    bytes = files ? files_seed : inline_seed;
-    const size_t off = bytes.empty() ? 0 : (at & 0x7fffffffu) % bytes.size();
+    bytes = files ? files_seed : chunks ? chunks_seed : inline_seed;
+    const size_t off = bytes.empty() ? 0 : (at & 0x3fffffffu) % bytes.size();
     const size_t n = size > 4 ? size - 4 : 0;
     if (off + n > bytes.size()) bytes.resize(off + n);
     if (n) std::memcpy(bytes.data() + off, data + 4, n);
@@ -152,13 +165,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (fstat(c.fd, &st) != 0) abort();
         const uint64_t limit = c.fd == fd ? bytes.size() : static_cast<uint64_t>(st.st_size);
         for (const auto& e : c.extents) {
-          if (e.offset + e.size > limit || e.size % s.page_size != 0) abort();  // outside its file
+          if (e.offset + e.size > limit) abort();                   // outside its file
+          if (c.chunks == 0 && e.size % s.page_size != 0) abort();  // not whole pages
           const off_t h = lseek(c.fd, static_cast<off_t>(e.offset), SEEK_HOLE);
           if (h >= 0 && static_cast<uint64_t>(h) < e.offset + e.size) abort();  // pages from a hole
         }
       }
     const std::string out = g_dir + "/out.dat";
     if (tracedat::write_from_journal(j, out, {}, &err) == 0) unlink(out.c_str());
+  }
+  tracedat::Journal unchecked;
+  if (tracedat::read_journal(fd, &unchecked, &err, g_pj, /*check_chunks=*/false) == 0) {
+    unchecked.file_version = 6;
+    unchecked.compress = false;
+    const std::string out = g_dir + "/out6.dat";
+    if (tracedat::write_from_journal(unchecked, out, {}, &err) == 0) unlink(out.c_str());
   }
   close(fd);
   if (have_hole) (void)truncate(hole_file.c_str(), hole_st.st_size);
