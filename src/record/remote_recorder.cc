@@ -45,10 +45,12 @@ constexpr uint32_t kSharedPass = 4096;
 
 // The most a flush takes from an instance once the process is exiting or
 // gone: what its buffers hold (their capacity, as the process said while it
-// ran, and what growth retired and we have not taken yet) and a chunk, and never more than this machine's
-// memory, whatever the process said. Beyond that, what comes is new (threads still writing, or a forked child
-// that keeps the shared buffer mapped and forges pages after its parent died), and taking it would keep the
-// recorder, and a process held at its exit, going without end.
+// ran, and, shared, what its CpuBuffers can hold now: growth's are larger,
+// and the retired ones wait for us) and a chunk, and never more than this
+// machine's memory, whatever the process said. Beyond that, what comes is
+// new (threads still writing, or a forked child that keeps the shared buffer
+// mapped and forges pages after its parent died), and taking it would keep
+// the recorder, and a process held at its exit, going without end.
 uint64_t flush_budget_of(uint64_t capacity) {
   static const uint64_t ram = [] {
     const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
@@ -307,8 +309,7 @@ void RemoteRecording::set_flush_budgets() {
     inst->flush_budget = 0;
     for (const control::InstanceMeta& im : meta_.instances)
       if (im.name == inst->name)
-        inst->flush_budget =
-            flush_budget_of(im.capacity + (inst->shared ? inst->shared->retired_bytes() : 0));
+        inst->flush_budget = flush_budget_of(im.capacity + (inst->shared ? inst->shared->held_bytes() : 0));
   }
 }
 

@@ -176,15 +176,18 @@ rb::CpuBuffer* SharedBuffer::cpu_buffer_at(uint32_t idx) {
   return reinterpret_cast<rb::CpuBuffer*>(at);
 }
 
-uint64_t SharedBuffer::retired_bytes() {
+uint64_t SharedBuffer::held_bytes() {
   uint64_t n = 0;
   for (uint32_t i = 0; i < capacity_; ++i) {
     RegionDesc d;
-    if (!live_region(table_, i, &d) || d.kind != persist::kRegionCpu ||
-        (d.role >> 32) != uint64_t{rb::kRetiredTag} + 1)
-      continue;
+    if (!live_region(table_, i, &d) || d.kind != persist::kRegionCpu) continue;
+    const uint64_t tag = (d.role >> 32) - 1;  // role 0 (unowned): no tag
+    if (d.role == 0 || (tag != 0 && tag != rb::kRetiredTag)) continue;
     rb::CpuBuffer* cb = cpu_buffer_at(i);
-    if (!cb || load(reinterpret_cast<const uint64_t*>(&cb->grow_state)) != rb::kGrowRetired) continue;
+    if (!cb) continue;
+    if (tag == rb::kRetiredTag &&
+        load(reinterpret_cast<const uint64_t*>(&cb->grow_state)) != rb::kGrowRetired)
+      continue;
     n += uint64_t{load(&cb->nr_pages)} * page_size_;  // bounded: 2^32 pages of at most 64 KiB
   }
   return n;

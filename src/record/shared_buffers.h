@@ -46,10 +46,11 @@ class SharedBuffer {
   // only the open tail page, with `full_only`). *missed: events lost
   // right before it, as the page's missed-events field says.
   uint32_t read_page(int cpu, uint8_t* out, bool full_only, uint64_t* missed);
-  // What the CpuBuffers that growth retired and nobody has drained yet
-  // hold, in bytes of pages (ring_buffer/grow.cc): beside the live rings,
-  // what a last flush has to take.
-  uint64_t retired_bytes();
+  // What the live CpuBuffers and those growth retired and nobody drained
+  // yet can hold, in bytes of pages (ring_buffer/grow.cc): the most a last
+  // flush has to take (a live CpuBuffer that growth installed may be larger
+  // than the rings the process reported).
+  uint64_t held_bytes();
 
  private:
   struct Cpu {
