@@ -93,10 +93,11 @@ void detach(persist::FileStore* fs) {
 // A buffer in shared memory that `usrtrace record` reads grows rather than
 // overwrite what the recorder has not taken (rb::RingBuffer::enable_growth):
 // USRTRACE_SHARED_GROW=BYTES, which record sets (--buffer-cap), is the most
-// its spares may hold, per instance. Spares of 16 MiB (the size record gives
-// the rings), or an eighth of a smaller cap (64 KiB at least), or larger
+// its spares may hold, per instance. Spares of 64 MiB (four of the rings
+// record gives), or an eighth of a smaller cap (64 KiB at least), or larger
 // when that would make more than the store's table holds: untouched, a
-// spare costs one page of the memfd.
+// spare costs one page of the memfd, and two regions made at the start
+// (a 6 GiB cap: 96 spares, about 10 ms of system calls).
 struct GrowPlan {
   uint32_t spares = 0;
   uint32_t pages_each = 0;
@@ -111,7 +112,7 @@ GrowPlan grow_plan(uint32_t page_size, std::string* bad) {
     *bad = std::string("USRTRACE_SHARED_GROW=") + v + ": not a number of bytes";
     return {};
   }
-  constexpr uint64_t kSpareBytes = uint64_t{16} << 20;
+  constexpr uint64_t kSpareBytes = uint64_t{64} << 20;
   constexpr uint64_t kMax = persist::FileStore::kMaxExtraCpuBuffers;
   uint64_t each = std::min<uint64_t>(kSpareBytes, std::max<uint64_t>(cap / 8, uint64_t{64} << 10));
   each = std::max<uint64_t>(each, (cap + kMax - 1) / kMax);

@@ -340,8 +340,13 @@ bool FileStore::alloc_pages(rb::CpuBuffer* cb, uint32_t nr) {
   d.nr_pages = nr;
   d.page_size = cb->page_size;
   d.pages_off = meta_bytes;
-  // The file is zeroed: every PageMeta starts as seq 0 (never written).
-  cb->meta = new (at) rb::PageMeta[nr];
+  // The file is zeroed (regions are appended, never reused): every PageMeta
+  // already reads as seq 0, never written. Not constructed, so nothing is
+  // written to them: a growth pool's spares (rb::RingBuffer::enable_growth)
+  // in a sparse memfd then cost no memory for their metas until used (48 MiB
+  // for a 6 GiB pool, when the construction wrote their zeroes). Readers
+  // take the same bytes as PageMetas (record/shared_buffers.cc, recover.cc).
+  cb->meta = std::launder(reinterpret_cast<rb::PageMeta*>(at));
   cb->pages = static_cast<uint8_t*>(at) + meta_bytes;
   cb->nr_pages = nr;
   publish(d);
