@@ -3,9 +3,9 @@
 
 Builds Lua 5.4.4 (the upstream release vendored for tests/realworld, checked
 against its SHA256SUMS, unmodified) with gcc -O2 -finstrument-functions,
-and records the interpreter running tests/realworld/lua/workload.lua five
-times over (about a million calls) with each recorder, the same binary for
-both. The variants run in a shuffled order in each round, and every ratio is
+and records the interpreter running tests/realworld/lua/workload.lua
+--repeat times over (15 by default: about 3 million calls; 5 was the first
+figure's million) with each recorder, the same binary for both. The variants run in a shuffled order in each round, and every ratio is
 taken within a round (the machine's speed drifts between rounds, far less
 within one), then the median over rounds is printed.
 
@@ -14,9 +14,11 @@ program, as the kernel accounts the waited-for processes), the largest
 process's peak memory (whole_job_launch.c says why a launcher), the
 output's size, and the events lost as usrtrace record says on its last line
 (uftrace says nothing of the kind; its calls, from `uftrace report`, are in
-the header).
+the header, and the program's calls per second alone). The events lost are
+also listed run by run, warm-up round included, so that "0 in every run" is
+seen, not a median.
 
-Usage: whole_job.py --cli BUILD/tools/usrtrace [--rounds N] [--work DIR]
+Usage: whole_job.py --cli BUILD/tools/usrtrace [--rounds N] [--repeat N] [--work DIR]
 Prints a Markdown table on stdout; progress on stderr.
 """
 import argparse
@@ -100,12 +102,25 @@ def uftrace_calls(data):
     return calls
 
 
+def usrtrace_calls(cli, path):
+    """The calls of a function_graph recording, as `usrtrace report --profile` counts them."""
+    rep = subprocess.run([cli, "report", "--profile", "-i", path], capture_output=True, text=True,
+                         check=True).stdout
+    calls = 0
+    for line in rep.splitlines()[2:]:
+        f = line.split()
+        if len(f) >= 6 and f[4].isdigit():
+            calls += int(f[4])
+    return calls
+
+
 def setup(prog):
     """The command line (--cli, --rounds, --work), the work directory, Lua built in it and the
     launcher: what this benchmark and profile_vs_uftrace.py start with."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--cli", required=True, help="the usrtrace command")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=15, help="times the job runs the Lua workload")
     ap.add_argument("--work", help="a directory to build and record in (default: a temporary one)")
     a = ap.parse_args()
     if not shutil.which("uftrace"):
@@ -123,7 +138,7 @@ def main():
     a, work, lua, launch = setup("whole_job")
     job = os.path.join(work, "job.lua")
     with open(job, "w") as f:
-        f.write("local w = os.getenv('WJ_WORKLOAD')\nfor i = 1, 5 do dofile(w) end\n")
+        f.write(f"local w = os.getenv('WJ_WORKLOAD')\nfor i = 1, {a.repeat} do dofile(w) end\n")
     env = dict(os.environ, RW_NO_ERRORS="1", WJ_WORKLOAD=WORKLOAD)
     cli = os.path.abspath(a.cli)
 
@@ -153,8 +168,10 @@ def main():
     base = "uftrace record"
     rows = {n: [] for n in variants}
     lost = {n: [] for n in variants}
+    lost_all = {n: [] for n in variants}  # every run, the warm-up's included
     size = {n: [] for n in variants}
     calls_uftrace = []
+    calls_usrtrace = []
     rng = random.Random(1)
     for r in range(a.rounds + 1):  # round 0 warms the caches and is not counted
         order = list(variants)
@@ -166,6 +183,9 @@ def main():
             wall, user, sys_, peak, rc = run(launch, cmd, dict(env, **extra), out("stdout"), out("stderr"))
             if rc != 0:
                 sys.exit(f"whole_job: {n} exited {rc}: " + open(out("stderr")).read()[-2000:])
+            m = re.search(r"; (\d+) events lost", open(out("stderr")).read())
+            if m:
+                lost_all[n].append(int(m.group(1)))
             if r == 0:
                 continue
             rows[n].append((wall, user + sys_, user, sys_, peak))
@@ -177,6 +197,8 @@ def main():
                 lost[n].append(int(m.group(1)))
             if n == base:
                 calls_uftrace.append(uftrace_calls(o))
+            if n == "usrtrace -p function_graph" and not calls_usrtrace:
+                calls_usrtrace.append(usrtrace_calls(cli, o))
         log(f"round {r} of {a.rounds} done")
 
     med = lambda xs: statistics.median(xs) if xs else float("nan")
@@ -184,9 +206,13 @@ def main():
     def ratio(n, k):
         return med([rows[n][i][k] / rows[base][i][k] for i in range(len(rows[n])) if rows[base][i][k] > 0])
 
-    print(f"Lua 5.4.4 (gcc -O2 -finstrument-functions) running tests/realworld's workload five times: "
-          f"{med(calls_uftrace):.0f} calls as uftrace counts them; median of {a.rounds} rounds, "
-          f"ratios to uftrace taken within each round.\n")
+    alone = med([x[0] for x in rows["the program alone"]])
+    calls = med(calls_usrtrace)
+    print(f"Lua 5.4.4 (gcc -O2 -finstrument-functions) running tests/realworld's workload {a.repeat} times: "
+          f"{calls:.0f} calls as `usrtrace report --profile` counts them in the function_graph recording "
+          f"({med(calls_uftrace):.0f} in `uftrace report`'s Calls column); {calls / alone / 1e6:.1f} M calls/s "
+          f"alone, {calls / med([x[0] for x in rows[base]]) / 1e6:.1f} M calls/s under uftrace; median of "
+          f"{a.rounds} rounds, ratios to uftrace taken within each round.\n")
     print("| | wall | cpu (user / sys) | peak memory | output | events lost |")
     print("|---|---|---|---|---|---|")
     for n in variants:
@@ -198,6 +224,10 @@ def main():
             o += f" ({med(size[n]) / med(size[base]):.2f}x)"
         l = f"{med(lost[n]):.0f}" if lost[n] else ("none reported" if n == base else "-")
         print(f"| {n} | {w:.3f} s{rel} | {c:.3f} s{relc} ({u:.3f} / {s:.3f}) | {p / 1024:.0f} MiB | {o} | {l} |")
+    print("\nEvents lost, every run (the warm-up round first):\n")
+    for n in variants:
+        if lost_all[n]:
+            print(f"- {n}: {' '.join(str(x) for x in lost_all[n])}")
     if not a.work:
         shutil.rmtree(work, ignore_errors=True)
 
