@@ -107,7 +107,8 @@ class JournalWriter {
   int put_meta(uint32_t process, const control::RemoteMeta& meta, std::string* err);
   // `bytes` of whole pages of `cpu`. With compression they are queued
   // (copied) for the compressor, and a failure to write them is said by a
-  // later call, or by drain().
+  // later call, or by drain(). Context: a recorder thread; with
+  // compression, waits while kCompressQueueBytes are queued.
   int put_pages(uint32_t stream, uint32_t cpu, const void* pages, size_t bytes, std::string* err);
   // Waits until every page put is in the journal (the compressor's queue
   // is empty). 0, or the first failure as put_pages says it.
