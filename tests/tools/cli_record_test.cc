@@ -75,15 +75,15 @@ TEST(CliRecord, LostEventsAreSaidWhereWithTheFlagThatHelps) {
 
 // Lossless by construction (ring_buffer/grow.cc): the recorder stopped
 // (SIGSTOP) for as long as the command writes events that fill its rings
-// 60 times over takes nothing meanwhile, and still loses nothing: each
+// 50 times over takes nothing meanwhile, and still loses nothing: each
 // CPU's buffer took fresh pages instead of overwriting. With a cap smaller
 // than what was written, every event is in the file or counted lost.
 TEST(CliRecord, AStoppedRecorderLosesNothingBelowTheBufferCap) {
-  constexpr unsigned kTicks = 400000;  // about 14 MB of events, rings of 256 KiB
+  constexpr unsigned kTicks = 200000;  // about 7 MB of events, rings of 128 KiB
   for (const char* cap : {"", "1024"}) {
     SCOPED_TRACE(*cap ? "--buffer-cap 1024" : "default cap");
     const std::string dir = temp_dir(), file = dir + "/stopped.dat";
-    std::vector<std::string> argv = {USRTRACE_CLI, "record", "-b", "256", "-e", "clitest:tick", "-o", file};
+    std::vector<std::string> argv = {USRTRACE_CLI, "record", "-b", "128", "-e", "clitest:tick", "-o", file};
     if (*cap) argv.insert(argv.end(), {"--buffer-cap", cap});
     argv.insert(argv.end(), {"--", CLI_TARGET});
     Proc rec = Proc::start(argv, true);
@@ -110,7 +110,7 @@ TEST(CliRecord, AStoppedRecorderLosesNothingBelowTheBufferCap) {
       ASSERT_EQ(got.size(), kTicks);
       EXPECT_EQ(got.back(), kTicks - 1);
     } else {
-      EXPECT_GT(lost, 0u) << "1 MiB of spares cannot hold 14 MB";
+      EXPECT_GT(lost, 0u) << "1 MiB of spares cannot hold 7 MB";
       EXPECT_EQ(got.size() + lost, kTicks) << r.err;
       EXPECT_GT(got.size(), 1024u * 1024 / 40) << "the spares' events are kept";
       EXPECT_NE(r.err.find("--buffer-cap KB"), std::string::npos) << r.err;
