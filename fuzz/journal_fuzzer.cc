@@ -166,7 +166,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const uint64_t limit = c.fd == fd ? bytes.size() : static_cast<uint64_t>(st.st_size);
         for (const auto& e : c.extents) {
           if (e.offset + e.size > limit) abort();                   // outside its file
-          if (c.chunks == 0 && e.size % s.page_size != 0) abort();  // not whole pages
+          if (e.chunks == 0 && e.size % s.page_size != 0) abort();  // not whole pages
           const off_t h = lseek(c.fd, static_cast<off_t>(e.offset), SEEK_HOLE);
           if (h >= 0 && static_cast<uint64_t>(h) < e.offset + e.size) abort();  // pages from a hole
         }

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -141,6 +142,10 @@ int JournalWriter::create(const RecordOptions& opts, std::string* err) {
     pthread_sigmask(SIG_SETMASK, &all, &old);
     compressor_ = std::thread([this] {
       base::name_own_thread("usrtrace-zstd");
+      // Behind the recorder and the program (nice 10): it compresses with
+      // the CPU they leave, and when they leave none, its queue fills and
+      // it writes pages as they are (compress_loop), which costs little.
+      (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10);
       compress_loop();
     });
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
@@ -390,12 +395,18 @@ int JournalWriter::drain(std::string* err) {
 // CPU's pages of it (in the order put) into chunks of kChunkPages pages,
 // and appends one kChunks record per CPU. The queue's bytes are given back
 // once they are in the journal: the bound is on what a death would lose.
+// When it falls behind (the other half of the queue is full again when it
+// takes a round), it writes that round's pages as they are (kPages, in the
+// same order), for the end of the recording to compress: the recorder
+// then waits on a write, not on zstd, and the program's buffers do not
+// grow for the compressor's sake. It compresses what a spare CPU can.
 void JournalWriter::compress_loop() {
   ChunkCompressor z(WriteOptions{}.zstd_level);
   std::vector<Batch> work;
   std::string pages, chunks;
   for (;;) {
     size_t taken = 0;
+    bool behind = false;
     {
       std::unique_lock<std::mutex> q(qmu_);
       q_put_.wait(q, [&] { return !queue_.empty() || stopping_; });
@@ -406,6 +417,7 @@ void JournalWriter::compress_loop() {
         work.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
+      behind = queued_ - taken >= kCompressQueueBytes / 2;
     }
     // Each CPU's pages in one run: its batches, in order.
     std::map<std::pair<uint32_t, uint32_t>, std::vector<const Batch*>> by_cpu;
@@ -417,15 +429,23 @@ void JournalWriter::compress_loop() {
         if (error_) break;  // the recording has failed: nothing more is written
         unit = stream_page_size_[key.first];
       }
+      chunks.clear();
+      put32(&chunks, key.first);
+      put32(&chunks, key.second);
+      if (behind) {
+        std::string ignored;
+        std::lock_guard<std::mutex> l(mu_);
+        for (const Batch* b : batches)
+          if (append_locked(kPages, chunks, b->pages.data(), b->pages.size(), &ignored) < 0) break;
+        if (error_) break;
+        continue;
+      }
       const std::string* run = &batches[0]->pages;
       if (batches.size() > 1) {
         pages.clear();
         for (const Batch* b : batches) pages += b->pages;
         run = &pages;
       }
-      chunks.clear();
-      put32(&chunks, key.first);
-      put32(&chunks, key.second);
       const int64_t count = z.pages(run->data(), run->size(), unit, &chunks);
       std::lock_guard<std::mutex> l(mu_);
       if (count < 0) {

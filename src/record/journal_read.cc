@@ -157,8 +157,11 @@ int read_journal(int fd, Journal* out, std::string* err, const std::string& path
         damaged("a page record that is not whole pages");
         break;
       }
-      if (s.cpus[cpu].chunks) {
-        damaged("pages of a CPU whose pages are compressed");
+      // In the journal, as the CPU's pages before them (a compressed
+      // recording's compressor writes pages it cannot keep up with as they
+      // are, between its chunks).
+      if (!s.cpus[cpu].extents.empty() && s.cpus[cpu].fd != fd) {
+        damaged("pages in the journal of a CPU whose pages are in its page file");
         break;
       }
       // Pages the journal holds, not a hole (see kPagesIn below).
@@ -199,8 +202,8 @@ int read_journal(int fd, Journal* out, std::string* err, const std::string& path
       }
       Journal::Stream& s = out->streams[stream];
       CpuData& c = s.cpus[cpu];
-      if (c.chunks == 0 && !c.extents.empty()) {
-        damaged("compressed pages of a CPU whose pages are not");
+      if (!c.extents.empty() && c.fd != fd) {
+        damaged("compressed pages of a CPU whose pages are in its page file");
         break;
       }
       const uint64_t want = len - 8, data = body + 8;
@@ -233,7 +236,7 @@ int read_journal(int fd, Journal* out, std::string* err, const std::string& path
         bytes += sizes[1];
       }
       if (chunks > 0) {
-        c.extents.push_back({data, done});
+        c.extents.push_back({data, done, chunks});
         c.chunks += chunks;
         out->pages += bytes / s.page_size;
       }

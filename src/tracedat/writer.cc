@@ -225,9 +225,13 @@ int check(const Metadata& meta, const std::vector<BufferData>& buffers, const Wr
     if (b.cpus.size() > static_cast<size_t>(meta.nr_cpus)) return bad("more CPUs than the file has");
     if (b.page_size == 0 || (b.page_size & (b.page_size - 1))) return bad("bad page size");
     for (const CpuData& c : b.cpus) {
-      if (c.chunks > UINT32_MAX) return bad("more compressed chunks than a file holds");
-      for (const Extent& e : c.extents)
-        if (c.chunks == 0 && e.size % b.page_size != 0) return bad("CPU data is not whole pages");
+      uint64_t chunks = 0;
+      for (const Extent& e : c.extents) {
+        if (e.chunks == 0 && e.size % b.page_size != 0) return bad("CPU data is not whole pages");
+        chunks += e.chunks ? e.chunks
+                           : (e.size + uint64_t{b.page_size} * kChunkPages - 1) / b.page_size / kChunkPages;
+      }
+      if (chunks > UINT32_MAX) return bad("more compressed chunks than a file holds");
       if (!c.in_place) continue;
       if (c.chunks) return bad("compressed CPU data cannot be in place");
       // The header's first page stays free of it; the sections come after.
@@ -242,13 +246,18 @@ int check(const Metadata& meta, const std::vector<BufferData>& buffers, const Wr
   return 0;
 }
 
-// The pages of chunked CPU data (CpuData::chunks), decompressed: each
-// chunk's head checked before its frame is read, and the frame must give
-// exactly the size its head says (a journal is untrusted input).
+// The pages of CPU data with chunks (CpuData::chunks): the pages as they
+// are, the chunks decompressed, each chunk's head checked before its frame
+// is read, and the frame must give exactly the size its head says (a
+// journal is untrusted input).
 void copy_decompressed(Out& out, const CpuData& c, uint32_t page_size) {
-  std::vector<char> frame, pages;
+  std::vector<char> frame, pages, scratch(uint64_t{page_size} * kChunkPages);
   ChunkDecompressor d;
-  for (const Extent& e : c.extents)
+  for (const Extent& e : c.extents) {
+    if (e.chunks == 0) {
+      out.copy_from(c.fd, e.offset, e.size, &scratch);
+      continue;
+    }
     for (uint64_t at = e.offset, end = e.offset + e.size; at < end && out.ok();) {
       uint32_t head[2];
       if (end - at < kChunkHead || !out.read_in(c.fd, at, head, kChunkHead)) {
@@ -269,6 +278,7 @@ void copy_decompressed(Out& out, const CpuData& c, uint32_t page_size) {
       out.bytes(pages.data(), pages.size());
       at += kChunkHead + head[0];
     }
+  }
 }
 
 // ---- v6 ----
@@ -400,16 +410,19 @@ uint64_t flyrecord_v7(Out& out, const BufferData& b, Compressor* z, std::vector<
       copy_decompressed(out, c, b.page_size);
     } else if (!z) {
       for (const Extent& e : c.extents) out.copy_from(c.fd, e.offset, e.size, &chunk);
-    } else if (c.chunks) {
-      // Compressed while recorded (record/journal.h): taken as they are.
-      out.num<uint32_t>(static_cast<uint32_t>(c.chunks));
-      for (const Extent& e : c.extents) out.copy_from(c.fd, e.offset, e.size, &chunk);
     } else {
-      // Chunks of kChunkPages pages of the CPU's stream, across extents.
+      // Chunks of kChunkPages pages of the CPU's stream, never across
+      // extents; those compressed while recorded (record/journal.h) taken
+      // as they are.
       uint64_t nchunks = 0;
-      for (const Extent& e : c.extents) nchunks += (e.size + chunk.size() - 1) / chunk.size();
-      out.num<uint32_t>(static_cast<uint32_t>(nchunks));
       for (const Extent& e : c.extents)
+        nchunks += e.chunks ? e.chunks : (e.size + chunk.size() - 1) / chunk.size();
+      out.num<uint32_t>(static_cast<uint32_t>(nchunks));
+      for (const Extent& e : c.extents) {
+        if (e.chunks) {
+          out.copy_from(c.fd, e.offset, e.size, &chunk);
+          continue;
+        }
         for (uint64_t done = 0; done < e.size && out.ok();) {
           const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk.size(), e.size - done));
           if (!out.read_in(c.fd, e.offset + done, chunk.data(), n)) break;
@@ -418,6 +431,7 @@ uint64_t flyrecord_v7(Out& out, const BufferData& b, Compressor* z, std::vector<
           out.bytes(packed.data(), packed.size());
           done += n;
         }
+      }
     }
     // As trace-cmd writes it: a compressed CPU's size leaves out the chunk count.
     cpus->push_back({static_cast<uint32_t>(cpu), cpu_at, out.pos() - cpu_at - (z ? 4 : 0)});

@@ -42,10 +42,12 @@ struct Metadata {
   } tsc2nsec;
 };
 
-// A run of whole pages: `size` bytes at `offset`.
+// A run of whole pages: `size` bytes at `offset`; or, if `chunks` is not
+// 0, that many compressed chunks of them (CpuData::chunks).
 struct Extent {
   uint64_t offset = 0;
   uint64_t size = 0;
+  uint64_t chunks = 0;
 };
 
 // Pages per compressed chunk of CPU data, at most: the writer's chunks, and
@@ -62,13 +64,15 @@ struct CpuData {
   // page-aligned extent, before WriteOptions::append_at): the file only
   // names them (v7 without compression; a recording's largest CPU stream).
   bool in_place = false;
-  // Not 0: the extents hold the pages already compressed, `chunks` chunks
-  // back to back as trace.dat v7 holds them (each u32 compressed size, u32
-  // size, a zstd frame of `size` bytes: whole pages, at most kChunkPages),
-  // one chunk never across two extents. A zstd file takes them as they are
-  // (copy_file_range); any other file gets them decompressed, each chunk
-  // checked against its sizes (a journal is untrusted input). size() is
-  // then the compressed bytes.
+  // The chunks of the extents that hold their pages already compressed
+  // (Extent::chunks), back to back as trace.dat v7 holds them (each u32
+  // compressed size, u32 size, a zstd frame of `size` bytes: whole pages,
+  // at most kChunkPages), one chunk never across two extents; 0: every
+  // extent holds pages. A zstd file takes the chunks as they are
+  // (copy_file_range) and compresses the other extents; any other file
+  // gets them decompressed, each chunk checked against its sizes (a
+  // journal is untrusted input). size() counts a chunked extent's
+  // compressed bytes.
   uint64_t chunks = 0;
   uint64_t size() const {
     uint64_t n = 0;

@@ -203,6 +203,67 @@ TEST(JournalCompression, PagesAreCompressedAsPutAndTheFileTakesTheChunks) {
   remove_all(dir, r);
 }
 
+// Put faster than one thread compresses (a tight loop of 256 KiB batches):
+// the rounds the compressor takes while the queue is full again behind
+// it go to the journal as pages, between its chunks, in the order put;
+// the file compresses those and copies the chunks, and every file made
+// of it holds each CPU's pages in order.
+TEST(JournalCompression, PagesTheCompressorCannotKeepUpWithAreJournaledAsTheyAre) {
+  const std::string dir = temp_dir();
+  Recorded r;
+  {
+    JournalWriter w;
+    RecordOptions o;
+    o.output = dir + "/out.dat";
+    o.compress = true;
+    std::string err;
+    ASSERT_EQ(w.create(o, &err), 0) << err;
+    uint32_t p0 = 0, s0 = 0;
+    ASSERT_EQ(w.add_process(1, "", &p0, &err), 0) << err;
+    ASSERT_EQ(w.add_stream(p0, "", kPage, 2, &s0, &err), 0) << err;
+    ASSERT_EQ(w.put_meta(p0, meta(), &err), 0) << err;
+    // Made first: the loop that puts them does nothing else.
+    uint32_t n[2] = {0, 0};
+    std::vector<std::string> batches;
+    for (int b = 0; b < 160; ++b) {  // 40 MiB
+      const uint32_t cpu = static_cast<uint32_t>(b % 2);
+      std::string batch;
+      for (int k = 0; k < 64; ++k) batch += page_of(cpu, n[cpu]++);
+      r.pages[cpu] += batch;
+      batches.push_back(std::move(batch));
+    }
+    for (size_t b = 0; b < batches.size(); ++b)
+      ASSERT_EQ(w.put_pages(s0, static_cast<uint32_t>(b % 2), batches[b].data(), batches[b].size(), &err), 0)
+          << err;
+    ASSERT_EQ(w.drain(&err), 0) << err;
+    r.journal = w.path();
+    w.keep();
+  }
+  const int fd = open_journal(r.journal);
+  Journal j;
+  std::string err;
+  ASSERT_EQ(read_journal(fd, &j, &err, r.journal), 0) << err;
+  EXPECT_EQ(j.damage, "");
+  EXPECT_EQ(j.pages, (r.pages[0].size() + r.pages[1].size()) / kPage);
+  size_t raw = 0, chunked = 0;
+  for (const CpuData& c : j.streams[0].cpus)
+    for (const Extent& e : c.extents) ++(e.chunks ? chunked : raw);
+  EXPECT_GT(raw, 0u) << "the compressor kept up with a tight loop";
+  EXPECT_GT(chunked, 0u) << "nothing was compressed while put";
+  const std::string v7 = dir + "/v7.dat", none = dir + "/none.dat", v6 = dir + "/v6.dat";
+  ASSERT_EQ(write_from_journal(j, v7, {}, &err), 0) << err;
+  j.compress = false;
+  ASSERT_EQ(write_from_journal(j, none, {}, &err), 0) << err;
+  j.file_version = 6;
+  ASSERT_EQ(write_from_journal(j, v6, {}, &err), 0) << err;
+  ::close(fd);
+  for (const std::string& file : {v7, none, v6}) {
+    SCOPED_TRACE(file);
+    for (int cpu = 0; cpu < 2; ++cpu) EXPECT_TRUE(cpu_pages(file, cpu) == r.pages[cpu]) << "cpu " << cpu;
+  }
+  remove_all(dir, r);
+}
+
 // A killed or failed writer is waited for: the destructor writes what was
 // queued, so a journal never misses pages put before the writer went.
 TEST(JournalCompression, TheWriterWritesWhatWasQueuedBeforeItGoes) {
@@ -406,13 +467,12 @@ TEST(JournalCompressionMalformed, ChunksThatClaimWhatTheyAreNotAreRefused) {
     ::close(fd);
     ::unlink(path.c_str());
   }
-  // Pages in the journal (an uncompressed v6 recording's kPages) and then
-  // chunks of the same CPU: not one CPU's data.
+  // Pages in a page file (an uncompressed v7 recording's) and then chunks
+  // of the same CPU in the journal: not one CPU's data.
   {
     JournalWriter w;
     RecordOptions o;
     o.output = dir + "/out.dat";
-    o.file_version = 6;
     std::string err;
     ASSERT_EQ(w.create(o, &err), 0) << err;
     uint32_t p0 = 0, s0 = 0;
@@ -428,7 +488,8 @@ TEST(JournalCompressionMalformed, ChunksThatClaimWhatTheyAreNotAreRefused) {
     ASSERT_EQ(pwrite(w.fd(), rec.data(), rec.size(), st.st_size), static_cast<ssize_t>(rec.size()));
     Journal j;
     ASSERT_EQ(read_journal(w.fd(), &j, &err, w.path()), 0) << err;
-    EXPECT_NE(j.damage.find("compressed pages of a CPU whose pages are not"), std::string::npos) << j.damage;
+    EXPECT_NE(j.damage.find("compressed pages of a CPU whose pages are in its page file"), std::string::npos)
+        << j.damage;
     EXPECT_EQ(j.pages, 1u);
     w.remove();
   }
