@@ -248,7 +248,12 @@ int JournalWriter::put_pages(uint32_t stream, uint32_t cpu, const void* pages, s
     }
     std::unique_lock<std::mutex> q(qmu_);
     // Full: the recorder waits (the program's buffers hold its pages).
-    q_space_.wait(q, [&] { return queued_ == 0 || queued_ + bytes <= kCompressQueueBytes; });
+    auto room = [&] { return queued_ == 0 || queued_ + bytes <= kCompressQueueBytes; };
+    if (!room()) {
+      ++waiting_;  // the compressor is behind (compress_loop)
+      q_space_.wait(q, room);
+      --waiting_;
+    }
     Batch b{stream, cpu, {}};
     if (!spare_.empty()) {
       b.pages = std::move(spare_.back());
@@ -395,11 +400,11 @@ int JournalWriter::drain(std::string* err) {
 // CPU's pages of it (in the order put) into chunks of kChunkPages pages,
 // and appends one kChunks record per CPU. The queue's bytes are given back
 // once they are in the journal: the bound is on what a death would lose.
-// When it falls behind (the other half of the queue is full again when it
+// When it is behind (a recorder is waiting for room in the queue when it
 // takes a round), it writes that round's pages as they are (kPages, in the
-// same order), for the end of the recording to compress: the recorder
-// then waits on a write, not on zstd, and the program's buffers do not
-// grow for the compressor's sake. It compresses what a spare CPU can.
+// same order), for the end of the recording to compress: the recorder then
+// waits on a write, not on zstd, and the program's buffers do not grow for
+// the compressor's sake. It compresses what a spare CPU can.
 void JournalWriter::compress_loop() {
   ChunkCompressor z(WriteOptions{}.zstd_level);
   std::vector<Batch> work;
@@ -417,7 +422,7 @@ void JournalWriter::compress_loop() {
         work.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
-      behind = queued_ - taken >= kCompressQueueBytes / 2;
+      behind = waiting_ > 0;
     }
     // Each CPU's pages in one run: its batches, in order.
     std::map<std::pair<uint32_t, uint32_t>, std::vector<const Batch*>> by_cpu;

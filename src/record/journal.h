@@ -175,6 +175,7 @@ class JournalWriter {
   std::deque<Batch> queue_;          // under qmu_
   std::vector<std::string> spare_;   // under qmu_: batch buffers to reuse
   size_t queued_ = 0;                // under qmu_: bytes put and not yet in the journal
+  size_t waiting_ = 0;               // under qmu_: recorders waiting for room
   bool stopping_ = false;            // under qmu_
 
   mutable std::mutex mu_;

@@ -15,14 +15,18 @@
 //      version, CPU stats, one BUFFER option per buffer, DONE 0).
 #include "tracedat/writer.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 #include <zstd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <thread>
 
 #include "tracedat/chunks.h"
 #include "tracedat/format.h"
@@ -358,6 +362,48 @@ int write_v6(Out& out, const Metadata& meta, const std::vector<BufferData>& buff
 
 using Compressor = ChunkCompressor;
 
+// Compresses `e` of `fd` into chunks of `chunk` bytes, appended in order,
+// on up to zs.size() threads (one compressor each): the pages a recording
+// could not compress while it ran are compressed at its end, when the
+// program is gone and every CPU is free. Each round reads kRound chunks
+// per thread, compresses them, then writes them in order. The helper
+// threads block every signal (in-process, the program's handlers must not
+// run on them).
+void compress_extent(Out& out, int fd, const Extent& e, size_t chunk,
+                     std::vector<std::unique_ptr<Compressor>>& zs) {
+  constexpr size_t kRound = 8;
+  const size_t group = zs.size() * kRound;
+  std::vector<std::string> in(group), packed(group);
+  for (uint64_t done = 0; done < e.size && out.ok();) {
+    size_t n = 0;
+    for (; n < group && done < e.size; ++n) {
+      const size_t k = static_cast<size_t>(std::min<uint64_t>(chunk, e.size - done));
+      in[n].resize(k);
+      if (!out.read_in(fd, e.offset + done, in[n].data(), k)) return;
+      done += k;
+    }
+    std::atomic<bool> failed{false};
+    auto work = [&](size_t w) {
+      for (size_t i = w; i < n; i += zs.size()) {
+        packed[i].clear();
+        if (!zs[w]->block(in[i].data(), in[i].size(), &packed[i])) failed.store(true);
+      }
+    };
+    std::vector<std::thread> helpers;
+    if (n > 1 && zs.size() > 1) {
+      sigset_t all, old;
+      sigfillset(&all);
+      pthread_sigmask(SIG_SETMASK, &all, &old);
+      for (size_t w = 1; w < zs.size() && w < n; ++w) helpers.emplace_back(work, w);
+      pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    }
+    work(0);
+    for (std::thread& t : helpers) t.join();
+    if (failed.load()) return out.fail(ENOMEM, "zstd compression");
+    for (size_t i = 0; i < n; ++i) out.bytes(packed[i].data(), packed[i].size());
+  }
+}
+
 // Writes a section; returns its offset.
 uint64_t section(Out& out, uint16_t id, const std::string& data, Compressor* z) {
   const uint64_t at = out.pos();
@@ -383,7 +429,9 @@ struct WrittenCpu {
 };
 
 // A BUFFER section: page-aligned per-CPU data. Returns the section offset.
-uint64_t flyrecord_v7(Out& out, const BufferData& b, Compressor* z, std::vector<WrittenCpu>* cpus) {
+uint64_t flyrecord_v7(Out& out, const BufferData& b, std::vector<std::unique_ptr<Compressor>>* zs,
+                      std::vector<WrittenCpu>* cpus) {
+  Compressor* z = zs->empty() ? nullptr : (*zs)[0].get();
   const uint64_t at = out.pos();
   out.num<uint16_t>(kOptBuffer);
   out.num<uint16_t>(z ? kSectionCompressed : 0);
@@ -392,7 +440,6 @@ uint64_t flyrecord_v7(Out& out, const BufferData& b, Compressor* z, std::vector<
   out.num<uint64_t>(0);
   const uint64_t data_start = out.pos();
   std::vector<char> chunk(uint64_t{b.page_size} * kChunkPages);
-  std::string packed;
   for (size_t cpu = 0; cpu < b.cpus.size() && out.ok(); ++cpu) {
     const CpuData& c = b.cpus[cpu];
     out.pad_to(b.page_size);
@@ -423,14 +470,7 @@ uint64_t flyrecord_v7(Out& out, const BufferData& b, Compressor* z, std::vector<
           out.copy_from(c.fd, e.offset, e.size, &chunk);
           continue;
         }
-        for (uint64_t done = 0; done < e.size && out.ok();) {
-          const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk.size(), e.size - done));
-          if (!out.read_in(c.fd, e.offset + done, chunk.data(), n)) break;
-          packed.clear();
-          if (!z->block(chunk.data(), n, &packed)) out.fail(ENOMEM, "zstd compression");
-          out.bytes(packed.data(), packed.size());
-          done += n;
-        }
+        compress_extent(out, c.fd, e, chunk.size(), *zs);
       }
     }
     // As trace-cmd writes it: a compressed CPU's size leaves out the chunk count.
@@ -446,8 +486,12 @@ int write_v7(Out& out, const Metadata& meta, const std::vector<BufferData>& buff
   out.num<uint8_t>(8);
   out.num<uint32_t>(meta.page_size);
   std::unique_ptr<Compressor> z;
+  // CPU data: a compressor per thread, as many as CPUs up to 4.
+  std::vector<std::unique_ptr<Compressor>> zs;
   if (o.compression == Compression::kZstd) {
     z = std::make_unique<Compressor>(o.zstd_level);
+    const unsigned cpus = std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
+    for (unsigned i = 0; i < cpus; ++i) zs.push_back(std::make_unique<Compressor>(o.zstd_level));
     out.str("zstd");
     out.str(ZSTD_versionString());
   } else {
@@ -477,7 +521,7 @@ int write_v7(Out& out, const Metadata& meta, const std::vector<BufferData>& buff
 
   for (const BufferData& b : buffers) {
     std::vector<WrittenCpu> cpus;
-    const uint64_t at = flyrecord_v7(out, b, z.get(), &cpus);
+    const uint64_t at = flyrecord_v7(out, b, &zs, &cpus);
     std::string data;
     put64(&data, at);
     data.append(b.name.c_str(), b.name.size() + 1);
