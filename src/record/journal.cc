@@ -6,7 +6,6 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/file.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -142,10 +141,9 @@ int JournalWriter::create(const RecordOptions& opts, std::string* err) {
     pthread_sigmask(SIG_SETMASK, &all, &old);
     compressor_ = std::thread([this] {
       base::name_own_thread("usrtrace-zstd");
-      // Behind the recorder and the program (nice 10): it compresses with
-      // the CPU they leave, and when they leave none, its queue fills and
-      // it writes pages as they are (compress_loop), which costs little.
-      (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10);
+      // At the recorder's priority: a lower one (nice 10 was tried) lets
+      // other work on the machine starve it even of the writes it does
+      // when it is behind, and the recorder then waits on it.
       compress_loop();
     });
     pthread_sigmask(SIG_SETMASK, &old, nullptr);

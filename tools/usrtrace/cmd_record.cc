@@ -50,7 +50,7 @@ struct FileOptions {
   // 7 file's data; a version 6 file cannot be. --compress says zstd. Not the
   // default, unlike trace-cmd's: the pages are compressed while recorded, but
   // on two CPUs the compressor falls behind a busy program and the whole job
-  // takes 2.3x uftrace's wall time (docs/design/record-journal.md). 0, or 1
+  // takes 1.5x uftrace's wall time (docs/design/record-journal.md). 0, or 1
   // with the error said.
   int resolve(const char* verb) {
     if (compress_flag && compression == "none")
