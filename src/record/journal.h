@@ -34,11 +34,13 @@
 // the journal's, through a queue of at most kCompressQueueBytes (the
 // recorder waits when it is full; the traced program never does: its
 // buffers hold the pages meanwhile). That thread cuts each CPU's pages into
-// chunks as the trace.dat writer does and appends them as kChunks records;
-// the end of the recording copies them into the file as they are
-// (CpuData::chunks), so that it compresses nothing. A killed recorder
-// loses, besides what it had not taken, what was queued: at most
-// kCompressQueueBytes of pages.
+// chunks as the trace.dat writer does and appends them as kChunks records,
+// or, when it is behind (a recorder waits for room), writes them as they
+// are (kPages), so that the recorder waits on a write and not on zstd; a
+// CPU's data is then runs of both (Extent::chunks). The end of the
+// recording copies the chunks into the file as they are and compresses
+// the rest on every CPU. A killed recorder loses, besides what it had not
+// taken, what was queued: at most kCompressQueueBytes of pages.
 //
 // Page files: a recording that writes a trace.dat v7 without compression
 // puts each CPU's pages of each stream in a file of its own, JOURNAL.S.C
