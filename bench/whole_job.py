@@ -92,26 +92,25 @@ def remove(path):
         os.remove(path)
 
 
-def uftrace_calls(data):
-    rep = subprocess.run(["uftrace", "report", "-d", data], capture_output=True, text=True, check=True).stdout
+def profile_calls(cmd):
+    """The Calls column summed over a profile table (uftrace report's layout, which
+    usrtrace report --profile keeps): two header lines, the count in the fifth field."""
+    rep = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     calls = 0
     for line in rep.splitlines()[2:]:
         f = line.split()
         if len(f) >= 6 and f[4].isdigit():
             calls += int(f[4])
     return calls
+
+
+def uftrace_calls(data):
+    return profile_calls(["uftrace", "report", "-d", data])
 
 
 def usrtrace_calls(cli, path):
     """The calls of a function_graph recording, as `usrtrace report --profile` counts them."""
-    rep = subprocess.run([cli, "report", "--profile", "-i", path], capture_output=True, text=True,
-                         check=True).stdout
-    calls = 0
-    for line in rep.splitlines()[2:]:
-        f = line.split()
-        if len(f) >= 6 and f[4].isdigit():
-            calls += int(f[4])
-    return calls
+    return profile_calls([cli, "report", "--profile", "-i", path])
 
 
 def setup(prog):
