@@ -227,6 +227,21 @@ int JournalWriter::put_meta(uint32_t process, const control::RemoteMeta& meta, s
   return 0;
 }
 
+// The journal has not failed, and `bytes` are whole pages of a known stream
+// (*unit: its page size). Context: mu_ held.
+int JournalWriter::check_pages_locked(uint32_t stream, size_t bytes, uint32_t* unit, std::string* err) {
+  if (error_) {
+    *err = error_text_;
+    return -error_;
+  }
+  *unit = stream < stream_page_size_.size() ? stream_page_size_[stream] : 0;
+  if (*unit == 0 || bytes % *unit != 0) {
+    *err = "pages of an unknown stream, or not whole pages";
+    return -EINVAL;
+  }
+  return 0;
+}
+
 int JournalWriter::put_pages(uint32_t stream, uint32_t cpu, const void* pages, size_t bytes,
                              std::string* err) {
   if (bytes == 0) return 0;
@@ -234,15 +249,8 @@ int JournalWriter::put_pages(uint32_t stream, uint32_t cpu, const void* pages, s
   if (compress_) {
     {
       std::lock_guard<std::mutex> l(mu_);
-      if (error_) {
-        *err = error_text_;
-        return -error_;
-      }
-      const uint32_t unit = stream < stream_page_size_.size() ? stream_page_size_[stream] : 0;
-      if (unit == 0 || bytes % unit != 0) {
-        *err = "pages of an unknown stream, or not whole pages";
-        return -EINVAL;
-      }
+      uint32_t unit = 0;
+      if (int rc = check_pages_locked(stream, bytes, &unit, err); rc < 0) return rc;
     }
     std::unique_lock<std::mutex> q(qmu_);
     // Full: the recorder waits (the program's buffers hold its pages).
@@ -278,15 +286,8 @@ int JournalWriter::put_pages(uint32_t stream, uint32_t cpu, const void* pages, s
 int JournalWriter::put_in_page_file(uint32_t stream, uint32_t cpu, const void* pages, size_t bytes,
                                     std::string* err) {
   std::lock_guard<std::mutex> l(mu_);
-  if (error_) {
-    *err = error_text_;
-    return -error_;
-  }
-  const uint32_t unit = stream < stream_page_size_.size() ? stream_page_size_[stream] : 0;
-  if (unit == 0 || bytes % unit != 0) {
-    *err = "pages of an unknown stream, or not whole pages";
-    return -EINVAL;
-  }
+  uint32_t unit = 0;
+  if (int rc = check_pages_locked(stream, bytes, &unit, err); rc < 0) return rc;
   PageFile& f = files_[{stream, cpu}];
   const uint64_t start = page_file_start(unit);
   if (f.closed) {

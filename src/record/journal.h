@@ -141,6 +141,7 @@ class JournalWriter {
   int append(uint32_t kind, const std::string& head, const void* data, size_t bytes, std::string* err);
   int append_locked(uint32_t kind, const std::string& head, const void* data, size_t bytes, std::string* err);
   int put_in_page_file(uint32_t stream, uint32_t cpu, const void* pages, size_t bytes, std::string* err);
+  int check_pages_locked(uint32_t stream, size_t bytes, uint32_t* unit, std::string* err);  // mu_ held
   void fail_locked(int e, const std::string& what);
 
   struct PageFile {
