@@ -58,10 +58,12 @@ function(usrtrace_cc_test name)
   # make them the slowest files to compile (-O2 took a third longer), and CI
   # compiles them twice (gcc, TSan) on 2 cores. The library under test keeps
   # its -O2. Not the function tracers' fixtures (function/): their call
-  # counts depend on what the compiler inlines.
+  # counts depend on what the compiler inlines. And -g1 in every build:
+  # line tables and function names are what a failure's backtrace and the
+  # sanitizers' reports use; the full -g made them a third slower again.
   foreach(src ${A_SRCS})
     if(NOT src MATCHES "^function/" AND NOT src MATCHES "^/")
-      set_property(SOURCE ${src} APPEND PROPERTY COMPILE_OPTIONS "$<$<CONFIG:RelWithDebInfo,Release>:-O1>")
+      set_property(SOURCE ${src} APPEND PROPERTY COMPILE_OPTIONS "$<$<CONFIG:RelWithDebInfo,Release>:-O1>" -g1)
     endif()
   endforeach()
   target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gtest GTest::gtest_main Threads::Threads)
