@@ -140,6 +140,12 @@ std::vector<std::string> Registry::systems() {
 }
 
 int Registry::set_enabled(int slot, std::string_view system_glob, std::string_view name_glob, bool on) {
+  const int n = set_enabled_bits(slot, system_glob, name_glob, on);
+  enable_changed();
+  return n;
+}
+
+int Registry::set_enabled_bits(int slot, std::string_view system_glob, std::string_view name_glob, bool on) {
   base::MutexLock l(&mu_);
   int n = 0;
   const uint64_t bit = uint64_t{1} << slot;
@@ -157,9 +163,12 @@ int Registry::set_enabled(int slot, std::string_view system_glob, std::string_vi
 }
 
 void Registry::clear_slot(int slot) {
-  base::MutexLock l(&mu_);
-  const uint64_t bit = uint64_t{1} << slot;
-  for (EventDesc* e = head_; e; e = e->next) e->enabled.fetch_and(~bit, std::memory_order_relaxed);
+  {
+    base::MutexLock l(&mu_);
+    const uint64_t bit = uint64_t{1} << slot;
+    for (EventDesc* e = head_; e; e = e->next) e->enabled.fetch_and(~bit, std::memory_order_relaxed);
+  }
+  enable_changed();
 }
 
 namespace {

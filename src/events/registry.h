@@ -59,6 +59,15 @@ class Registry {
   // files keep their copy of the formats current with it). One hook.
   // Context: control plane.
   void set_change_hook(void (*hook)()) { change_hook_.store(hook, std::memory_order_release); }
+  // Called after set_enabled() and clear_slot(), and by whoever else changes
+  // which events may be written (the triggers' soft mode), outside the
+  // registry lock: the dynamic probes arm the sites of the events that some
+  // instance now wants, and disarm the others (src/probe). One hook.
+  // Context: control plane.
+  void set_enable_hook(void (*hook)()) { enable_hook_.store(hook, std::memory_order_release); }
+  void enable_changed() {
+    if (auto* hook = enable_hook_.load(std::memory_order_acquire)) hook();
+  }
   // Called by remove() with the removed event, outside the registry lock,
   // before the change hook (the filters and triggers of the event, and
   // those that name it, go: src/trigger; the function commands that name it:
@@ -73,8 +82,10 @@ class Registry {
   EventDesc* head_ USRTRACE_GUARDED_BY(mu_) = nullptr;
   std::atomic<const EventDesc*> by_id_[65536] = {};
   std::atomic<void (*)()> change_hook_{nullptr};
+  std::atomic<void (*)()> enable_hook_{nullptr};
   std::atomic<void (*)(EventDesc*)> remove_hooks_[kRemoveHooks] = {};
   void changed();
+  int set_enabled_bits(int slot, std::string_view system_glob, std::string_view name_glob, bool on);
   void add_locked(EventDesc* ev) USRTRACE_REQUIRES(mu_);
   void remove_locked(EventDesc* ev) USRTRACE_REQUIRES(mu_);
 };

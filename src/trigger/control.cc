@@ -444,7 +444,8 @@ std::string system_filter_text(int slot, std::string_view system) {
 
 // ---- Triggers.
 
-int write_trigger(int slot, EventDesc& ev, std::string_view cmd, Error* err) {
+namespace {
+int write_trigger_once(int slot, EventDesc& ev, std::string_view cmd, Error* err) {
   const std::string_view s = trim(cmd);
   if (s.empty() || s == "!") return 0;
   Command c;
@@ -508,6 +509,16 @@ int write_trigger(int slot, EventDesc& ev, std::string_view cmd, Error* err) {
   retire(&retired);
   return 0;
 }
+}  // namespace
+
+int write_trigger(int slot, EventDesc& ev, std::string_view cmd, Error* err) {
+  const int rc = write_trigger_once(slot, ev, cmd, err);
+  // enable_/disable_event triggers put their target in soft mode, or take
+  // it out: a probe event's site is armed while in soft mode (src/probe).
+  // Outside mu(): the hook reads soft_mode().
+  if (rc == 0) events::Registry::get().enable_changed();
+  return rc;
+}
 
 std::string trigger_text(int slot, const EventDesc& ev) {
   base::MutexLock l(&mu());
@@ -533,9 +544,13 @@ std::string hist_text(int slot, const EventDesc& ev) {
 }
 
 void hold_soft_mode(int slot, EventDesc& ev, int delta) {
-  base::MutexLock l(&mu());
-  int& n = control_of(ev).soft[slot];
-  n = std::max(0, n + delta);
+  {
+    base::MutexLock l(&mu());
+    int& n = control_of(ev).soft[slot];
+    n = std::max(0, n + delta);
+  }
+  // A probe event in soft mode has its site armed (src/probe).
+  events::Registry::get().enable_changed();
 }
 
 bool soft_mode(int slot, const EventDesc& ev) {
@@ -545,16 +560,19 @@ bool soft_mode(int slot, const EventDesc& ev) {
 }
 
 void clear_slot(int slot) {
-  base::MutexLock l(&mu());
-  std::vector<std::unique_ptr<SlotControl>> retired;
-  for (EventDesc* e : state().controlled) {
-    EventControl& c = control_of(*e);
-    c.soft[slot] = 0;
-    if (c.owned[slot]) publish(*e, slot, nullptr, &retired);
+  {
+    base::MutexLock l(&mu());
+    std::vector<std::unique_ptr<SlotControl>> retired;
+    for (EventDesc* e : state().controlled) {
+      EventControl& c = control_of(*e);
+      c.soft[slot] = 0;
+      if (c.owned[slot]) publish(*e, slot, nullptr, &retired);
+    }
+    for (auto it = state().system_filters.begin(); it != state().system_filters.end();)
+      it = it->first.first == slot ? state().system_filters.erase(it) : std::next(it);
+    retire(&retired);
   }
-  for (auto it = state().system_filters.begin(); it != state().system_filters.end();)
-    it = it->first.first == slot ? state().system_filters.erase(it) : std::next(it);
-  retire(&retired);
+  events::Registry::get().enable_changed();  // soft modes gone
 }
 
 namespace {
