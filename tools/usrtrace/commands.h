@@ -14,6 +14,7 @@ using Runner = std::function<int()>;
 Runner add_extract(CLI::App& app);
 Runner add_list(CLI::App& app);
 Runner add_mount(CLI::App& app);
+Runner add_probe(CLI::App& app);
 Runner add_record(CLI::App& app);
 Runner add_recover(CLI::App& app);
 Runner add_report(CLI::App& app);

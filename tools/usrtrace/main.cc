@@ -14,14 +14,14 @@ int run(int argc, char** argv) {
   app.require_subcommand(1);
   using Adder = usrtrace::tool::Runner (*)(CLI::App&);
   const std::pair<const char*, Adder> verbs[] = {
-      {"extract", usrtrace::tool::add_extract}, {"list", usrtrace::tool::add_list},
-      {"mount", usrtrace::tool::add_mount},     {"record", usrtrace::tool::add_record},
-      {"recover", usrtrace::tool::add_recover}, {"report", usrtrace::tool::add_report},
-      {"reset", usrtrace::tool::add_reset},     {"restart", usrtrace::tool::add_restart},
-      {"show", usrtrace::tool::add_show},       {"snapshot", usrtrace::tool::add_snapshot},
-      {"start", usrtrace::tool::add_start},     {"stat", usrtrace::tool::add_stat},
-      {"stop", usrtrace::tool::add_stop},       {"stream", usrtrace::tool::add_stream},
-      {"umount", usrtrace::tool::add_umount},
+      {"extract", usrtrace::tool::add_extract},   {"list", usrtrace::tool::add_list},
+      {"mount", usrtrace::tool::add_mount},       {"probe", usrtrace::tool::add_probe},
+      {"record", usrtrace::tool::add_record},     {"recover", usrtrace::tool::add_recover},
+      {"report", usrtrace::tool::add_report},     {"reset", usrtrace::tool::add_reset},
+      {"restart", usrtrace::tool::add_restart},   {"show", usrtrace::tool::add_show},
+      {"snapshot", usrtrace::tool::add_snapshot}, {"start", usrtrace::tool::add_start},
+      {"stat", usrtrace::tool::add_stat},         {"stop", usrtrace::tool::add_stop},
+      {"stream", usrtrace::tool::add_stream},     {"umount", usrtrace::tool::add_umount},
   };
   std::map<std::string, usrtrace::tool::Runner> runners;
   for (const auto& [name, add] : verbs) runners[name] = add(app);

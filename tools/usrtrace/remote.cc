@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <sstream>
 
 namespace usrtrace::tool {
 namespace {
@@ -106,6 +107,10 @@ void Setup::add_options(CLI::App* sub, bool with_instances) {
   add("-e,--event", 'e', "Event to enable: SYS:EVENT, SYS, EVENT or all (globs work)");
   add("-f,--event-filter", 'f', "Filter for the -e before it (the kernel's filter language)");
   add("-R,--trigger", 'R', "Trigger for the -e SYS:EVENT before it (events/SYS/EVENT/trigger; repeatable)");
+  add("--probe", 'u',
+      "A dynamic probe, as a line of uprobe_events (p|r[:[GRP/]EVENT] PATH:OFFSET|[PATH:]SYMBOL[+OFFS] "
+      "[ARGS]): "
+      "defined, and enabled here as an -e would be (-f and -R after it bind to it); removed at the end");
   sub->add_flag_callback(
          "-v,--negate",
          [this] {
@@ -224,7 +229,8 @@ int Setup::apply(const std::string& verb, control::Client& c, Undo* undo, int pi
   };
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
-    const bool event = a.opt == 'e' || a.opt == 'f' || a.opt == 'R' || a.opt == 'v' || a.opt == 'T';
+    const bool event =
+        a.opt == 'e' || a.opt == 'f' || a.opt == 'R' || a.opt == 'v' || a.opt == 'T' || a.opt == 'u';
     // (--func-stack, 'S', is a tracer option: set with the tracers, before constructors.)
     if (phase == Phase::kBeforeConstructors && event) continue;
     if (phase == Phase::kEvents && !event && a.opt != 'B') continue;  // -B: where the events go
@@ -303,6 +309,46 @@ int Setup::apply(const std::string& verb, control::Client& c, Undo* undo, int pi
         }
         undo->writes.push_back({dir + "set_event", "!" + spec});
         if (std::vector<std::string>* st = stacks_of(dir)) st->push_back(spec);
+        break;
+      }
+      case 'u': {
+        // Defined in uprobe_events (global, whatever the -B), then enabled
+        // like an -e GRP:EVENT. Its name is what the file lists after the
+        // write and did not before: the kernel's default names (p_SYMBOL_0,
+        // p_prog_0x1234) are the process's to make.
+        const std::string before = read("uprobe_events");
+        const long rc = c.write_file("uprobe_events", a.value, true);
+        if (rc < 0) {
+          std::string log, msg = why("uprobe_events", rc) + " (wrote '" + a.value + "')";
+          if (c.read_file("error_log", &log) > 0) {
+            const size_t last = log.rfind("trace_uprobe: error:");
+            if (last != std::string::npos) msg += "\n  " + trim(log.substr(last));
+          }
+          return fail(verb, msg);
+        }
+        std::string added, one;
+        std::istringstream now(read("uprobe_events"));
+        while (std::getline(now, one))
+          if (!one.empty() && before.find(one + "\n") == std::string::npos) added = one;
+        // "p:GRP/EVENT TARGET ...": GRP and EVENT.
+        const size_t colon = added.find(':'), slash = added.find('/'), blank = added.find(' ');
+        if (colon == std::string::npos || slash == std::string::npos || blank == std::string::npos ||
+            !(colon < slash && slash < blank))
+          return fail(verb,
+                      "--probe '" + a.value + "': the definition is not in uprobe_events after the write");
+        const std::string grp = added.substr(colon + 1, slash - colon - 1),
+                          ev = added.substr(slash + 1, blank - slash - 1);
+        undo->writes.push_back({"uprobe_events", "-:" + grp + "/" + ev});
+        last_event_dir = dir + "events/" + grp + "/" + ev + "/";
+        last_event_filter = last_event_dir + "filter";
+        bool skipped = false;
+        while (i + 1 < actions.size() && (actions[i + 1].opt == 'f' || actions[i + 1].opt == 'R') &&
+               !skipped) {
+          if (!bound(actions[i + 1], &skipped)) return 1;
+          if (!skipped) ++i;
+        }
+        if (!write(dir + "set_event", grp + ":" + ev, true)) return 1;
+        undo->writes.push_back({dir + "set_event", "!" + grp + ":" + ev});
         break;
       }
       case 'f':
@@ -411,7 +457,8 @@ void Setup::revert(control::Client& c, const Undo& undo) {
     c.write_file(it->first, it->second,
                  it->first.ends_with("set_event") || it->first.ends_with("set_ftrace_filter") ||
                      it->first.ends_with("set_ftrace_notrace") || it->first.ends_with("set_graph_function") ||
-                     it->first.ends_with("set_graph_notrace") || it->first.ends_with("/trigger"));
+                     it->first.ends_with("set_graph_notrace") || it->first.ends_with("/trigger") ||
+                     it->first == "uprobe_events");
   for (const std::string& name : undo.created) c.rmdir("instances/" + name);
 }
 

@@ -37,7 +37,7 @@ bool time_filter_us(const std::string& text, std::string* us, std::string* err);
 // the options after it apply there; -f applies to the -e before it.
 struct Setup {
   struct Action {
-    // 'B', 'e', 'f', 'R', 'v', 'T', 'p', 'b', 'M', 'O', 'C', 'l', 'n', 'g',
+    // 'B', 'e', 'f', 'R', 'v', 'T', 'u' (--probe), 'p', 'b', 'M', 'O', 'C', 'l', 'n', 'g',
     // 'N' (--notrace), 'd' (--max-graph-depth), 't' (--time-filter)
     char opt;
     std::string value;
