@@ -35,7 +35,7 @@ set(CPACK_DEBIAN_RUNTIME_PACKAGE_GENERATE_SHLIBS ON)
 set(CPACK_DEBIAN_DEVELOPMENT_PACKAGE_NAME libusrtrace-dev)
 set(CPACK_DEBIAN_DEVELOPMENT_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_DEVELOPMENT_PACKAGE_DEPENDS
-  "usrtrace (= ${PROJECT_VERSION}), libfmt-dev, libzstd-dev, libelf-dev")
+  "usrtrace (= ${PROJECT_VERSION}), libfmt-dev, libzstd-dev, libelf-dev, libzydis-dev")
 set(CPACK_COMPONENT_RUNTIME_DESCRIPTION "the usrtrace command and runtime")
 set(CPACK_COMPONENT_DEVELOPMENT_DESCRIPTION "headers and libraries to build programs with usrtrace")
 include(CPack)

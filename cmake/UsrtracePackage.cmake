@@ -27,7 +27,7 @@ set_target_properties(usrtrace PROPERTIES
   VERSION ${PROJECT_VERSION} SOVERSION 0 LINKER_LANGUAGE CXX
   LINK_DEPENDS ${PROJECT_SOURCE_DIR}/cmake/usrtrace.map)
 target_include_directories(usrtrace PUBLIC ${_usrtrace_includes})
-target_link_libraries(usrtrace PUBLIC fmt::fmt PRIVATE Threads::Threads ${CMAKE_DL_LIBS} zstd elf)
+target_link_libraries(usrtrace PUBLIC fmt::fmt PRIVATE Threads::Threads ${CMAKE_DL_LIBS} zstd elf Zydis::Zydis)
 target_link_options(usrtrace PRIVATE -Wl,--version-script=${PROJECT_SOURCE_DIR}/cmake/usrtrace.map)
 if(NOT USRTRACE_SANITIZE)
   # Sanitizer runtimes are linked into executables only, so their symbols
@@ -39,7 +39,7 @@ add_library(usrtrace_static STATIC ${_usrtrace_objects})
 add_library(usrtrace::usrtrace_static ALIAS usrtrace_static)
 set_target_properties(usrtrace_static PROPERTIES OUTPUT_NAME usrtrace LINKER_LANGUAGE CXX)
 target_include_directories(usrtrace_static PUBLIC ${_usrtrace_includes})
-target_link_libraries(usrtrace_static PUBLIC fmt::fmt Threads::Threads ${CMAKE_DL_LIBS} zstd elf)
+target_link_libraries(usrtrace_static PUBLIC fmt::fmt Threads::Threads ${CMAKE_DL_LIBS} zstd elf Zydis)
 # A program linked with the archive pulls only the objects it uses; the
 # crash dump's object must come along so that USRTRACE_DUMP_ON_CRASH is read
 # at start-up (src/crash), and the thread lifecycle events' (the

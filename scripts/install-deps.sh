@@ -6,7 +6,8 @@ pkgs=(cmake ninja-build g++ clang libclang-rt-14-dev pkg-config
       libgtest-dev libgmock-dev libbenchmark-dev libtraceevent-dev libfmt-dev libcli11-dev trace-cmd valgrind
       libzstd-dev libelf-dev libtracecmd-dev libtracefs-dev python3 fuse3 libfuse3-dev
       clang-format clang-tidy
-      uftrace go-md2man bash-completion dpkg-dev man-db libc6-dbg protobuf-compiler)
+      uftrace go-md2man bash-completion dpkg-dev man-db libc6-dbg protobuf-compiler
+      libzydis-dev systemtap-sdt-dev)
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(liblttng-ust-dev lttng-tools)
 fi

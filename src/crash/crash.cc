@@ -22,6 +22,7 @@
 
 #include "base/files.h"
 #include "base/mutex.h"
+#include "base/safe_copy.h"
 #include "base/sys.h"
 #include "clock/trace_clock.h"
 #include "crash/internal.h"
@@ -189,6 +190,9 @@ void resume(int sig, siginfo_t* info, void* uc, int tid) {
 // Context: the crashing thread, on the alternate stack where it has one.
 // Async-signal-safe: no lock, no allocation (tests/crash checks the count).
 void on_fatal_signal(int sig, siginfo_t* info, void* uc) {
+  // A dynamic probe's read of memory that is not there (base/safe_copy.h):
+  // not a crash, its fetch goes on with (fault).
+  if (base::fixup_fault(sig, info, uc)) return;
   const int saved_errno = errno;
   const int tid = raw_gettid();
   int first = 0;

@@ -201,7 +201,10 @@ std::string format_text(const EventDesc& ev) {
     if (f.size == 0) {
       decl = std::string(f.type) + " " + f.name + "[]";
     } else if (f.kind == FieldKind::kCharArray || f.kind == FieldKind::kByteArray) {
-      decl = std::string(f.type) + " " + f.name + "[" + std::to_string(f.array_len) + "]";
+      // A probe's T[N] (src/probe) is NAME[], its size saying how long, as
+      // the kernel's probe events print it.
+      decl =
+          std::string(f.type) + " " + f.name + "[" + (f.array_len ? std::to_string(f.array_len) : "") + "]";
     } else {
       decl = std::string(f.type) + " " + f.name;
     }

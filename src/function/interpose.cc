@@ -31,6 +31,7 @@
 
 #include "base/compiler.h"
 #include "function/function.h"
+#include "patch/patch.h"
 
 extern "C" {
 USRTRACE_EXPORT _Unwind_Reason_Code usrtrace_internal_unwind_raise(_Unwind_Exception* e);
@@ -87,6 +88,7 @@ extern "C" USRTRACE_EXPORT _Unwind_Reason_Code usrtrace_internal_unwind_raise(_U
   static const Fn f = real_fn<Fn>("_Unwind_RaiseException", reinterpret_cast<const void*>(&_Unwind_GetIP),
                                   reinterpret_cast<const void*>(&usrtrace_internal_unwind_raise));
   usrtrace::function::shadow_unhook_all();
+  usrtrace::patch::unhook_returns();
   return f(e);
 }
 
@@ -97,6 +99,7 @@ extern "C" USRTRACE_EXPORT _Unwind_Reason_Code usrtrace_internal_unwind_forced(_
   static const Fn f = real_fn<Fn>("_Unwind_ForcedUnwind", reinterpret_cast<const void*>(&_Unwind_GetIP),
                                   reinterpret_cast<const void*>(&usrtrace_internal_unwind_forced));
   usrtrace::function::shadow_unhook_all();
+  usrtrace::patch::unhook_returns();
   return f(e, stop, arg);
 }
 
@@ -105,6 +108,7 @@ extern "C" USRTRACE_EXPORT _Unwind_Reason_Code usrtrace_internal_unwind_rethrow(
   static const Fn f = real_fn<Fn>("_Unwind_Resume_or_Rethrow", reinterpret_cast<const void*>(&_Unwind_GetIP),
                                   reinterpret_cast<const void*>(&usrtrace_internal_unwind_rethrow));
   usrtrace::function::shadow_unhook_all();
+  usrtrace::patch::unhook_returns();
   return f(e);
 }
 
@@ -116,6 +120,7 @@ extern "C" USRTRACE_EXPORT void usrtrace_internal_unwind_resume(_Unwind_Exceptio
   static const Fn f = real_fn<Fn>("_Unwind_Resume", reinterpret_cast<const void*>(&_Unwind_GetIP),
                                   reinterpret_cast<const void*>(&usrtrace_internal_unwind_resume));
   usrtrace::function::shadow_unhook_all();
+  usrtrace::patch::unhook_returns();
   f(e);
   abort();  // _Unwind_Resume does not return
 }

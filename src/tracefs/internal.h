@@ -131,6 +131,7 @@ extern const std::span<const FileSpec> kSnapshotFiles;  // snapshot_files.cc
 extern const std::span<const FileSpec> kPerCpuFiles;    // per_cpu_files.cc: per_cpu/cpuN/
 extern const std::span<const FileSpec> kFunctionFiles;  // function_files.cc, trace_stat/
 extern const std::span<const FileSpec> kLatencyFiles;   // latency_files.cc
+extern const std::span<const FileSpec> kProbeFiles;     // probe_files.cc: uprobe_events, dynamic_events
 
 // Resolves a path; -ENOENT, -ENOTDIR, -ENAMETOOLONG, -EINVAL.
 // Context: control plane; takes the instance table and registry locks.

@@ -1,0 +1,422 @@
+// The code patcher (patch.h, docs/design/patch-engine.md).
+//
+// A site: the address, its original first byte, how its instruction is
+// run after the probe (out of line in a slot, or emulated), and the
+// (handler, cookie) pairs. The SIGTRAP handler finds sites in an
+// immutable sorted table published by pointer:
+//
+//   publish:  the patcher builds a new table, stores its pointer (release),
+//             then waits until g_users is zero before freeing the old one.
+//   read:     the handler increments g_users (acquire... seq_cst: the
+//             increment must be visible before it loads the pointer, or the
+//             patcher could see zero users while the handler still reads the
+//             old table), loads the pointer, reads, decrements (release).
+//
+// Arming writes 0xCC over the first byte; disarming writes the original
+// back. x86 makes a one-byte store to code atomic for every core: a
+// thread executes either the old instruction or the int3, never a mix.
+// A thread that trapped on a site just disarmed finds no site in the table
+// (or one whose byte is no longer 0xCC) and resumes at the restored byte:
+// the kernel's uprobe does the same. Slots are never unmapped or reused: a
+// thread may still be running a slot's copy after its site is gone.
+#include "patch/patch.h"
+
+#include <Zydis/Zydis.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+namespace usrtrace::patch {
+namespace {
+
+constexpr int kMaxHandlers = 8;
+constexpr uint8_t kInt3 = 0xcc;
+
+enum class Run : uint8_t { kSlot, kCall, kJmp };
+
+struct Site {
+  uintptr_t addr = 0;
+  uint8_t orig = 0;  // the first byte
+  uint8_t len = 0;
+  Run run = Run::kSlot;
+  uintptr_t target = 0;  // kCall, kJmp: where to
+  uintptr_t slot = 0;    // kSlot: the copy
+  int nh = 0;
+  Handler h[kMaxHandlers] = {};
+  void* cookie[kMaxHandlers] = {};
+};
+
+struct Table {
+  std::vector<Site> sites;  // sorted by addr
+};
+
+std::mutex g_mu;                       // the patcher's
+std::vector<Site>* g_sites = nullptr;  // the truth, under g_mu
+std::atomic<const Table*> g_table{nullptr};
+std::atomic<long> g_users{0};
+struct sigaction g_prev_trap;
+bool g_installed = false;
+
+// ---- Slots: 32 bytes each, in RWX pages near the code they copy (a
+// relocated rip-relative operand must reach its target from the slot).
+struct SlotPage {
+  uintptr_t base;
+  size_t used;
+};
+std::vector<SlotPage>* g_pages = nullptr;
+constexpr size_t kSlotSize = 32;
+constexpr size_t kPage = 4096;
+
+uintptr_t alloc_slot(uintptr_t near) {
+  for (SlotPage& p : *g_pages) {
+    const intptr_t d = static_cast<intptr_t>(p.base) - static_cast<intptr_t>(near);
+    if (p.used + kSlotSize <= kPage && d > -(1l << 30) && d < (1l << 30)) {
+      const uintptr_t s = p.base + p.used;
+      p.used += kSlotSize;
+      return s;
+    }
+  }
+  // A free page within 1 GiB below, else above, in 1 MiB steps.
+  const uintptr_t start = near & ~uintptr_t{0xfffff};
+  for (int dir : {-1, 1}) {
+    for (uintptr_t k = 1; k < 1024; ++k) {
+      const uintptr_t at = dir < 0 ? start - k * 0x100000 : start + k * 0x100000;
+      if (dir < 0 && at > start) break;
+      void* p = mmap(reinterpret_cast<void*>(at), kPage, PROT_READ | PROT_WRITE | PROT_EXEC,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+      if (p == MAP_FAILED) continue;
+      if (reinterpret_cast<uintptr_t>(p) != at) {  // a kernel without MAP_FIXED_NOREPLACE
+        munmap(p, kPage);
+        continue;
+      }
+      g_pages->push_back({at, kSlotSize});
+      return at;
+    }
+  }
+  return 0;
+}
+
+// ---- Writing one byte of code.
+int poke(uintptr_t addr, uint8_t byte) {
+  const uintptr_t page = addr & ~(kPage - 1);
+  // The text is R-X; made writable for the store, then R-X again. The page
+  // stays executable throughout: other threads keep running it.
+  if (mprotect(reinterpret_cast<void*>(page), kPage, PROT_READ | PROT_WRITE | PROT_EXEC) != 0) return -errno;
+  // order: a plain store; one byte of code is atomic for every core.
+  reinterpret_cast<std::atomic<uint8_t>*>(addr)->store(byte, std::memory_order_relaxed);
+  mprotect(reinterpret_cast<void*>(page), kPage, PROT_READ | PROT_EXEC);
+  return 0;
+}
+
+// Every address that ever was a site, for a trap that finds its site gone
+// (append-only, read without a lock: an entry is written before the count
+// that covers it is published).
+constexpr int kMaxRetired = 4096;
+std::atomic<uintptr_t> g_was[kMaxRetired];
+std::atomic<int> g_nwas{0};
+
+void note_site(uintptr_t addr) {
+  const int n = g_nwas.load(std::memory_order_relaxed);
+  for (int i = 0; i < n; ++i)
+    if (g_was[i].load(std::memory_order_relaxed) == addr) return;
+  if (n == kMaxRetired) return;  // then the byte test alone decides
+  g_was[n].store(addr, std::memory_order_relaxed);
+  // order: release pairs with was_site's acquire: the entry is there.
+  g_nwas.store(n + 1, std::memory_order_release);
+}
+
+bool was_site(uintptr_t addr) {
+  const int n = g_nwas.load(std::memory_order_acquire);
+  if (n == kMaxRetired) return true;
+  for (int i = 0; i < n; ++i)
+    if (g_was[i].load(std::memory_order_relaxed) == addr) return true;
+  return false;
+}
+
+// ---- The trap.
+void regs_from(const ucontext_t* uc, uintptr_t ip, Regs* r) {
+  const greg_t* g = uc->uc_mcontext.gregs;
+  auto u = [](greg_t v) { return static_cast<uint64_t>(v); };
+  r->r15 = u(g[REG_R15]);
+  r->r14 = u(g[REG_R14]);
+  r->r13 = u(g[REG_R13]);
+  r->r12 = u(g[REG_R12]);
+  r->bp = u(g[REG_RBP]);
+  r->bx = u(g[REG_RBX]);
+  r->r11 = u(g[REG_R11]);
+  r->r10 = u(g[REG_R10]);
+  r->r9 = u(g[REG_R9]);
+  r->r8 = u(g[REG_R8]);
+  r->ax = u(g[REG_RAX]);
+  r->cx = u(g[REG_RCX]);
+  r->dx = u(g[REG_RDX]);
+  r->si = u(g[REG_RSI]);
+  r->di = u(g[REG_RDI]);
+  r->orig_ax = 0;
+  r->ip = ip;
+  r->cs = 0;
+  r->flags = u(g[REG_EFL]);
+  r->sp = u(g[REG_RSP]);
+  r->ss = 0;
+}
+
+const Site* find(const Table* t, uintptr_t addr) {
+  auto it = std::lower_bound(t->sites.begin(), t->sites.end(), addr,
+                             [](const Site& s, uintptr_t a) { return s.addr < a; });
+  return it != t->sites.end() && it->addr == addr ? &*it : nullptr;
+}
+
+void chain(int sig, siginfo_t* info, void* uc) {
+  const struct sigaction& prev = g_prev_trap;
+  if (prev.sa_flags & SA_SIGINFO) {
+    if (prev.sa_sigaction != nullptr) return prev.sa_sigaction(sig, info, uc);
+  } else if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN) {
+    return prev.sa_handler(sig);
+  }
+  if (prev.sa_handler == SIG_IGN) return;
+  // SIG_DFL: reset and let the trap happen again (the int3 is still there,
+  // or the signal was sent): it kills as it would have.
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(sig, &dfl, nullptr);
+  if (info->si_code != SI_KERNEL) raise(sig);
+}
+
+void on_trap(int sig, siginfo_t* info, void* ucv) {
+  auto* uc = static_cast<ucontext_t*>(ucv);
+  if (info->si_code == SI_KERNEL) {
+    const uintptr_t at = static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]) - 1;
+    // order: seq_cst, see the top of the file.
+    g_users.fetch_add(1, std::memory_order_seq_cst);
+    const Table* t = g_table.load(std::memory_order_seq_cst);
+    const Site* s = t != nullptr ? find(t, at) : nullptr;
+    if (s != nullptr) {
+      Regs r;
+      regs_from(uc, at, &r);
+      for (int i = 0; i < s->nh; ++i) s->h[i](&r, s->cookie[i]);
+      greg_t* g = uc->uc_mcontext.gregs;
+      switch (s->run) {
+        case Run::kSlot:
+          g[REG_RIP] = static_cast<greg_t>(s->slot);
+          break;
+        case Run::kCall: {
+          const uint64_t ret = s->addr + s->len;
+          g[REG_RSP] -= 8;
+          std::memcpy(reinterpret_cast<void*>(g[REG_RSP]), &ret, 8);
+          g[REG_RIP] = static_cast<greg_t>(s->target);
+          break;
+        }
+        case Run::kJmp:
+          g[REG_RIP] = static_cast<greg_t>(s->target);
+          break;
+      }
+      g_users.fetch_sub(1, std::memory_order_release);
+      return;
+    }
+    g_users.fetch_sub(1, std::memory_order_release);
+    // A site disarmed between the trap and now: its byte is back; run it.
+    if (was_site(at) &&
+        reinterpret_cast<const std::atomic<uint8_t>*>(at)->load(std::memory_order_relaxed) != kInt3) {
+      uc->uc_mcontext.gregs[REG_RIP] = static_cast<greg_t>(at);
+      return;
+    }
+  }
+  chain(sig, info, ucv);
+}
+
+void install() {
+  if (g_installed) return;
+  g_installed = true;
+  g_sites = new std::vector<Site>();
+  g_pages = new std::vector<SlotPage>();
+  struct sigaction sa {};
+  sa.sa_sigaction = on_trap;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK | SA_NODEFER;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTRAP, &sa, &g_prev_trap);
+}
+
+void publish() {
+  auto* t = new Table{*g_sites};
+  std::sort(t->sites.begin(), t->sites.end(), [](const Site& a, const Site& b) { return a.addr < b.addr; });
+  const Table* old = g_table.exchange(t, std::memory_order_seq_cst);
+  // A handler that loaded `old` holds g_users; one that increments after
+  // the exchange loads `t`. Handlers never block: this wait is short.
+  while (g_users.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+  delete old;
+}
+
+// How the instruction at addr runs after its probe: copied into a slot
+// (relocated), or emulated. 0 or -errno with *err.
+int prepare(Site* s, std::string* err) {
+  ZydisDecoder dec;
+  ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64);
+  ZydisDecodedInstruction in;
+  ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
+  const auto* code = reinterpret_cast<const uint8_t*>(s->addr);
+  if (ZYAN_FAILED(ZydisDecoderDecodeFull(&dec, code, 15, &in, ops))) {
+    *err = "the bytes there are not an instruction";
+    return -EILSEQ;
+  }
+  s->len = in.length;
+  s->orig = code[0];
+  if (in.attributes & ZYDIS_ATTRIB_IS_RELATIVE) {
+    // A relative branch: emulated when it always goes (call, jmp).
+    const bool is_call = in.mnemonic == ZYDIS_MNEMONIC_CALL, is_jmp = in.mnemonic == ZYDIS_MNEMONIC_JMP;
+    if ((is_call || is_jmp) && in.operand_count_visible == 1 && ops[0].type == ZYDIS_OPERAND_TYPE_IMMEDIATE) {
+      ZyanU64 target = 0;
+      if (ZYAN_FAILED(ZydisCalcAbsoluteAddress(&in, &ops[0], s->addr, &target))) {
+        *err = "cannot compute the branch's target";
+        return -EINVAL;
+      }
+      s->run = is_call ? Run::kCall : Run::kJmp;
+      s->target = target;
+      return 0;
+    }
+    // A rip-relative memory operand: relocated into the slot.
+    bool memory = false;
+    for (int i = 0; i < in.operand_count; ++i)
+      if (ops[i].type == ZYDIS_OPERAND_TYPE_MEMORY && ops[i].mem.base == ZYDIS_REGISTER_RIP) memory = true;
+    if (!memory || in.raw.disp.size != 32) {
+      *err = "a conditional or indirect relative branch cannot run out of line";
+      return -EOPNOTSUPP;
+    }
+  }
+  const uintptr_t slot = alloc_slot(s->addr);
+  if (slot == 0) {
+    *err = "no free memory within 1 GiB of the site for its slot";
+    return -ENOMEM;
+  }
+  uint8_t buf[kSlotSize] = {};
+  std::memcpy(buf, code, in.length);
+  if (in.attributes & ZYDIS_ATTRIB_IS_RELATIVE) {
+    // The same target from the slot: disp + (addr - slot).
+    const int64_t disp = in.raw.disp.value + static_cast<int64_t>(s->addr) - static_cast<int64_t>(slot);
+    if (disp < INT32_MIN || disp > INT32_MAX) {
+      *err = "the slot is too far from the instruction's operand";
+      return -ERANGE;
+    }
+    const int32_t d32 = static_cast<int32_t>(disp);
+    std::memcpy(buf + in.raw.disp.offset, &d32, 4);
+  }
+  // jmp *0(%rip); .quad addr + len
+  static constexpr uint8_t kJmpAbs[6] = {0xff, 0x25, 0, 0, 0, 0};
+  std::memcpy(buf + in.length, kJmpAbs, sizeof kJmpAbs);
+  const uint64_t back = s->addr + in.length;
+  std::memcpy(buf + in.length + 6, &back, 8);
+  std::memcpy(reinterpret_cast<void*>(slot), buf, sizeof buf);
+  __builtin___clear_cache(reinterpret_cast<char*>(slot), reinterpret_cast<char*>(slot + kSlotSize));
+  s->run = Run::kSlot;
+  s->slot = slot;
+  return 0;
+}
+
+// Whether addr starts an instruction of [fn, fn + size) (decoded from fn).
+bool on_boundary(uintptr_t addr, uintptr_t fn, size_t size) {
+  ZydisDecoder dec;
+  ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64);
+  ZydisDecodedInstruction in;
+  for (uintptr_t at = fn; at < fn + size;) {
+    if (at == addr) return true;
+    if (at > addr) return false;
+    if (ZYAN_FAILED(ZydisDecoderDecodeInstruction(&dec, nullptr, reinterpret_cast<const void*>(at), 15, &in)))
+      return false;
+    at += in.length;
+  }
+  return false;
+}
+
+}  // namespace
+
+const char* method_name(Method) { return "int3"; }
+
+int add(uintptr_t addr, uintptr_t fn_start, size_t fn_size, Handler h, void* cookie, Method* how,
+        std::string* err) {
+  std::lock_guard<std::mutex> l(g_mu);
+  install();
+  *how = Method::kInt3;
+  for (Site& s : *g_sites) {
+    if (s.addr != addr) continue;
+    if (s.nh == kMaxHandlers) {
+      *err = "more than " + std::to_string(kMaxHandlers) + " probes on one address";
+      return -EBUSY;
+    }
+    s.h[s.nh] = h;
+    s.cookie[s.nh] = cookie;
+    ++s.nh;
+    publish();
+    return 0;
+  }
+  if (fn_size != 0 && !on_boundary(addr, fn_start, fn_size)) {
+    *err = "Probe point is not an instruction boundary";
+    return -EILSEQ;
+  }
+  Site s;
+  s.addr = addr;
+  if (reinterpret_cast<const uint8_t*>(addr)[0] == kInt3) {
+    *err = "there is an int3 there already (a debugger's breakpoint, or another tool's probe)";
+    return -EBUSY;
+  }
+  if (int rc = prepare(&s, err); rc < 0) return rc;
+  s.h[0] = h;
+  s.cookie[0] = cookie;
+  s.nh = 1;
+  g_sites->push_back(s);
+  note_site(addr);
+  // The table first: a thread that traps finds its site.
+  publish();
+  if (int rc = poke(addr, kInt3); rc < 0) {
+    g_sites->pop_back();
+    publish();
+    *err = std::string("cannot write the code: ") + strerror(-rc);
+    return rc;
+  }
+  return 0;
+}
+
+int remove(uintptr_t addr, Handler h, void* cookie) {
+  std::lock_guard<std::mutex> l(g_mu);
+  if (g_sites == nullptr) return -ENOENT;
+  for (size_t i = 0; i < g_sites->size(); ++i) {
+    Site& s = (*g_sites)[i];
+    if (s.addr != addr) continue;
+    for (int k = 0; k < s.nh; ++k) {
+      if (s.h[k] != h || s.cookie[k] != cookie) continue;
+      for (int j = k; j + 1 < s.nh; ++j) {
+        s.h[j] = s.h[j + 1];
+        s.cookie[j] = s.cookie[j + 1];
+      }
+      --s.nh;
+      if (s.nh == 0) {
+        // The byte first: a thread that traps now finds no site and runs
+        // the restored byte; then the table, whose publish waits out every
+        // handler still running the pair.
+        poke(addr, s.orig);
+        g_sites->erase(g_sites->begin() + static_cast<std::ptrdiff_t>(i));
+      }
+      publish();
+      return 0;
+    }
+  }
+  return -ENOENT;
+}
+
+std::vector<SiteInfo> sites() {
+  std::lock_guard<std::mutex> l(g_mu);
+  std::vector<SiteInfo> out;
+  if (g_sites != nullptr)
+    for (const Site& s : *g_sites) out.push_back({s.addr, Method::kInt3, static_cast<size_t>(s.nh)});
+  return out;
+}
+
+}  // namespace usrtrace::patch

@@ -1,0 +1,60 @@
+// The code patcher: a probe at any instruction boundary of the process's
+// code (docs/design/patch-engine.md). This first version arms every site
+// with `int3`, as the kernel's uprobes do, but handles the trap in the
+// process: its SIGTRAP handler runs the probe's handlers and then the
+// displaced instruction out of line (a copy in a slot near the object,
+// rip-relative operands relocated with Zydis), or emulates it (call, jmp).
+// One byte changes, so no thread can ever be inside a half-written site,
+// and a trap on a site being disarmed just runs the restored byte.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "patch/regs.h"
+
+namespace usrtrace::patch {
+
+enum class Method : uint8_t { kInt3 };
+const char* method_name(Method m);
+
+// A probe at `addr`, an instruction boundary in the process's executable
+// code (the caller's promise: a symbol and an offset the user gave; with
+// fn_start/fn_size known, addr is also checked by decoding from fn_start).
+// Several (handler, cookie) pairs may share one address; the site is armed
+// while it has one. 0, or -errno with *err a one-line reason (an
+// instruction this cannot run out of line, a bad boundary, no memory near
+// the object for its slot).
+// Context: control plane (the engine's lock; mprotect).
+int add(uintptr_t addr, uintptr_t fn_start, size_t fn_size, Handler h, void* cookie, Method* how,
+        std::string* err);
+// Removes the pair; the last one disarms the site (its first byte back).
+// Returns once no handler of the pair can still run. Context: control plane.
+int remove(uintptr_t addr, Handler h, void* cookie);
+
+// Return probes. From a Handler at a function's entry (regs->sp points at
+// the return address): the return address is replaced with the engine's
+// return trampoline and kept, with the function and its six argument
+// registers, on a per-thread stack of kReturnDepth entries. On return,
+// `ret` runs with the registers there (ax = the return value, ip = the
+// original return address, sp = after the return), then the thread goes
+// on at the original return address. false (nothing changed) when the
+// thread's stack is full: the caller counts a miss.
+// Context: a Handler.
+inline constexpr int kReturnDepth = 16;
+using RetHandler = void (*)(const Regs* at_return, void* cookie, uint64_t func, const uint64_t entry_args[6]);
+bool hook_return(const Regs* at_entry, RetHandler ret, void* cookie);
+// Puts back every return address this thread's hooks replaced (an
+// exception is about to unwind through them: the unwinder must see the
+// real callers). Their `ret` does not run. Context: the thread itself.
+void unhook_returns();
+
+struct SiteInfo {
+  uintptr_t addr;
+  Method method;
+  size_t handlers;
+};
+std::vector<SiteInfo> sites();
+
+}  // namespace usrtrace::patch

@@ -1,0 +1,355 @@
+// The dynamic probes' registry: definitions made by uprobe_events writes,
+// their events, where their sites are, and when they are armed.
+//
+// Life of a probe (the kernel's trace_uprobe, in one process):
+//   defined   parsed (parse.h), its target resolved (targets.h), its event
+//             registered: events/GRP/EVENT exists, disabled. A target in an
+//             object not loaded yet is *pending* (armed when it loads).
+//   armed     while some instance enables the event, or an enable_event
+//             trigger names it (soft mode): the patch engine's site calls
+//             on_hit(). Decided by sync_armed(), the registry's enable hook.
+//   removed   `-:GRP/EVENT` (EBUSY while enabled, as the kernel), or `>`.
+//             Disarmed, unregistered; freed after a writers grace period,
+//             which no handler outlives (on_hit runs between
+//             writers::enter and exit).
+//
+// The handler (on_hit, on_return) runs on the traced thread, in any
+// context the program's code runs in: no lock, no allocation, no system
+// call. A hit inside a hit on the same thread (a probe on a function that
+// a handler reaches, or a signal handler's probe while the thread was in a
+// handler) is dropped and counted as a miss, as the kernel counts a
+// kprobe's nmissed.
+#include "probe/probes.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/mutex.h"
+#include "base/safe_copy.h"
+#include "events/registry.h"
+#include "instance/instance.h"
+#include "patch/patch.h"
+#include "probe/fetch.h"
+#include "probe/parse.h"
+#include "probe/targets.h"
+#include "trigger/control.h"
+#include "writers/writers.h"
+
+namespace usrtrace::probe {
+namespace {
+
+struct Probe {
+  Definition def;
+  std::unique_ptr<EventShape> shape;  // the fields, print fmt and the EventDesc
+  // A removed return probe stays allocated (leaked, a few hundred bytes):
+  // a thread may still be inside the function it hooked, and its
+  // trampoline will call on_return with this cookie.
+  std::atomic<bool> dead{false};
+  Resolved where;
+  bool pending = false;  // its object is not loaded
+  bool armed = false;
+  patch::Method method = patch::Method::kInt3;
+  std::atomic<uint64_t> hits{0}, misses{0};
+};
+
+base::Mutex& mu() {
+  static base::Mutex* m = new base::Mutex();
+  return *m;
+}
+
+std::vector<std::unique_ptr<Probe>>& probes() USRTRACE_REQUIRES(mu()) {
+  static auto* v = new std::vector<std::unique_ptr<Probe>>();
+  return *v;
+}
+
+// The registry's enable hook (sync_armed) may be reached from inside our
+// own changes (an event removed or added runs the registry's hooks, and
+// those of the triggers): it then only notes that a resync is due, which
+// the outermost holder of mu() runs once it has let go.
+thread_local int t_holding = 0;
+thread_local bool t_resync = false;
+
+class USRTRACE_SCOPED_CAPABILITY Hold {
+ public:
+  Hold() USRTRACE_ACQUIRE(mu()) {
+    mu().lock();
+    ++t_holding;
+  }
+  ~Hold() USRTRACE_RELEASE() {
+    --t_holding;
+    mu().unlock();
+    if (t_holding == 0 && t_resync) {
+      t_resync = false;
+      sync_armed();
+    }
+  }
+  Hold(const Hold&) = delete;
+  Hold& operator=(const Hold&) = delete;
+};
+
+// Nesting guard: initial-exec TLS (a handler may run in any thread of the
+// program, before and after ours registered it), no constructor.
+constinit __attribute__((tls_model("initial-exec"))) thread_local bool t_in_probe = false;
+
+void write_record(Probe& p, RunContext* ctx, const writers::ThreadState& t) {
+  alignas(8) uint8_t rec[internal::kMaxRecord];
+  ctx->comm = t.comm;
+  internal::EventDesc* d = p.shape->desc();
+  const uint32_t len = run(p.def, d->id, *ctx, rec, sizeof rec);
+  if (len == 0) return;
+  internal::write_event(d, rec, len);
+}
+
+void on_return(const patch::Regs* regs, void* cookie, uint64_t func, const uint64_t entry_args[6]) {
+  auto* p = static_cast<Probe*>(cookie);
+  // order: acquire pairs with remove_at's release: a dead probe's event is
+  // gone; its record is not written.
+  if (p->dead.load(std::memory_order_acquire)) return;
+  if (t_in_probe) {
+    p->misses.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  t_in_probe = true;
+  writers::ThreadState* t = writers::enter();
+  if (t != nullptr) {
+    RunContext ctx;
+    ctx.regs = regs;
+    ctx.func = func;
+    ctx.entry_args = entry_args;
+    ctx.bias = p->where.bias;
+    if (!p->dead.load(std::memory_order_acquire)) write_record(*p, &ctx, *t);
+    writers::exit(*t);
+  }
+  t_in_probe = false;
+}
+
+void on_hit(const patch::Regs* regs, void* cookie) {
+  auto* p = static_cast<Probe*>(cookie);
+  // order: relaxed; a statistic (uprobe_profile), summed when read.
+  p->hits.fetch_add(1, std::memory_order_relaxed);
+  if (t_in_probe) {
+    p->misses.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  t_in_probe = true;
+  if (p->def.is_return) {
+    if (!patch::hook_return(regs, on_return, p)) p->misses.fetch_add(1, std::memory_order_relaxed);
+  } else if (writers::ThreadState* t = writers::enter(); t != nullptr) {
+    RunContext ctx;
+    ctx.regs = regs;
+    ctx.bias = p->where.bias;
+    write_record(*p, &ctx, *t);
+    writers::exit(*t);
+  }
+  t_in_probe = false;
+}
+
+// Whether some instance wants the event: enabled in one, or in soft mode
+// (an enable_event trigger names it).
+bool wanted(const internal::EventDesc& d) {
+  const uint64_t instances =
+      d.enabled.load(std::memory_order_relaxed) & ~(uint64_t{1} << internal::kControlBit);
+  if (instances != 0) return true;
+  for (int slot = 0; slot < instance::kMaxInstances; ++slot)
+    if (trigger::soft_mode(slot, d)) return true;
+  return false;
+}
+
+int arm(Probe& p, std::string* why) {
+  patch::Method how{};
+  const int rc = patch::add(p.where.addr, p.where.fn_start, p.where.fn_size, on_hit, &p, &how, why);
+  if (rc == 0) {
+    p.armed = true;
+    p.method = how;
+  }
+  return rc;
+}
+
+void disarm(Probe& p) {
+  if (!p.armed) return;
+  patch::remove(p.where.addr, on_hit, &p);
+  p.armed = false;
+}
+
+Probe* find(std::string_view group, std::string_view event) USRTRACE_REQUIRES(mu()) {
+  for (auto& p : probes())
+    if (p->def.group == group && p->def.event == event) return p.get();
+  return nullptr;
+}
+
+// Removes probes()[i]: disarmed, its event unregistered, freed once no
+// handler can still run it.
+void remove_at(size_t i) USRTRACE_REQUIRES(mu()) {
+  std::unique_ptr<Probe> p = std::move(probes()[i]);
+  probes().erase(probes().begin() + static_cast<std::ptrdiff_t>(i));
+  disarm(*p);
+  // order: release pairs with on_return's acquire.
+  p->dead.store(true, std::memory_order_release);
+  publish_shape(p->shape->desc()->id, nullptr);
+  events::Registry::get().remove(p->shape->desc());
+  // A handler that entered before the disarm may still be running it: the
+  // engine's remove() waited out its dispatch, writers' grace period the
+  // record. A return probe's trampolines may still come: it stays.
+  writers::synchronize_writers();
+  if (p->def.is_return) (void)p.release();
+}
+
+int add_line(std::string_view line, Error* e) USRTRACE_REQUIRES(mu()) {
+  Definition d;
+  if (int rc = parse(line, &d, e); rc < 0) return rc;
+  base::install_fault_fixup();
+  if (d.kind == '-') {
+    Probe* p = find(d.group, d.event);
+    if (p == nullptr) {
+      *e = {"Event not found", 0, ENOENT};
+      return -ENOENT;
+    }
+    if (wanted(*p->shape->desc())) {
+      *e = {"Event is busy", 0, EBUSY};
+      return -EBUSY;
+    }
+    for (size_t i = 0; i < probes().size(); ++i)
+      if (probes()[i].get() == p) remove_at(i);
+    return 0;
+  }
+  if (find(d.group, d.event) != nullptr) {
+    *e = {"Event already exists", 0, EEXIST};
+    return -EEXIST;
+  }
+  auto p = std::make_unique<Probe>();
+  std::string why;
+  bool pending = false;
+  if (int rc = resolve(d.target, &p->where, &pending, &why); rc < 0 && !pending) {
+    *e = {why, d.target_pos, -rc};
+    return rc;
+  }
+  p->pending = pending;
+  p->shape = std::make_unique<EventShape>(d);
+  p->def = std::move(d);
+  events::Registry::get().add(p->shape->desc());
+  publish_shape(p->shape->desc()->id, p->shape.get());
+  probes().push_back(std::move(p));
+  return 0;
+}
+
+}  // namespace
+
+int write_text(std::string_view text, bool dynamic, Error* e, size_t* line_at) {
+  size_t at = 0;
+  int rc = 0;
+  {
+    Hold l;
+    while (at < text.size()) {
+      size_t nl = text.find('\n', at);
+      if (nl == std::string_view::npos) nl = text.size();
+      std::string_view line = text.substr(at, nl - at);
+      const size_t hash = line.find('#');
+      if (hash != std::string_view::npos) line = line.substr(0, hash);
+      while (!line.empty() && (line.back() == ' ' || line.back() == '\t' || line.back() == '\r'))
+        line.remove_suffix(1);
+      size_t lead = 0;
+      while (lead < line.size() && (line[lead] == ' ' || line[lead] == '\t')) ++lead;
+      if (lead < line.size()) {
+        // dynamic_events takes every kind; ours are p, r and -.
+        (void)dynamic;
+        rc = add_line(line.substr(lead), e);
+        if (rc < 0) {
+          *line_at = at + lead;
+          break;
+        }
+      }
+      at = nl + 1;
+    }
+  }
+  // A probe defined while its event is wanted (an enable_event trigger
+  // written before it) is armed now.
+  sync_armed();
+  return rc;
+}
+
+int clear_all() {
+  Hold l;
+  for (const auto& p : probes())
+    if (wanted(*p->shape->desc())) return -EBUSY;
+  while (!probes().empty()) remove_at(probes().size() - 1);
+  return 0;
+}
+
+std::string events_text(bool dynamic) {
+  (void)dynamic;  // the same lines: dynamic_events lists every kind, and ours are uprobes
+  Hold l;
+  std::string out;
+  for (const auto& p : probes()) out += p->def.text() + "\n";
+  return out;
+}
+
+std::string profile_text() {
+  Hold l;
+  std::string out;
+  char buf[512];
+  for (const auto& p : probes()) {
+    // The kernel's "  %s %-44s %15lu\n", and the misses after it.
+    snprintf(buf, sizeof buf, "  %s %-44s %15llu %15llu\n", p->def.target_path().c_str(),
+             p->def.event.c_str(), static_cast<unsigned long long>(p->hits.load(std::memory_order_relaxed)),
+             static_cast<unsigned long long>(p->misses.load(std::memory_order_relaxed)));
+    out += buf;
+  }
+  return out;
+}
+
+std::string sites_text() {
+  Hold l;
+  std::string out;
+  char buf[512];
+  for (const auto& p : probes()) {
+    if (p->pending) {
+      snprintf(buf, sizeof buf, "%s/%s pending %s\n", p->def.group.c_str(), p->def.event.c_str(),
+               p->def.target_path().c_str());
+    } else {
+      snprintf(buf, sizeof buf, "%s/%s 0x%llx %s %s\n", p->def.group.c_str(), p->def.event.c_str(),
+               static_cast<unsigned long long>(p->where.addr),
+               p->armed ? patch::method_name(p->method) : "disarmed", p->where.function.c_str());
+    }
+    out += buf;
+  }
+  return out;
+}
+
+void sync_armed() {
+  if (t_holding > 0) {
+    t_resync = true;
+    return;
+  }
+  Hold l;
+  for (const auto& p : probes()) {
+    if (p->pending) continue;
+    const bool want = wanted(*p->shape->desc());
+    if (want && !p->armed) {
+      std::string why;
+      if (arm(*p, &why) < 0) {
+        // Nothing to log it to here: the site stays disarmed and
+        // dynamic_probe_sites says so.
+        continue;
+      }
+    } else if (!want && p->armed) {
+      disarm(*p);
+    }
+  }
+}
+
+namespace {
+// The hook runs where the registry is changed: set_event, enable files,
+// the API, trigger writes, instance removal.
+[[maybe_unused]] const bool g_hooked = [] {
+  events::Registry::get().set_enable_hook(sync_armed);
+  return true;
+}();
+}  // namespace
+
+}  // namespace usrtrace::probe

@@ -1,0 +1,47 @@
+// The dynamic probes: uprobe_events in this process (docs/design/probes.md,
+// docs/guide/probes.md). A definition makes an event (events/GRP/EVENT)
+// whose site the patch engine (src/patch) arms while some instance enables
+// it, or an enable_event trigger names it (the kernel's soft mode), and
+// disarms when none does; its handler runs the definition's fetch program
+// and writes the record through the event write path (filters, triggers,
+// hist as for any event).
+#pragma once
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace usrtrace::probe {
+
+// An error as the kernel's error_log shows it: its text (trace_probe.h's),
+// the byte of the command the caret points at, and the errno to return.
+struct Error {
+  std::string text;
+  size_t pos = 0;
+  int errnum = EINVAL;
+};
+
+// One write to uprobe_events (dynamic_events: `dynamic`, where the other
+// kinds' prefixes are refused as the kernel without them does): lines of
+// `p|r[:[GRP/][EVENT]] TARGET [ARGS]`, `-:[GRP/]EVENT`, comments and blank
+// lines. Each line is done before the next; the first error stops and
+// returns -errno with *e (the caret's position within that line, *line_at:
+// the line's start in `text`).
+// Context: control plane; patches code (mprotect, membarrier, signals).
+int write_text(std::string_view text, bool dynamic, Error* e, size_t* line_at);
+
+// `>` on the file: every probe removed, or -EBUSY and none when one is
+// enabled.
+int clear_all();
+
+// The files' texts: uprobe_events/dynamic_events (one definition per line,
+// as the kernel prints them back), uprobe_profile ("  PATH EVENT HITS
+// MISSES"), dynamic_probe_sites ("GRP/EVENT ADDRESS METHOD").
+std::string events_text(bool dynamic);
+std::string profile_text();
+std::string sites_text();
+
+// Re-checks which probes should be armed: called after enable bits or
+// enable_event triggers change. Context: control plane.
+void sync_armed();
+
+}  // namespace usrtrace::probe
