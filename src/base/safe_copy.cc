@@ -120,7 +120,8 @@ bool fixup_fault(int sig, const siginfo_t* info, void* ucontext) {
     return false;
   auto* uc = static_cast<ucontext_t*>(ucontext);
   const auto rip = static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]);
-  if (rip < reinterpret_cast<uintptr_t>(usrtrace_safe_start) || rip >= reinterpret_cast<uintptr_t>(usrtrace_safe_end))
+  if (rip < reinterpret_cast<uintptr_t>(usrtrace_safe_start) ||
+      rip >= reinterpret_cast<uintptr_t>(usrtrace_safe_end))
     return false;
   uc->uc_mcontext.gregs[REG_RIP] = static_cast<greg_t>(reinterpret_cast<uintptr_t>(usrtrace_safe_fixup));
   g_fixed.fetch_add(1, std::memory_order_relaxed);  // order: a statistic

@@ -65,11 +65,11 @@ struct FetchInsn {
   int64_t value = 0;                             // an offset or an immediate
 };
 
-inline constexpr int kFetchInsnMax = 16;  // FETCH_INSN_MAX
-inline constexpr int kMaxTraceArgs = 128;  // MAX_TRACE_ARGS
-inline constexpr int kMaxArgStrLen = 63;   // MAX_ARGSTR_LEN
-inline constexpr int kMaxArrayLen = 64;    // MAX_ARRAY_LEN
-inline constexpr int kMaxArgNameLen = 32;  // MAX_ARG_NAME_LEN
+inline constexpr int kFetchInsnMax = 16;     // FETCH_INSN_MAX
+inline constexpr int kMaxTraceArgs = 128;    // MAX_TRACE_ARGS
+inline constexpr int kMaxArgStrLen = 63;     // MAX_ARGSTR_LEN
+inline constexpr int kMaxArrayLen = 64;      // MAX_ARRAY_LEN
+inline constexpr int kMaxArgNameLen = 32;    // MAX_ARG_NAME_LEN
 inline constexpr int kMaxEventNameLen = 64;  // MAX_EVENT_NAME_LEN
 
 // A fetch type (the kernel's probe_fetch_types[]): name as written, size of
@@ -98,7 +98,7 @@ struct Arg {
 
 // What a line defines (kind 'p' or 'r'), or removes ('-').
 struct Definition {
-  char kind = 'p';         // 'p', 'r' (a return probe, also by %return) or '-'
+  char kind = 'p';  // 'p', 'r' (a return probe, also by %return) or '-'
   std::string group = "uprobes", event;
   // The target, left to the caller to resolve: {path, "", offset} for
   // PATH:OFFSET (a file offset), {path, symbol, offset} for ours
@@ -106,8 +106,8 @@ struct Definition {
   Target target;
   uint64_t ref_ctr_offset = 0;  // PATH:OFFSET(REF_CTR_OFFSET); 0 if none
   bool is_return = false;
-  bool uses_args = false;   // some fetch arg is $argN: the site must be a function's entry
-  size_t target_pos = 0;    // the target's first byte in the command (for the caller's errors)
+  bool uses_args = false;  // some fetch arg is $argN: the site must be a function's entry
+  size_t target_pos = 0;   // the target's first byte in the command (for the caller's errors)
   std::vector<Arg> args;
   uint16_t fixed_size = 0;  // the record's fixed part, common header included
   // Removal ('-'): "" group or event match any (dyn_event_release); the

@@ -50,8 +50,8 @@ namespace {
 // Every group's files. No two of them name the same file in one directory,
 // so the order is only that of the walk.
 constexpr const std::span<const FileSpec>* kGroups[] = {
-    &kInstanceFiles, &kEventFiles, &kSnapshotFiles, &kPerCpuFiles, &kFunctionFiles, &kLatencyFiles,
-    &kProbeFiles,
+    &kInstanceFiles, &kEventFiles,   &kSnapshotFiles, &kPerCpuFiles,
+    &kFunctionFiles, &kLatencyFiles, &kProbeFiles,
 };
 
 // A directory in a directory, or a family of them named by a parameter
