@@ -2,7 +2,7 @@
 // their events, where their sites are, and when they are armed.
 //
 // Life of a probe (the kernel's trace_uprobe, in one process):
-//   defined   parsed (parse.h), its target resolved (targets.h), its event
+//   defined   parsed (lang.h), its target resolved (targets.h), its event
 //             registered: events/GRP/EVENT exists, disabled. A target in an
 //             object not loaded yet is *pending* (armed when it loads).
 //   armed     while some instance enables the event, or an enable_event
@@ -35,8 +35,8 @@
 #include "events/registry.h"
 #include "instance/instance.h"
 #include "patch/patch.h"
-#include "probe/fetch.h"
-#include "probe/parse.h"
+#include "probe/lang.h"
+#include "probe/record.h"
 #include "probe/targets.h"
 #include "trigger/control.h"
 #include "writers/writers.h"
@@ -45,8 +45,8 @@ namespace usrtrace::probe {
 namespace {
 
 struct Probe {
-  Definition def;
-  std::unique_ptr<EventShape> shape;  // the fields, print fmt and the EventDesc
+  ProbeDef def;
+  std::unique_ptr<ProbeShape> shape;  // the fields, print fmt and the EventDesc
   // A removed return probe stays allocated (leaked, a few hundred bytes):
   // a thread may still be inside the function it hooked, and its
   // trampoline will call on_return with this cookie.
@@ -97,11 +97,11 @@ class USRTRACE_SCOPED_CAPABILITY Hold {
 // program, before and after ours registered it), no constructor.
 constinit __attribute__((tls_model("initial-exec"))) thread_local bool t_in_probe = false;
 
-void write_record(Probe& p, RunContext* ctx, const writers::ThreadState& t) {
+void write_record(Probe& p, HitContext* ctx, const writers::ThreadState& t) {
   alignas(8) uint8_t rec[internal::kMaxRecord];
   ctx->comm = t.comm;
   internal::EventDesc* d = p.shape->desc();
-  const uint32_t len = run(p.def, d->id, *ctx, rec, sizeof rec);
+  const uint32_t len = write_fields(p.def, d->id, *ctx, rec, sizeof rec);
   if (len == 0) return;
   internal::write_event(d, rec, len);
 }
@@ -118,7 +118,7 @@ void on_return(const patch::Regs* regs, void* cookie, uint64_t func, const uint6
   t_in_probe = true;
   writers::ThreadState* t = writers::enter();
   if (t != nullptr) {
-    RunContext ctx;
+    HitContext ctx;
     ctx.regs = regs;
     ctx.func = func;
     ctx.entry_args = entry_args;
@@ -141,7 +141,7 @@ void on_hit(const patch::Regs* regs, void* cookie) {
   if (p->def.is_return) {
     if (!patch::hook_return(regs, on_return, p)) p->misses.fetch_add(1, std::memory_order_relaxed);
   } else if (writers::ThreadState* t = writers::enter(); t != nullptr) {
-    RunContext ctx;
+    HitContext ctx;
     ctx.regs = regs;
     ctx.bias = p->where.bias;
     write_record(*p, &ctx, *t);
@@ -201,8 +201,8 @@ void remove_at(size_t i) USRTRACE_REQUIRES(mu()) {
 }
 
 int add_line(std::string_view line, Error* e) USRTRACE_REQUIRES(mu()) {
-  Definition d;
-  if (int rc = parse(line, &d, e); rc < 0) return rc;
+  ProbeDef d;
+  if (int rc = parse_line(line, &d, e); rc < 0) return rc;
   base::install_fault_fixup();
   if (d.kind == '-') {
     Probe* p = find(d.group, d.event);
@@ -230,7 +230,7 @@ int add_line(std::string_view line, Error* e) USRTRACE_REQUIRES(mu()) {
     return rc;
   }
   p->pending = pending;
-  p->shape = std::make_unique<EventShape>(d);
+  p->shape = std::make_unique<ProbeShape>(d);
   p->def = std::move(d);
   events::Registry::get().add(p->shape->desc());
   publish_shape(p->shape->desc()->id, p->shape.get());

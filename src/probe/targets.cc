@@ -38,7 +38,8 @@ std::string base_name(const std::string& p) {
 // up to its parameters ("ns::f").
 bool name_matches(const symbols::Symbol& s, std::string_view want) {
   if (s.name == want) return true;
-  if (s.name.rfind("_Z", 0) != 0) return false;
+  // A clone of a C++ function (its .cold part, a constprop) is not it.
+  if (s.name.rfind("_Z", 0) != 0 || s.name.find('.') != std::string::npos) return false;
   const std::string k = symbols::kallsyms_name(s.name);
   if (k == want) return true;
   const size_t paren = k.find('(');

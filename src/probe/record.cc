@@ -1,10 +1,10 @@
-// The fetch programs' interpreter and the probe events' shape (fetch.h).
+// The fetch programs' interpreter and the probe events' shape (record.h).
 //
 // The record, as the kernel's trace_uprobe writes it: the common header;
 // `unsigned long __probe_ip` (entry) or `__probe_func, __probe_ret_ip`
 // (return); each arg packed at parse.h's offset with no alignment; then the
 // strings' bytes, each field a __data_loc (length << 16 | offset).
-#include "probe/fetch.h"
+#include "probe/record.h"
 
 #include <atomic>
 #include <cinttypes>
@@ -27,7 +27,7 @@ uint64_t reg(const patch::Regs* r, int64_t i) {
 
 // The SysV ABI's argument N (1-based): six registers, then the stack above
 // the return address (at a function's entry).
-bool arg_value(const Definition& d, const RunContext& c, int64_t n, uint64_t* v) {
+bool arg_value(const ProbeDef& d, const HitContext& c, int64_t n, uint64_t* v) {
   static constexpr int kRegs[6] = {14 /*di*/, 13 /*si*/, 12 /*dx*/, 11 /*cx*/, 9 /*r8*/, 8 /*r9*/};
   if (n <= 6) {
     if (d.is_return && c.entry_args != nullptr) {
@@ -43,42 +43,42 @@ bool arg_value(const Definition& d, const RunContext& c, int64_t n, uint64_t* v)
 }
 
 // The base value of a fetch, then its dereferences. false: a read faulted.
-bool fetch_value(const Definition& d, const Arg& a, const RunContext& c, uint64_t* v) {
+bool fetch_value(const ProbeDef& d, const ProbeArg& a, const HitContext& c, uint64_t* v) {
   uint64_t x = 0;
   switch (a.base) {
-    case Base::kReg:
+    case FetchBase::kReg:
       x = reg(c.regs, a.value);
       break;
-    case Base::kStack:
+    case FetchBase::kStack:
       x = c.regs->sp;
       break;
-    case Base::kStackN:
+    case FetchBase::kStackN:
       if (base::safe_copy(&x, reinterpret_cast<const void*>(c.regs->sp + static_cast<uint64_t>(a.value) * 8),
                           8) != 0)
         return false;
       break;
-    case Base::kRetval:
+    case FetchBase::kRetval:
       x = c.regs->ax;
       break;
-    case Base::kArg:
+    case FetchBase::kArg:
       if (!arg_value(d, c, a.value, &x)) return false;
       break;
-    case Base::kImm:
+    case FetchBase::kImm:
       x = static_cast<uint64_t>(a.value);
       break;
-    case Base::kAddr:
+    case FetchBase::kAddr:
       x = static_cast<uint64_t>(a.value);
       break;
-    case Base::kFileOffs:
+    case FetchBase::kFileOffs:
       x = c.bias + static_cast<uint64_t>(a.value);
       break;
-    case Base::kComm:
-    case Base::kImmStr:
+    case FetchBase::kComm:
+    case FetchBase::kImmStr:
       return false;  // strings: not here
   }
   // @ADDR and @+OFFS name memory: their value is what is there (a string
   // reads from the address itself).
-  const bool memory = a.base == Base::kAddr || a.base == Base::kFileOffs;
+  const bool memory = a.base == FetchBase::kAddr || a.base == FetchBase::kFileOffs;
   for (int i = 0; i < a.nderefs; ++i) {
     if (memory && i == 0) {
       if (base::safe_copy(&x, reinterpret_cast<const void*>(x), 8) != 0) return false;
@@ -95,9 +95,11 @@ bool fetch_value(const Definition& d, const Arg& a, const RunContext& c, uint64_
 }
 
 // The address the arg's value (or string) is read at, when it is memory.
-bool is_memory(const Arg& a) { return a.nderefs > 0 || a.base == Base::kAddr || a.base == Base::kFileOffs; }
+bool is_memory(const ProbeArg& a) {
+  return a.nderefs > 0 || a.base == FetchBase::kAddr || a.base == FetchBase::kFileOffs;
+}
 
-void store_scalar(const Arg& a, uint64_t raw, uint8_t* at) {
+void store_scalar(const ProbeArg& a, uint64_t raw, uint8_t* at) {
   if (a.bit_width != 0) {
     raw >>= a.bit_offset;
     raw &= a.bit_width >= 64 ? ~uint64_t{0} : (uint64_t{1} << a.bit_width) - 1;
@@ -107,7 +109,7 @@ void store_scalar(const Arg& a, uint64_t raw, uint8_t* at) {
 
 }  // namespace
 
-uint32_t run(const Definition& d, uint16_t id, const RunContext& c, uint8_t* rec, uint32_t cap) {
+uint32_t write_fields(const ProbeDef& d, uint16_t id, const HitContext& c, uint8_t* rec, uint32_t cap) {
   if (cap < d.fixed_size) return 0;
   internal::CommonHeader h{};
   h.type = id;
@@ -119,14 +121,14 @@ uint32_t run(const Definition& d, uint16_t id, const RunContext& c, uint8_t* rec
     std::memcpy(rec + 8, &c.regs->ip, 8);
   }
   uint32_t dyn = d.fixed_size;
-  for (const Arg& a : d.args) {
+  for (const ProbeArg& a : d.args) {
     uint8_t* field = rec + a.offset;
     const uint16_t n = a.array_len ? a.array_len : 1;
     if (a.is_string()) {
       for (uint16_t k = 0; k < n; ++k) {
         const uint32_t room = cap - dyn;
         long len = -1;
-        if (a.base == Base::kComm) {
+        if (a.base == FetchBase::kComm) {
           const char* comm = c.comm != nullptr ? c.comm : "";
           const size_t l = strnlen(comm, 15);
           if (room >= l + 1) {
@@ -134,7 +136,7 @@ uint32_t run(const Definition& d, uint16_t id, const RunContext& c, uint8_t* rec
             rec[dyn + l] = 0;
             len = static_cast<long>(l + 1);
           }
-        } else if (a.base == Base::kImmStr) {
+        } else if (a.base == FetchBase::kImmStr) {
           const size_t l = a.imm_str.size();
           if (room >= l + 1) {
             std::memcpy(rec + dyn, a.imm_str.c_str(), l + 1);
@@ -188,9 +190,9 @@ uint32_t run(const Definition& d, uint16_t id, const RunContext& c, uint8_t* rec
 
 namespace {
 
-const char* field_type(const Arg& a) {
+const char* field_type(const ProbeArg& a) {
   if (a.is_string()) return a.array_len ? "__data_loc char[][]" : "__data_loc char[]";
-  const bool s = a.kind == Kind::kSigned;
+  const bool s = a.kind == FetchKind::kSigned;
   switch (a.size) {
     case 1:
       return s ? "s8" : "u8";
@@ -203,21 +205,21 @@ const char* field_type(const Arg& a) {
   }
 }
 
-const char* conv(const Arg& a) {
+const char* conv(const ProbeArg& a) {
   switch (a.kind) {
-    case Kind::kString:
-    case Kind::kUString:
-    case Kind::kSymstr:
+    case FetchKind::kString:
+    case FetchKind::kUString:
+    case FetchKind::kSymstr:
       return "\\\"%s\\\"";
-    case Kind::kChar:
+    case FetchKind::kChar:
       return "'%c'";
-    case Kind::kSymbol:
+    case FetchKind::kSymbol:
       return "%pS";
-    case Kind::kSigned:
+    case FetchKind::kSigned:
       return a.size == 8 ? "%Ld" : "%d";
-    case Kind::kUnsigned:
+    case FetchKind::kUnsigned:
       return a.size == 8 ? "%Lu" : "%u";
-    case Kind::kHex:
+    case FetchKind::kHex:
       return a.size == 8 ? "0x%Lx" : "0x%x";
   }
   return "%u";
@@ -227,7 +229,7 @@ int print_probe(const void* rec, uint32_t len, char* buf, size_t size);
 
 }  // namespace
 
-EventShape::EventShape(const Definition& d) : def_(d) {
+ProbeShape::ProbeShape(const ProbeDef& d) : def_(d) {
   const size_t n = def_.args.size() + (def_.is_return ? 2 : 1);
   names_.reserve(n);
   types_.reserve(n);
@@ -247,7 +249,7 @@ EventShape::EventShape(const Definition& d) : def_(d) {
     print_fmt_ = "\"(%lx)";
   }
   std::string args = def_.is_return ? ", REC->__probe_func, REC->__probe_ret_ip" : ", REC->__probe_ip";
-  for (const Arg& a : def_.args) {
+  for (const ProbeArg& a : def_.args) {
     const uint16_t count = a.array_len ? a.array_len : 1;
     if (a.is_string()) {
       // __data_loc char[] NAME (size 4, signed 1), or char[][N] for arrays:
@@ -256,10 +258,11 @@ EventShape::EventShape(const Definition& d) : def_(d) {
           a.array_len ? "__data_loc char[][" + std::to_string(a.array_len) + "]" : "__data_loc char[]";
       add(a.name, type, a.offset, static_cast<uint16_t>(4 * count), true, internal::FieldKind::kString);
     } else if (a.array_len) {
-      add(a.name, field_type(a), a.offset, static_cast<uint16_t>(a.size * count), a.kind == Kind::kSigned,
-          internal::FieldKind::kByteArray);
+      add(a.name, field_type(a), a.offset, static_cast<uint16_t>(a.size * count),
+          a.kind == FetchKind::kSigned, internal::FieldKind::kByteArray);
     } else {
-      add(a.name, field_type(a), a.offset, a.size, a.kind == Kind::kSigned, internal::FieldKind::kInteger);
+      add(a.name, field_type(a), a.offset, a.size, a.kind == FetchKind::kSigned,
+          internal::FieldKind::kInteger);
     }
     print_fmt_ += " " + a.name + "=";
     if (a.array_len) {
@@ -305,7 +308,7 @@ struct Out {
 };
 }  // namespace
 
-int print_record(const Definition& d, const void* recv, uint32_t len, char* buf, size_t size) {
+int print_record(const ProbeDef& d, const void* recv, uint32_t len, char* buf, size_t size) {
   const auto* rec = static_cast<const uint8_t*>(recv);
   Out o{buf, size};
   size_t& out = o.len;
@@ -315,11 +318,14 @@ int print_record(const Definition& d, const void* recv, uint32_t len, char* buf,
     if (off + 8 <= len) std::memcpy(&v, rec + off, 8);
     return v;
   };
+  // The kernel's trace text (print_uprobe_event): "(0xIP)", and for a
+  // return "(0xRET_IP <- 0xFUNC)" (its format file's print fmt, which
+  // trace.dat readers follow, says FUNC <- RET_IP without 0x).
   if (d.is_return)
-    put("(%" PRIx64 " <- %" PRIx64 ")", u64_at(8), u64_at(16));
+    put("(0x%" PRIx64 " <- 0x%" PRIx64 ")", u64_at(16), u64_at(8));
   else
-    put("(%" PRIx64 ")", u64_at(8));
-  for (const Arg& a : d.args) {
+    put("(0x%" PRIx64 ")", u64_at(8));
+  for (const ProbeArg& a : d.args) {
     put(" %s=", a.name.c_str());
     const uint16_t count = a.array_len ? a.array_len : 1;
     if (a.array_len) put("{");
@@ -355,14 +361,14 @@ int print_record(const Definition& d, const void* recv, uint32_t len, char* buf,
           sv = static_cast<int64_t>(raw);
       }
       switch (a.kind) {
-        case Kind::kSigned:
+        case FetchKind::kSigned:
           put("%" PRId64, sv);
           break;
-        case Kind::kHex:
-        case Kind::kSymbol:
+        case FetchKind::kHex:
+        case FetchKind::kSymbol:
           put("0x%" PRIx64, raw);
           break;
-        case Kind::kChar:
+        case FetchKind::kChar:
           put("'%c'", static_cast<char>(raw));
           break;
         default:
@@ -378,21 +384,21 @@ namespace {
 
 // The shapes by event id, for print_probe (a PrintFn has no context).
 // Set after the event is registered, cleared before it is removed.
-std::atomic<const EventShape*> g_shapes[65536];
+std::atomic<const ProbeShape*> g_shapes[65536];
 
 int print_probe(const void* rec, uint32_t len, char* buf, size_t size) {
   internal::CommonHeader h;
   if (len < sizeof h) return 0;
   std::memcpy(&h, rec, sizeof h);
   // order: acquire pairs with publish_shape's release.
-  const EventShape* shape = g_shapes[h.type].load(std::memory_order_acquire);
+  const ProbeShape* shape = g_shapes[h.type].load(std::memory_order_acquire);
   if (shape == nullptr) return 0;
   return print_record(shape->def(), rec, len, buf, size);
 }
 
 }  // namespace
 
-void publish_shape(uint16_t id, const EventShape* shape) {
+void publish_shape(uint16_t id, const ProbeShape* shape) {
   g_shapes[id].store(shape, std::memory_order_release);
 }
 

@@ -1,4 +1,4 @@
-// The uprobe_events parser (parse.h). The grammar, as the kernel's
+// The uprobe_events parser (lang.h). The grammar, as the kernel's
 // trace_uprobe.c and trace_probe.c take it:
 //   p[:[GRP/][EVENT]] TARGET [ARG...]     r[:[GRP/][EVENT]] TARGET [ARG...]
 //   -:[GRP/]EVENT
@@ -10,7 +10,7 @@
 //           | b<width>@<offset>/<container-bits> | T[N]
 // The line is one blank between words (write_text makes it so), so byte
 // positions are the kernel's caret positions.
-#include "probe/parse.h"
+#include "probe/lang.h"
 
 #include "usrtrace/internal/event_impl.h"
 
@@ -72,13 +72,13 @@ int reg_index(std::string_view r) {
 
 // One fetch arg's body (no name, no type) into *a; `pos` is its first
 // byte in the line.
-int parse_fetch(std::string_view s, size_t pos, bool is_return, Arg* a, Error* e, int depth = 0) {
+int parse_fetch(std::string_view s, size_t pos, bool is_return, ProbeArg* a, Error* e, int depth = 0) {
   if (s.empty()) return fail(e, "No argument expression", pos);
   switch (s[0]) {
     case '%': {
       const int r = reg_index(s.substr(1));
       if (r < 0) return fail(e, "Invalid register name", pos);
-      a->base = Base::kReg;
+      a->base = FetchBase::kReg;
       a->value = r;
       return 0;
     }
@@ -86,13 +86,16 @@ int parse_fetch(std::string_view s, size_t pos, bool is_return, Arg* a, Error* e
       if (s.size() > 1 && s[1] == '+') {
         int64_t off;
         if (!parse_int(s.substr(2), &off) || off < 0) return fail(e, "Invalid file offset value", pos);
-        a->base = Base::kFileOffs;
+        a->base = FetchBase::kFileOffs;
         a->value = off;
         return 0;
       }
       int64_t addr;
+      // @SYMBOL is kprobe syntax; the kernel refuses it for uprobes.
+      if (s.size() > 1 && !std::isdigit(static_cast<unsigned char>(s[1])))
+        return fail(e, "Symbol is not available with uprobe", pos);
       if (!parse_int(s.substr(1), &addr)) return fail(e, "Invalid memory address", pos);
-      a->base = Base::kAddr;
+      a->base = FetchBase::kAddr;
       a->value = addr;
       return 0;
     }
@@ -100,29 +103,33 @@ int parse_fetch(std::string_view s, size_t pos, bool is_return, Arg* a, Error* e
       const std::string_view v = s.substr(1);
       if (v == "retval") {
         if (!is_return) return fail(e, "$retval is not available on probe", pos);
-        a->base = Base::kRetval;
+        a->base = FetchBase::kRetval;
         return 0;
       }
       if (v == "stack") {
-        a->base = Base::kStack;
+        a->base = FetchBase::kStack;
         return 0;
       }
       if (v == "comm" || v == "COMM") {
         if (depth > 0) return fail(e, "$comm can not be dereferenced", pos);
-        a->base = Base::kComm;
+        a->base = FetchBase::kComm;
         return 0;
       }
       if (v.starts_with("stack")) {
+        if (!std::isdigit(static_cast<unsigned char>(v.size() > 5 ? v[5] : 'x')))
+          return fail(e, "Invalid $-variable specified", pos);
         int64_t n;
         if (!parse_int(v.substr(5), &n) || n < 0 || n > 4096) return fail(e, "Invalid stack number", pos);
-        a->base = Base::kStackN;
+        a->base = FetchBase::kStackN;
         a->value = n;
         return 0;
       }
       if (v.starts_with("arg")) {
+        if (!std::isdigit(static_cast<unsigned char>(v.size() > 3 ? v[3] : 'x')))
+          return fail(e, "Invalid $-variable specified", pos);
         int64_t n;
         if (!parse_int(v.substr(3), &n) || n < 1 || n > 64) return fail(e, "Invalid argument number", pos);
-        a->base = Base::kArg;
+        a->base = FetchBase::kArg;
         a->value = n;
         return 0;
       }
@@ -131,13 +138,13 @@ int parse_fetch(std::string_view s, size_t pos, bool is_return, Arg* a, Error* e
     case '\\': {
       if (s.size() > 1 && s[1] == '"') {
         if (s.size() < 3 || s.back() != '"') return fail(e, "String is not closed with '\"'", pos + s.size());
-        a->base = Base::kImmStr;
+        a->base = FetchBase::kImmStr;
         a->imm_str = std::string(s.substr(2, s.size() - 3));
         return 0;
       }
       int64_t v;
-      if (!parse_int(s.substr(1), &v)) return fail(e, "Invalid immediate value", pos);
-      a->base = Base::kImm;
+      if (!parse_int(s.substr(1), &v)) return fail(e, "Invalid immediate value", pos + 1);
+      a->base = FetchBase::kImm;
       a->value = v;
       return 0;
     }
@@ -157,7 +164,7 @@ int parse_fetch(std::string_view s, size_t pos, bool is_return, Arg* a, Error* e
       if (depth + 1 > kMaxDerefs) return fail(e, "Dereference is too much nested", pos);
       const std::string_view inner = s.substr(open + 1, s.size() - open - 2);
       if (int rc = parse_fetch(inner, pos + open + 1, is_return, a, e, depth + 1); rc < 0) return rc;
-      if (a->base == Base::kImmStr) return fail(e, "Invalid fetch argument", pos + open + 1);
+      if (a->base == FetchBase::kImmStr) return fail(e, "Invalid fetch argument", pos + open + 1);
       if (a->nderefs >= kMaxDerefs) return fail(e, "Dereference is too much nested", pos);
       a->deref_off[a->nderefs] = o;
       a->deref_user[a->nderefs] = user;
@@ -173,7 +180,7 @@ int parse_fetch(std::string_view s, size_t pos, bool is_return, Arg* a, Error* e
 }
 
 // The type, after ':' at `pos`.
-int parse_type(std::string_view t, size_t pos, Arg* a, Error* e) {
+int parse_type(std::string_view t, size_t pos, ProbeArg* a, Error* e) {
   std::string_view base = t;
   const size_t br = t.find('[');
   if (br != std::string_view::npos) {
@@ -186,17 +193,19 @@ int parse_type(std::string_view t, size_t pos, Arg* a, Error* e) {
     base = t.substr(0, br);
   }
   if (base == "string" || base == "ustring" || base == "symstr") {
-    a->kind = base == "string" ? Kind::kString : base == "ustring" ? Kind::kUString : Kind::kSymstr;
+    a->kind = base == "string"    ? FetchKind::kString
+              : base == "ustring" ? FetchKind::kUString
+                                  : FetchKind::kSymstr;
     a->size = 4;
     return 0;
   }
   if (base == "symbol") {
-    a->kind = Kind::kSymbol;
+    a->kind = FetchKind::kSymbol;
     a->size = 8;
     return 0;
   }
   if (base == "char") {
-    a->kind = Kind::kChar;
+    a->kind = FetchKind::kChar;
     a->size = 1;
     return 0;
   }
@@ -208,8 +217,10 @@ int parse_type(std::string_view t, size_t pos, Arg* a, Error* e) {
         !parse_int(base.substr(1, at - 1), &w) || !parse_int(base.substr(at + 1, slash - at - 1), &o) ||
         !parse_int(base.substr(slash + 1), &c) || (c != 8 && c != 16 && c != 32 && c != 64) || w <= 0 ||
         o < 0 || w + o > c)
-      return fail(e, "Invalid bitfield", pos + (slash == std::string_view::npos ? 0 : slash + 1));
-    a->kind = Kind::kUnsigned;
+      // The kernel's caret: at the offset when width + offset overflow the
+      // container, else at the part it could not read.
+      return fail(e, "Invalid bitfield", pos + (at == std::string_view::npos ? 1 : at + 1));
+    a->kind = FetchKind::kUnsigned;
     a->size = static_cast<uint8_t>(c / 8);
     a->bit_width = static_cast<uint8_t>(w);
     a->bit_offset = static_cast<uint8_t>(o);
@@ -218,7 +229,7 @@ int parse_type(std::string_view t, size_t pos, Arg* a, Error* e) {
   if (base.size() >= 2 && (base[0] == 'u' || base[0] == 's' || base[0] == 'x')) {
     const std::string_view bits = base.substr(1);
     if (bits == "8" || bits == "16" || bits == "32" || bits == "64") {
-      a->kind = base[0] == 'u' ? Kind::kUnsigned : base[0] == 's' ? Kind::kSigned : Kind::kHex;
+      a->kind = base[0] == 'u' ? FetchKind::kUnsigned : base[0] == 's' ? FetchKind::kSigned : FetchKind::kHex;
       a->size = static_cast<uint8_t>(std::atoi(std::string(bits).c_str()) / 8);
       return 0;
     }
@@ -228,8 +239,8 @@ int parse_type(std::string_view t, size_t pos, Arg* a, Error* e) {
 
 }  // namespace
 
-int parse(std::string_view line, Definition* d, Error* e) {
-  *d = Definition();
+int parse_line(std::string_view line, ProbeDef* d, Error* e) {
+  *d = ProbeDef();
   // The command word: p, r, - (and r<maxactive>, which uprobes refuse).
   const size_t sp = line.find(' ');
   const std::string_view head = line.substr(0, sp);
@@ -331,7 +342,7 @@ int parse(std::string_view line, Definition* d, Error* e) {
     if (end == std::string_view::npos) end = line.size();
     std::string_view word = line.substr(at, end - at);
     if (++n > kMaxArgs) return fail(e, "Too many arguments are specified", at);
-    Arg a;
+    ProbeArg a;
     size_t body_pos = at;
     const size_t eq = word.find('=');
     // '=' inside a string immediate is not a name's.
@@ -346,7 +357,7 @@ int parse(std::string_view line, Definition* d, Error* e) {
     } else {
       a.name = "arg" + std::to_string(n);
     }
-    for (const Arg& other : d->args)
+    for (const ProbeArg& other : d->args)
       if (other.name == a.name) return fail(e, "This argument name is already used", at);
     // The type: after the last ':' outside a string immediate.
     std::string_view body = word, type;
@@ -364,14 +375,14 @@ int parse(std::string_view line, Definition* d, Error* e) {
     const size_t type_pos = body_pos + body.size() + 1;
     if (!type.empty()) {
       if (int rc = parse_type(type, type_pos, &a, e); rc < 0) return rc;
-    } else if (a.base == Base::kComm || a.base == Base::kImmStr) {
-      a.kind = Kind::kString;
+    } else if (a.base == FetchBase::kComm || a.base == FetchBase::kImmStr) {
+      a.kind = FetchKind::kString;
       a.size = 4;
     }
-    if (a.is_string() && a.kind != Kind::kSymstr && a.nderefs == 0 && a.base != Base::kComm &&
-        a.base != Base::kImmStr && a.base != Base::kAddr && a.base != Base::kFileOffs)
+    if (a.is_string() && a.kind != FetchKind::kSymstr && a.nderefs == 0 && a.base != FetchBase::kComm &&
+        a.base != FetchBase::kImmStr && a.base != FetchBase::kAddr && a.base != FetchBase::kFileOffs)
       return fail(e, "String accepts only memory argument", type_pos);
-    if ((a.base == Base::kComm || a.base == Base::kImmStr) && !a.is_string())
+    if ((a.base == FetchBase::kComm || a.base == FetchBase::kImmStr) && !a.is_string())
       return fail(e, "Invalid fetch argument", body_pos);
     a.offset = static_cast<uint16_t>(offset);
     offset += static_cast<uint32_t>(a.size) * (a.array_len ? a.array_len : 1);
@@ -383,7 +394,7 @@ int parse(std::string_view line, Definition* d, Error* e) {
   return 0;
 }
 
-std::string Definition::text() const {
+std::string ProbeDef::text() const {
   std::string out;
   out += kind;
   out += ":" + group + "/" + event + " ";
@@ -396,13 +407,13 @@ std::string Definition::text() const {
     out += target.symbol;
     if (target.offset != 0) out += "+" + std::to_string(target.offset);
   }
-  for (const Arg& a : args) {
+  for (const ProbeArg& a : args) {
     out += " " + a.name + "=" + a.body;
     if (!a.type_text.empty()) out += ":" + a.type_text;
   }
   return out;
 }
 
-std::string Definition::target_path() const { return target.path.empty() ? target.symbol : target.path; }
+std::string ProbeDef::target_path() const { return target.path.empty() ? target.symbol : target.path; }
 
 }  // namespace usrtrace::probe

@@ -1,0 +1,390 @@
+// The dynamic probes in one process (src/probe, src/patch), driven through
+// the control files as a user drives them, on functions compiled with
+// plain -O2 (probe_fixture.cc). The kernel's own uprobe_events is the
+// oracle for what a definition looks like: its format files and its
+// error_log lines for the same text (skipped where it is not writable).
+#include <elf.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <limits.h>
+#include <link.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csetjmp>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <regex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "instance/instance.h"
+#include "tracefs/tracefs.h"
+
+extern "C" {
+int probe_fixture_add(int a, const char* s);
+int probe_fixture_read_global(int x);
+long probe_fixture_mix(long a, long b, long c, long d, long e, long f, long g, long h);
+}
+int probe_fixture_throw(int x);
+int probe_fixture_jump(int x);
+extern std::jmp_buf probe_fixture_env;
+
+namespace {
+
+namespace tracefs = usrtrace::tracefs;
+
+// The calls go through a volatile pointer: the compiler cannot fold them.
+int (*volatile g_add)(int, const char*) = probe_fixture_add;
+
+std::string read(const std::string& path) {
+  std::string s;
+  tracefs::read_file(path, &s);
+  return s;
+}
+
+long define(const std::string& line) { return tracefs::write_file("uprobe_events", line, true); }
+
+// The trace's lines of one event, the part after "EVENT: ".
+std::vector<std::string> lines_of(const std::string& event) {
+  std::vector<std::string> out;
+  std::string t = read("trace");
+  size_t at = 0;
+  const std::string key = " " + event + ": ";
+  while ((at = t.find(key, at)) != std::string::npos) {
+    const size_t end = t.find('\n', at);
+    out.push_back(t.substr(at + key.size(), end - at - key.size()));
+    at = end;
+  }
+  return out;
+}
+
+class Probes : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_NE(usrtrace::instance::Instance::top(), nullptr);
+    tracefs::write_file("set_event", "", false);
+    tracefs::write_file("uprobe_events", "", false);
+    tracefs::write_file("trace", "", false);
+  }
+  void TearDown() override {
+    tracefs::write_file("set_event", "", false);
+    tracefs::write_file("uprobe_events", "", false);
+  }
+};
+
+TEST_F(Probes, EntryAndReturnRecordWhatTheFunctionWasCalledWith) {
+  ASSERT_GE(define("p:t/add probe_fixture_add a=%di:s32 s=+0(%si):string a1=$arg1:s32"), 0)
+      << read("error_log");
+  ASSERT_GE(define("r:t/add_ret probe_fixture_add rv=$retval:s32 a=$arg1:s32 s=+0($arg2):string"), 0)
+      << read("error_log");
+  // Defined, not enabled: no site yet, no record.
+  EXPECT_NE(read("dynamic_probe_sites").find("t/add 0x"), std::string::npos);
+  EXPECT_NE(read("dynamic_probe_sites").find("disarmed"), std::string::npos);
+  EXPECT_EQ(g_add(1, "a"), 1 + 'a');
+  ASSERT_GE(tracefs::write_file("events/t/enable", "1", false), 0);
+  EXPECT_EQ(read("dynamic_probe_sites").find("disarmed"), std::string::npos) << read("dynamic_probe_sites");
+  EXPECT_EQ(g_add(-5, "xyz"), -5 + 'x' + 'y' + 'z');
+  EXPECT_EQ(g_add(7, ""), 7);
+  tracefs::write_file("events/t/enable", "0", false);
+  EXPECT_EQ(g_add(9, "q"), 9 + 'q');  // disarmed again: not recorded
+  const auto in = lines_of("add"), out = lines_of("add_ret");
+  ASSERT_EQ(in.size(), 2u) << read("trace");
+  ASSERT_EQ(out.size(), 2u) << read("trace");
+  const uintptr_t fn = reinterpret_cast<uintptr_t>(&probe_fixture_add);
+  char ip[64];
+  snprintf(ip, sizeof ip, "(0x%lx)", static_cast<unsigned long>(fn));
+  EXPECT_EQ(in[0], std::string(ip) + " a=-5 s=\"xyz\" a1=-5");
+  EXPECT_EQ(in[1], std::string(ip) + " a=7 s=\"\" a1=7");
+  EXPECT_NE(out[0].find(" <- "), std::string::npos);
+  EXPECT_NE(out[0].find(" rv=" + std::to_string(-5 + 'x' + 'y' + 'z') + " a=-5 s=\"xyz\""), std::string::npos)
+      << out[0];
+  EXPECT_NE(out[1].find(" rv=7 a=7 s=\"\""), std::string::npos) << out[1];
+  // uprobe_profile: path, event, hits (the entry's), misses.
+  const std::string prof = read("uprobe_profile");
+  EXPECT_TRUE(std::regex_search(prof, std::regex(R"(probe_fixture_add add +2 +0\n)"))) << prof;
+}
+
+TEST_F(Probes, ABadReadRecordsFaultAndTheProgramGoesOn) {
+  // probe_fixture_mix only adds its arguments: the probe alone reads what
+  // they point to.
+  ASSERT_GE(define("p:t/bad probe_fixture_mix none=+0(%di):string gone=+0(%si):u32 cross=+0(%dx):string "
+                   "deep=+8(+0(%cx)):x64 ok=+0(%r8):string"),
+            0)
+      << read("error_log");
+  ASSERT_GE(tracefs::write_file("events/t/bad/enable", "1", false), 0);
+  void* none = mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(none, MAP_FAILED);
+  void* gone = mmap(nullptr, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(gone, MAP_FAILED);
+  ASSERT_EQ(munmap(gone, 4096), 0);
+  // A string that runs into an unreadable page.
+  char* two =
+      static_cast<char*>(mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(two, MAP_FAILED);
+  std::memset(two + 4096 - 3, 'z', 3);
+  ASSERT_EQ(mprotect(two + 4096, 4096, PROT_NONE), 0);
+  static const char kOk[] = "fine";
+  long (*volatile f)(long, long, long, long, long, long, long, long) = probe_fixture_mix;
+  auto call = [&] {
+    return f(reinterpret_cast<long>(none), reinterpret_cast<long>(gone),
+             reinterpret_cast<long>(two + 4096 - 3), reinterpret_cast<long>(none),
+             reinterpret_cast<long>(kOk), 0, 0, 0);
+  };
+  const long want = call();
+  std::thread([&] { EXPECT_EQ(call(), want); }).join();  // from another thread too
+  tracefs::write_file("events/t/bad/enable", "0", false);
+  const auto got = lines_of("bad");
+  ASSERT_EQ(got.size(), 2u) << read("trace");
+  for (const std::string& g : got)
+    EXPECT_NE(g.find("none=\"(fault)\" gone=0 cross=\"(fault)\" deep=0x0 ok=\"fine\""), std::string::npos)
+        << g;
+  munmap(none, 4096);
+  munmap(two, 8192);
+}
+
+TEST_F(Probes, ARipRelativeFirstInstructionStillComputesRight) {
+  ASSERT_GE(define("p:t/glob probe_fixture_read_global x=%di:s32"), 0) << read("error_log");
+  ASSERT_GE(tracefs::write_file("events/t/glob/enable", "1", false), 0);
+  int (*volatile f)(int) = probe_fixture_read_global;
+  long sum = 0;
+  for (int i = 0; i < 100; ++i) sum += f(i);
+  tracefs::write_file("events/t/glob/enable", "0", false);
+  EXPECT_EQ(sum, 7L * 4950);
+  EXPECT_EQ(lines_of("glob").size(), 100u);
+}
+
+TEST_F(Probes, StackArgumentsAndStackSlots) {
+  ASSERT_GE(define("p:t/mix probe_fixture_mix g=$arg7:s64 h=$arg8:s64 s1=$stack1:s64 a=$arg1:s64"), 0)
+      << read("error_log");
+  ASSERT_GE(tracefs::write_file("events/t/mix/enable", "1", false), 0);
+  long (*volatile f)(long, long, long, long, long, long, long, long) = probe_fixture_mix;
+  EXPECT_EQ(f(1, 2, 3, 4, 5, 6, 70, 80), 1 + 4 + 9 + 16 + 25 + 36 + 490 + 640);
+  tracefs::write_file("events/t/mix/enable", "0", false);
+  const auto got = lines_of("mix");
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_NE(got[0].find("g=70 h=80 s1=70 a=1"), std::string::npos) << got[0];
+}
+
+TEST_F(Probes, ExceptionsAndLongjmpThroughAReturnProbeLeaveTheProgramAsItWas) {
+  ASSERT_GE(define("r:t/thr probe_fixture_throw rv=$retval:s32"), 0) << read("error_log");
+  ASSERT_GE(define("r:t/jmp probe_fixture_jump rv=$retval:s32"), 0) << read("error_log");
+  ASSERT_GE(tracefs::write_file("events/t/enable", "1", false), 0);
+  int caught = 0, jumped = 0;
+  for (int i = 0; i < 10; ++i) {
+    try {
+      probe_fixture_throw(i % 2 ? -1 : i);
+    } catch (const std::runtime_error&) {
+      ++caught;
+    }
+    if (setjmp(probe_fixture_env) == 0)
+      probe_fixture_jump(i % 2 ? -1 : i);
+    else
+      ++jumped;
+  }
+  EXPECT_EQ(probe_fixture_throw(41), 42);
+  EXPECT_EQ(probe_fixture_jump(40), 42);
+  tracefs::write_file("events/t/enable", "0", false);
+  EXPECT_EQ(caught, 5);
+  EXPECT_EQ(jumped, 5);
+  // The calls that returned were recorded, with their values.
+  const auto thr = lines_of("thr"), jmp = lines_of("jmp");
+  EXPECT_EQ(thr.size(), 6u) << read("trace");
+  EXPECT_EQ(jmp.size(), 6u) << read("trace");
+  if (!thr.empty()) {
+    EXPECT_NE(thr.back().find("rv=42"), std::string::npos) << thr.back();
+  }
+  if (!jmp.empty()) {
+    EXPECT_NE(jmp.back().find("rv=42"), std::string::npos) << jmp.back();
+  }
+}
+
+// 8 threads call the probed function while the main thread arms and
+// disarms it 1,000 times: every result is right (the checksum of the
+// unprobed calls), nothing crashes, and the bytes are the original after.
+TEST_F(Probes, ThreadsRacingTheToggleGetTheUnprobedChecksum) {
+  std::vector<uint8_t> before(16);
+  std::memcpy(before.data(), reinterpret_cast<const void*>(&probe_fixture_add), 16);
+  ASSERT_GE(define("p:t/race probe_fixture_add a=%di:s32"), 0) << read("error_log");
+  ASSERT_GE(define("r:t/race_ret probe_fixture_add rv=$retval:s32"), 0) << read("error_log");
+  std::atomic<bool> stop{false};
+  std::atomic<long> bad{0};
+  std::vector<std::thread> threads;
+  std::vector<long> sums(8, 0), calls(8, 0);
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      long s = 0, n = 0;
+      while (!stop.load(std::memory_order_relaxed)) {
+        const int v = g_add(t, "ab");
+        if (v != t + 'a' + 'b') bad.fetch_add(1);
+        s += v;
+        ++n;
+      }
+      sums[static_cast<size_t>(t)] = s;
+      calls[static_cast<size_t>(t)] = n;
+    });
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_GE(tracefs::write_file("events/t/enable", i % 2 ? "0" : "1", false), 0);
+  }
+  tracefs::write_file("events/t/enable", "0", false);
+  stop = true;
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+  for (int t = 0; t < 8; ++t)
+    EXPECT_EQ(sums[static_cast<size_t>(t)], calls[static_cast<size_t>(t)] * (t + 'a' + 'b'));
+  std::vector<uint8_t> after(16);
+  std::memcpy(after.data(), reinterpret_cast<const void*>(&probe_fixture_add), 16);
+  EXPECT_EQ(before, after) << "disarmed, the function's bytes are its own again";
+}
+
+TEST_F(Probes, DefinitionsListRemoveAndRefuseAsTheKernel) {
+  ASSERT_GE(define("p:t/one probe_fixture_add x=%di:x32"), 0);
+  EXPECT_EQ(define("p:t/one probe_fixture_add"), -EEXIST);
+  EXPECT_NE(read("uprobe_events").find("p:t/one probe_fixture_add x=%di:x32\n"), std::string::npos)
+      << read("uprobe_events");
+  EXPECT_EQ(read("dynamic_events"), read("uprobe_events"));
+  ASSERT_GE(tracefs::write_file("events/t/one/enable", "1", false), 0);
+  EXPECT_EQ(define("-:t/one"), -EBUSY) << "an enabled probe is busy";
+  EXPECT_EQ(tracefs::write_file("uprobe_events", "", false), -EBUSY) << "> too";
+  tracefs::write_file("events/t/one/enable", "0", false);
+  EXPECT_GE(define("-:t/one"), 0);
+  EXPECT_EQ(read("uprobe_events"), "");
+  EXPECT_EQ(define("p:t/two no_such_function_here"), -ENOENT);
+  EXPECT_NE(read("error_log").find("no function no_such_function_here"), std::string::npos)
+      << read("error_log");
+  // Default names, as the kernel makes them.
+  ASSERT_GE(define("p probe_fixture_add+0"), 0);
+  EXPECT_NE(read("uprobe_events").find("p:uprobes/p_probe_fixture_add_0 "), std::string::npos)
+      << read("uprobe_events");
+}
+
+// ---- The kernel as the oracle.
+
+bool kernel_writable() { return access("/sys/kernel/tracing/uprobe_events", W_OK) == 0; }
+
+bool kernel_write(const std::string& file, const std::string& text) {
+  const int fd = ::open(("/sys/kernel/tracing/" + file).c_str(), O_WRONLY | O_APPEND);
+  if (fd < 0) return false;
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  return ok;
+}
+
+std::string kernel_read(const std::string& file) {
+  std::ifstream in("/sys/kernel/tracing/" + file);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// This program's path and the file offset of `fn`, as uprobe_events takes them.
+std::string place_of(const void* fn) {
+  char exe[PATH_MAX];
+  if (realpath("/proc/self/exe", exe) == nullptr) return "";
+  struct Arg {
+    uintptr_t addr;
+    unsigned long off;
+  } a{reinterpret_cast<uintptr_t>(fn), 0};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* p) {
+        auto* q = static_cast<Arg*>(p);
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          const uintptr_t lo = info->dlpi_addr + ph.p_vaddr;
+          if (ph.p_type == PT_LOAD && q->addr >= lo && q->addr < lo + ph.p_filesz)
+            q->off = q->addr - lo + ph.p_offset;
+        }
+        return 1;
+      },
+      &a);
+  char buf[PATH_MAX + 32];
+  snprintf(buf, sizeof buf, "%s:0x%lx", exe, a.off);
+  return buf;
+}
+
+// The format text without its ID line.
+std::string without_id(const std::string& f) {
+  return std::regex_replace(f, std::regex("\nID: [0-9]+\n"), "\n");
+}
+
+TEST_F(Probes, FormatFilesAreTheKernels) {
+  if (!kernel_writable()) GTEST_SKIP() << "/sys/kernel/tracing/uprobe_events is not writable (root, tracefs)";
+  const std::string at = place_of(reinterpret_cast<const void*>(&probe_fixture_add));
+  const std::vector<std::string> args = {
+      "",
+      "a=%di:s32 s=+0(%si):string",
+      "x=%di:x64 y=%si:s32 c=%dx:u8 sx=%dx:x8 w=%cx:u16 sw=%cx:s16 q=%r8:x32",
+      "b=+0(%si):b4@2/8 arr=+0(%si):u8[3] warr=+0(%si):x16[2]",
+      "st=$stack0 st2=$stack2:u16 sp=$stack cm=$comm imm=\\42 im2=\\\"hi\"",
+      "u=+0(%si):ustring ch=+0(%si):char sa=+0(%si):string[2]",
+      "%di +0(%si) $stack",
+      "s2=+0(+8(%di)):x16 at=@0x1000:u32 fo=@+0x100:u64 n=-8(%sp):s16 uu=+u0(%di):u32",
+  };
+  const std::vector<std::string> kinds = {"p", "r"};
+  int n = 0;
+  for (const std::string& kind : kinds) {
+    for (const std::string& spec : args) {
+      const std::string ev = "f" + std::to_string(n++);
+      std::string line = kind + ":usrtrace_fmt/" + ev + " " + at + (spec.empty() ? "" : " " + spec);
+      if (kind == "r") line += " rv=$retval:s64";
+      SCOPED_TRACE(line);
+      ASSERT_TRUE(kernel_write("uprobe_events", line + "\n")) << kernel_read("error_log");
+      ASSERT_GE(define(line), 0) << read("error_log");
+      const std::string want = without_id(kernel_read("events/usrtrace_fmt/" + ev + "/format"));
+      const std::string got = without_id(read("events/usrtrace_fmt/" + ev + "/format"));
+      // Listed back as the kernel lists it (the offset in 16 digits, the
+      // default names of unnamed args).
+      const std::string klist = kernel_read("uprobe_events"), ulist = read("uprobe_events");
+      kernel_write("uprobe_events", "-:usrtrace_fmt/" + ev + "\n");
+      EXPECT_EQ(got, want);
+      auto line_of = [&](const std::string& list) {
+        const size_t from = list.find(kind + ":usrtrace_fmt/" + ev + " ");
+        return from == std::string::npos ? std::string() : list.substr(from, list.find('\n', from) - from);
+      };
+      EXPECT_EQ(line_of(ulist), line_of(klist));
+    }
+  }
+}
+
+TEST_F(Probes, ErrorsAreTheKernelsWithTheCaretWhereItPuts) {
+  if (!kernel_writable()) GTEST_SKIP() << "/sys/kernel/tracing/uprobe_events is not writable (root, tracefs)";
+  const std::string at = place_of(reinterpret_cast<const void*>(&probe_fixture_add));
+  const std::vector<std::string> bad = {
+      "p:usrtrace_err/x " + at + " a=",
+      "p:usrtrace_err/x " + at + " a=%zz",
+      "p:usrtrace_err/x " + at + " a=%di:u9",
+      "p:usrtrace_err/x " + at + " a=$retval",
+      "p:usrtrace_err/x " + at + " a=+0%di",
+      "p:usrtrace_err/x " + at + " a=+0(%di",
+      "p:usrtrace_err/x " + at + " a=%di a=%si",
+      "p:9z/x " + at,
+      "p:usrtrace_err/x " + at + " a=%di:string",
+      "p:usrtrace_err/x " + at + " a=$stackx",
+      "p:usrtrace_err/x " + at + " a=+0(%di):u8[",
+      "p:usrtrace_err/x " + at + " a=+0(%di):b9@0/8",
+      "p:usrtrace_err/x " + at + " a=\\zz",
+      "p:usrtrace_err/x " + at + " a=@zz",
+      "p:usrtrace_err/x " + at + " 1a=%di",
+  };
+  // The last entry of an error_log: its message and caret lines.
+  auto last = [](const std::string& log) {
+    const size_t e = log.rfind("error: ");
+    if (e == std::string::npos) return std::string();
+    std::string s = log.substr(e);
+    // The caret line's indent is relative to "Command: ".
+    return s;
+  };
+  for (const std::string& line : bad) {
+    SCOPED_TRACE(line);
+    kernel_write("error_log", "");  // nothing: the kernel clears on O_TRUNC only
+    EXPECT_FALSE(kernel_write("uprobe_events", line + "\n"));
+    const std::string want = last(kernel_read("error_log"));
+    EXPECT_LT(define(line), 0);
+    const std::string got = last(read("error_log"));
+    EXPECT_EQ(got, want);
+  }
+}
+
+}  // namespace
