@@ -295,7 +295,8 @@ std::string profile_text() {
   char buf[512];
   for (const auto& p : probes()) {
     // The kernel's "  %s %-44s %15lu\n", and the misses after it.
-    snprintf(buf, sizeof buf, "  %s %-44s %15llu %15llu\n", p->def.target_path().c_str(),
+    const std::string path = p->where.object.empty() ? p->def.target_path() : p->where.object;
+    snprintf(buf, sizeof buf, "  %s %-44s %15llu %15llu\n", path.c_str(),
              p->def.event.c_str(), static_cast<unsigned long long>(p->hits.load(std::memory_order_relaxed)),
              static_cast<unsigned long long>(p->misses.load(std::memory_order_relaxed)));
     out += buf;

@@ -2,6 +2,7 @@
 // `echo DEF >> uprobe_events` would define them (docs/guide/probes.md).
 //   usrtrace probe -P PID                 its probes (uprobe_events)
 //   usrtrace probe -P PID DEF...          defines each (p:/r:) or removes it (-:GRP/EVENT)
+//   usrtrace probe -P PID -r GRP/EVENT    removes it
 //   usrtrace probe -P PID --clear         removes every probe (none while one is enabled)
 //   usrtrace probe -P PID --profile       hits and misses (uprobe_profile)
 //   usrtrace probe -P PID --sites         how each armed site is patched (dynamic_probe_sites)
@@ -22,7 +23,7 @@ Runner add_probe(CLI::App& app) {
   struct Options {
     int pid = 0;
     bool list = false, clear = false, profile = false, sites = false, sdt = false;
-    std::vector<std::string> defs;
+    std::vector<std::string> defs, removes;
   };
   auto o = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand("probe", "List, define or remove a running process's dynamic probes");
@@ -32,6 +33,7 @@ Runner add_probe(CLI::App& app) {
   sub->add_flag("--profile", o->profile, "Hits and misses per probe (uprobe_profile)");
   sub->add_flag("--sites", o->sites, "How each armed site is patched (dynamic_probe_sites)");
   sub->add_flag("--sdt", o->sdt, "Its USDT probes (available_sdt_probes)");
+  sub->add_option("-r,--remove", o->removes, "Remove the probe [GRP/]EVENT (as writing -:[GRP/]EVENT)");
   sub->add_option("DEF", o->defs,
                   "A line of uprobe_events: p|r[:[GRP/]EVENT] PATH:OFFSET|[PATH:]SYMBOL[+OFFS] [ARGS], "
                   "or -:[GRP/]EVENT");
@@ -43,6 +45,7 @@ Runner add_probe(CLI::App& app) {
         return fail("probe", why("uprobe_events", rc) +
                                  (rc == -EBUSY ? " (a probe is enabled: disable it first)" : ""));
     }
+    for (const std::string& r : o->removes) o->defs.push_back("-:" + r);
     for (const std::string& d : o->defs) {
       if (const long rc = c->write_file("uprobe_events", d, true); rc < 0) {
         std::string msg = why("uprobe_events", rc) + " (wrote '" + d + "')", log;
@@ -57,7 +60,7 @@ Runner add_probe(CLI::App& app) {
         return fail("probe", msg);
       }
     }
-    const bool show_list = o->list || (o->defs.empty() && !o->clear && !o->profile && !o->sites && !o->sdt);
+    const bool show_list = o->list || (o->defs.empty() && o->removes.empty() && !o->clear && !o->profile && !o->sites && !o->sdt);
     const std::pair<bool, const char*> files[] = {{show_list, "uprobe_events"},
                                                   {o->profile, "uprobe_profile"},
                                                   {o->sites, "dynamic_probe_sites"},
