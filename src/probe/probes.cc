@@ -177,6 +177,12 @@ void disarm(Probe& p) {
   p.armed = false;
 }
 
+// Removed return probes: kept, never freed (see Probe::dead).
+std::vector<std::unique_ptr<Probe>>& graveyard() USRTRACE_REQUIRES(mu()) {
+  static auto* v = new std::vector<std::unique_ptr<Probe>>();
+  return *v;
+}
+
 Probe* find(std::string_view group, std::string_view event) USRTRACE_REQUIRES(mu()) {
   for (auto& p : probes())
     if (p->def.group == group && p->def.event == event) return p.get();
@@ -197,7 +203,7 @@ void remove_at(size_t i) USRTRACE_REQUIRES(mu()) {
   // engine's remove() waited out its dispatch, writers' grace period the
   // record. A return probe's trampolines may still come: it stays.
   writers::synchronize_writers();
-  if (p->def.is_return) (void)p.release();
+  if (p->def.is_return) graveyard().push_back(std::move(p));
 }
 
 int add_line(std::string_view line, Error* e) USRTRACE_REQUIRES(mu()) {

@@ -104,9 +104,9 @@ TEST_F(Probes, EntryAndReturnRecordWhatTheFunctionWasCalledWith) {
   EXPECT_NE(out[0].find(" rv=" + std::to_string(-5 + 'x' + 'y' + 'z') + " a=-5 s=\"xyz\""), std::string::npos)
       << out[0];
   EXPECT_NE(out[1].find(" rv=7 a=7 s=\"\""), std::string::npos) << out[1];
-  // uprobe_profile: path, event, hits (the entry's), misses.
+  // uprobe_profile: the object, the event, hits (the entry's), misses.
   const std::string prof = read("uprobe_profile");
-  EXPECT_TRUE(std::regex_search(prof, std::regex(R"(probe_fixture_add add +2 +0\n)"))) << prof;
+  EXPECT_TRUE(std::regex_search(prof, std::regex(R"(  /.*probe_test add +2 +0\n)"))) << prof;
 }
 
 TEST_F(Probes, ABadReadRecordsFaultAndTheProgramGoesOn) {
