@@ -1,0 +1,214 @@
+// The oracle: the running kernel's own uprobe_events. The same lines are
+// written to /sys/kernel/tracing/uprobe_events (on this test's binary, in
+// a group of its own, removed after) and parsed by src/probe: the format
+// files must be equal byte for byte but for the id, the listings equal,
+// and for bad lines the error_log's text and caret equal, and the errno.
+// Skips when uprobe_events is not writable (not root, no tracefs).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "events/registry.h"
+#include "probe/fetch.h"
+
+namespace usrtrace::probe {
+namespace {
+
+const std::string kTracing = "/sys/kernel/tracing";
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// One write, as `echo LINE >> uprobe_events`: 0 or -errno.
+int write_kernel(const std::string& line) {
+  const int fd = open((kTracing + "/uprobe_events").c_str(), O_WRONLY | O_APPEND);
+  if (fd < 0) return -errno;
+  const std::string text = line + "\n";
+  const ssize_t n = write(fd, text.data(), text.size());
+  const int rc = n < 0 ? -errno : 0;
+  close(fd);
+  return rc;
+}
+
+class ProbeKernel : public testing::Test {
+ protected:
+  void SetUp() override {
+    if (access((kTracing + "/uprobe_events").c_str(), W_OK) != 0)
+      GTEST_SKIP() << kTracing << "/uprobe_events is not writable: no oracle";
+    char buf[PATH_MAX];
+    ASSERT_NE(realpath("/proc/self/exe", buf), nullptr);
+    bin_ = buf;
+    group_ = "usrtrace_k" + std::to_string(getpid());
+    // Another engineer's probes may be there: only ours are ever removed.
+    const int rc = write_kernel("p:" + group_ + "/probe_check " + bin_ + ":0x10");
+    if (rc == -EACCES || rc == -EPERM || rc == -ENODEV)
+      GTEST_SKIP() << "uprobe_events refuses writes: " << rc;
+    ASSERT_EQ(rc, 0);
+    remove_ours();
+  }
+  void TearDown() override {
+    if (!group_.empty()) remove_ours();
+  }
+  void remove_ours() { write_kernel("-:" + group_ + "/"); }
+
+  // The last error_log entry: its text, the caret's byte in the command.
+  struct LogEntry {
+    std::string text, command;
+    int pos = -1;
+    bool operator==(const LogEntry&) const = default;
+  };
+  static LogEntry last_error() {
+    const std::string log = read_file(kTracing + "/error_log");
+    std::vector<std::string> lines;
+    std::stringstream ss(log);
+    for (std::string l; std::getline(ss, l);) lines.push_back(l);
+    LogEntry e;
+    if (lines.size() < 3) return e;
+    const std::string& head = lines[lines.size() - 3];
+    const size_t at = head.find("error: ");
+    if (at == std::string::npos) return e;
+    e.text = head.substr(at + 7);
+    const std::string kCmd = "  Command: ";
+    e.command = lines[lines.size() - 2].substr(kCmd.size());
+    e.pos = static_cast<int>(lines.back().find('^')) - static_cast<int>(kCmd.size());
+    return e;
+  }
+
+  std::string bin_, group_;
+};
+
+TEST_F(ProbeKernel, FormatsAndListingsAreTheKernels) {
+  const std::vector<std::string> args = {
+      "%ax",
+      "a=%di:u8 b=%si:s16 c=%dx:x32 d=+0(%dx):s64 e=+8(%dx):string f=+0(%si):ustring g=%ax:char",
+      "h=%bx:x8 i=%cx:s8 j=%r8:x16 k=%r9:u16 l=%r10:s32 m=%r11:u32 n=%r12:x64 o=%r13:s64 p=%sp:u64",
+      "%di:b3@4/32 +0(%dx):b5@2/8 +0(%di):b1@63/64 %si:b16@0/16",
+      "+16(%dx):u32[3] +0(%si):char[4] +8(%dx):string[2] +0(%di):s8[64] +0(%di):b3@2/8[2]",
+      "$comm $stack $stack0 $stack3 $COMM:string",
+      "@0x1000 @+0x2000:u32 @+-0x10:s16 @0x1000:string",
+      "+0(+8(%dx)):x8 +0(+0(+0(+0(+0(+0(+0(+0(+0(+0(+0(+0(+0(%di))))))))))))):string",
+      "\\1234 \\-5:s32 \\0x10:x16 \\\"imm\" \\\"\":string \\18446744073709551615",
+      "+u0(%si):u8 -8(%sp):s16 -u8(%sp):x64 +u8(+u0(%di)):ustring",
+      "%ip %flags %cs %ss %orig_ax %bp %r14 %r15",
+      "_x=%di:u8 abcdefghijabcdefghijabcdefghijab=%si a9=$stack",
+  };
+  int n = 0;
+  for (const std::string& a : args) {
+    for (const char kind : {'p', 'r'}) {
+      const std::string event = "e" + std::to_string(n++);
+      const std::string line = std::string(1, kind) + ":" + group_ + "/" + event + " " + bin_ + ":0x1000 " +
+                               a + (kind == 'r' ? " rv=$retval:s32 $retval" : "");
+      SCOPED_TRACE(line);
+      ASSERT_EQ(write_kernel(line), 0);
+      const std::string kformat = read_file(kTracing + "/events/" + group_ + "/" + event + "/format");
+      Definition d;
+      Error e;
+      ASSERT_EQ(parse(line, &d, &e), 0) << e.text << " at " << e.pos;
+      EventShape shape(d);
+      const size_t id_at = kformat.find("ID: ");
+      ASSERT_NE(id_at, std::string::npos);
+      shape.desc()->id = static_cast<uint16_t>(std::stoul(kformat.substr(id_at + 4)));
+      EXPECT_EQ(events::format_text(*shape.desc()), kformat);
+      const std::string listing = read_file(kTracing + "/uprobe_events");
+      EXPECT_NE(listing.find(d.text() + "\n"), std::string::npos) << d.text() << "\nnot in\n" << listing;
+      ASSERT_EQ(write_kernel("-:" + group_ + "/" + event), 0);
+    }
+  }
+}
+
+TEST_F(ProbeKernel, DefaultNamesAreTheKernels) {
+  for (const std::string& line :
+       {"p:" + group_ + "/ " + bin_ + ":0x1000", "r:" + group_ + "/ " + bin_ + ":4096"}) {
+    SCOPED_TRACE(line);
+    Definition d;
+    Error e;
+    ASSERT_EQ(parse(line, &d, &e), 0);
+    ASSERT_EQ(write_kernel(line), 0);
+    EXPECT_EQ(access((kTracing + "/events/" + group_ + "/" + d.event).c_str(), F_OK), 0) << d.event;
+    remove_ours();
+  }
+}
+
+TEST_F(ProbeKernel, ErrorsAreTheKernels) {
+  const std::string g = "p:" + group_ + "/x ";
+  const std::string b = bin_ + ":0x1000 ";
+  const std::vector<std::string> lines = {
+      g + b + "%eax",
+      g + b + "a=%di:u128",
+      g + b + "=%di",
+      g + b + "a=%di b=%si a=%dx",
+      g + b + "$retval",
+      g + b + "$stack1x",
+      g + b + "+u8(%di",
+      g + b + "-u8(%zz)",
+      g + b + "+0(%di):b8@0/8 +0(%di):b0@0/8",
+      g + b + "+0(+0(+0(+0(+0(+0(+0(+0(+0(+0(+0(+0(+0(+0(+0(%di)))))))))))))))",
+      g + b + "+0(%di):u32[2]x",
+      g + b + "%di:u32[2]",
+      g + b + "\\\"abc",
+      g + b + "\\18446744073709551616",
+      g + b + "@0xffffffffffffffff @18446744073709551616",
+      g + b + "$comm:u32",
+      g + b + "abc",
+      g + b + "$arg0",
+      g + b + "%di:symbol",
+      g + b + "+0(+0(+0(+0(+0(+0(+0(+0(+0(+0(+0(+0(+0(%di))))))))))))):string[2]",
+      "p:1" + group_ + "/x " + b,
+      "p:" + group_ + "/x-y " + b,
+      "p:" + group_ + "/x " + bin_ + ":0x10(0x10)x",
+      "p:" + group_ + "/x " + bin_ + ":0x11z0",
+      "p:" + group_ + "/x " + bin_ + ".nonexistent:0x10",
+      "p:" + group_ + "/x /tmp:0x10",
+      "x:" + group_ + "/x " + b,
+      "-:" + group_ + "/nonexistent",
+  };
+  for (const std::string& line : lines) {
+    SCOPED_TRACE(line);
+    const LogEntry before = last_error();
+    const int krc = write_kernel(line);
+    const LogEntry after = last_error();
+    Definition d;
+    Error e;
+    const int rc = parse(line, &d, &e);
+    if (line[0] == '-') {
+      // A removal parses; the registry answers -ENOENT (no log).
+      EXPECT_EQ(rc, 0);
+      EXPECT_EQ(krc, -ENOENT);
+      continue;
+    }
+    ASSERT_LT(krc, 0) << "the kernel took it";
+    if (line.find(":symbol") != std::string::npos) {
+      // Ours takes symbol (the kernel refuses it for uprobes: no kallsyms).
+      EXPECT_EQ(after.text, "Unknown type is specified");
+      EXPECT_EQ(rc, 0);
+      continue;
+    }
+    EXPECT_EQ(rc, krc);
+    if (after == before) {
+      EXPECT_EQ(e.text, "") << "the kernel logged nothing";
+      continue;
+    }
+    EXPECT_EQ(after.command, command_text(line));
+    EXPECT_EQ(e.text, after.text);
+    EXPECT_EQ(static_cast<int>(e.pos), after.pos)
+        << "\n"
+        << after.command << "\n"
+        << std::string(e.pos, ' ') << "^ ours\n"
+        << std::string(static_cast<size_t>(after.pos), ' ') << "^ the kernel's";
+  }
+}
+
+}  // namespace
+}  // namespace usrtrace::probe
