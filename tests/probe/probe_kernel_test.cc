@@ -6,6 +6,9 @@
 // Skips when uprobe_events is not writable (not root, no tracefs).
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <link.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,6 +21,20 @@
 
 #include "events/registry.h"
 #include "probe/fetch.h"
+
+// The function both the kernel and we probe: called with known values, it
+// notes where it returns to (the return probe's __probe_ret_ip).
+struct KernelProbeArg {
+  int64_t a;
+  const char* names[2];
+  uint8_t bits;
+};
+volatile uint64_t g_returns_to = 0;
+extern "C" __attribute__((noinline, noipa, used)) int64_t usrtrace_probe_kernel_target(
+    int64_t x, const char* s, const KernelProbeArg* p) {
+  g_returns_to = reinterpret_cast<uint64_t>(__builtin_return_address(0));
+  return x * 3 + p->a + s[0];
+}
 
 namespace usrtrace::probe {
 namespace {
@@ -208,6 +225,108 @@ TEST_F(ProbeKernel, ErrorsAreTheKernels) {
         << std::string(e.pos, ' ') << "^ ours\n"
         << std::string(static_cast<size_t>(after.pos), ' ') << "^ the kernel's";
   }
+}
+
+// The file offset of code at `addr` in the main program (what a uprobe's
+// PATH:OFFSET names).
+uint64_t file_offset_of(uint64_t addr) {
+  struct Find {
+    uint64_t addr, off = 0;
+  } found{addr};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* arg) {
+        auto* f = static_cast<Find*>(arg);
+        if (info->dlpi_name != nullptr && info->dlpi_name[0] != '\0')
+          return 0;  // the program is first, unnamed
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          const uint64_t start = info->dlpi_addr + ph.p_vaddr;
+          if (ph.p_type == PT_LOAD && f->addr >= start && f->addr < start + ph.p_memsz)
+            f->off = f->addr - start + ph.p_offset;
+        }
+        return 1;
+      },
+      &found);
+  return found.off;
+}
+
+TEST_F(ProbeKernel, HitsPrintAsTheKernelsTrace) {
+  // The kernel probes this process's own function; we run the same
+  // programs on the same values, in the same memory: the lines must be
+  // equal, addresses included.
+  const auto fn = reinterpret_cast<uint64_t>(&usrtrace_probe_kernel_target);
+  const uint64_t off = file_offset_of(fn);
+  ASSERT_NE(off, 0u);
+  char offs[32];
+  snprintf(offs, sizeof offs, ":0x%llx", static_cast<unsigned long long>(off));
+  const std::string args =
+      " x=%di:s32 s=+0(%si):string c3=+0(%si):char[3] a=+0(%dx):u64 n=+8(%dx):string[2] p=+0(+8(%dx)):string "
+      "b=+24(%dx):b4@4/8 bad=+0(%di):string h=%si:x16 i=\\\"imm\" cm=$comm";
+  const std::string entry = "p:" + group_ + "/hit " + bin_ + offs + args;
+  const std::string ret = "r:" + group_ + "/ret " + bin_ + offs + " rv=$retval:s64 r8=$retval:x8 cm=$comm";
+  ASSERT_EQ(write_kernel(entry), 0);
+  ASSERT_EQ(write_kernel(ret), 0);
+  const std::string inst = kTracing + "/instances/" + group_;
+  ASSERT_EQ(mkdir(inst.c_str(), 0755), 0) << strerror(errno);
+  auto put = [](const std::string& path, const char* v) {
+    std::ofstream f(path);
+    f << v;
+  };
+  put(inst + "/events/" + group_ + "/enable", "1");
+  static const KernelProbeArg arg{-42, {"first", "second"}, 0xb7};
+  static const char kStr[] = "hello";
+  const int64_t rv = usrtrace_probe_kernel_target(7, kStr, &arg);
+  put(inst + "/events/" + group_ + "/enable", "0");
+  const std::string trace = read_file(inst + "/trace");
+  rmdir(inst.c_str());
+  auto line_of = [&](const std::string& ev) {
+    const size_t at = trace.find(" " + ev + ": ");
+    if (at == std::string::npos) return std::string("(no line for " + ev + " in)\n" + trace);
+    const size_t start = at + ev.size() + 3;
+    return trace.substr(start, trace.find('\n', start) - start);
+  };
+  char comm[16] = {};
+  prctl(PR_GET_NAME, comm);
+  // Ours.
+  patch::Regs regs{};
+  regs.di = 7;
+  regs.si = reinterpret_cast<uint64_t>(kStr);
+  regs.dx = reinterpret_cast<uint64_t>(&arg);
+  regs.ip = fn;
+  RunContext ctx;
+  ctx.regs = &regs;
+  ctx.comm = comm;
+  alignas(8) uint8_t rec[internal::kMaxRecord];
+  char buf[1024];
+  Definition d;
+  Error e;
+  ASSERT_EQ(parse(entry, &d, &e), 0);
+  uint32_t len = run(d, 1, ctx, rec, sizeof rec);
+  int n = print_record(d, rec, len, buf, sizeof buf);
+  // One difference, the kernel's bug that ours does not copy: a uprobe's
+  // \"STR" is read from user space at a kernel address, and faults.
+  std::string kernel = line_of("hit");
+  const size_t imm = kernel.find(" i=(fault) ");
+  EXPECT_NE(imm, std::string::npos) << kernel;
+  if (imm != std::string::npos) kernel.replace(imm, 11, " i=\"imm\" ");
+  EXPECT_EQ(std::string(buf, static_cast<size_t>(n)), kernel);
+  patch::Regs at_ret{};
+  at_ret.ax = static_cast<uint64_t>(rv);
+  at_ret.ip = g_returns_to;
+  ctx.regs = &at_ret;
+  ctx.func = fn;
+  ASSERT_EQ(parse(ret, &d, &e), 0);
+  len = run(d, 2, ctx, rec, sizeof rec);
+  n = print_record(d, rec, len, buf, sizeof buf);
+  // The kernel's __probe_ret_ip is where its uretprobe trampoline is (the
+  // [uprobes] page), not the caller's address; ours is the caller's.
+  kernel = line_of("ret");
+  const size_t arrow = kernel.find(" <- ");
+  ASSERT_NE(arrow, std::string::npos) << kernel;
+  char ours_ret[32];
+  snprintf(ours_ret, sizeof ours_ret, "(0x%llx", static_cast<unsigned long long>(g_returns_to));
+  kernel.replace(0, arrow, ours_ret);
+  EXPECT_EQ(std::string(buf, static_cast<size_t>(n)), kernel);
 }
 
 }  // namespace
