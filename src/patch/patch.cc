@@ -21,6 +21,8 @@
 // thread may still be running a slot's copy after its site is gone.
 #include "patch/patch.h"
 
+#include "patch/detour.h"
+
 #include <Zydis/Zydis.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -30,6 +32,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -48,8 +51,9 @@ struct Site {
   uint8_t orig = 0;  // the first byte
   uint8_t len = 0;
   Run run = Run::kSlot;
-  uintptr_t target = 0;  // kCall, kJmp: where to
-  uintptr_t slot = 0;    // kSlot: the copy
+  uintptr_t target = 0;              // kCall, kJmp: where to
+  uintptr_t slot = 0;                // kSlot: the copy
+  detail::Detour* detour = nullptr;  // armed as a jump (never freed)
   int nh = 0;
   Handler h[kMaxHandlers] = {};
   void* cookie[kMaxHandlers] = {};
@@ -76,12 +80,12 @@ std::vector<SlotPage>* g_pages = nullptr;
 constexpr size_t kSlotSize = 32;
 constexpr size_t kPage = 4096;
 
-uintptr_t alloc_slot(uintptr_t near) {
+uintptr_t alloc_slot(uintptr_t near, size_t size = kSlotSize) {
   for (SlotPage& p : *g_pages) {
     const intptr_t d = static_cast<intptr_t>(p.base) - static_cast<intptr_t>(near);
-    if (p.used + kSlotSize <= kPage && d > -(1l << 30) && d < (1l << 30)) {
+    if (p.used + size <= kPage && d > -(1l << 30) && d < (1l << 30)) {
       const uintptr_t s = p.base + p.used;
-      p.used += kSlotSize;
+      p.used += (size + 31) & ~size_t{31};
       return s;
     }
   }
@@ -98,7 +102,7 @@ uintptr_t alloc_slot(uintptr_t near) {
         munmap(p, kPage);
         continue;
       }
-      g_pages->push_back({at, kSlotSize});
+      g_pages->push_back({at, (size + 31) & ~size_t{31}});
       return at;
     }
   }
@@ -140,6 +144,17 @@ bool was_site(uintptr_t addr) {
   for (int i = 0; i < n; ++i)
     if (g_was[i].load(std::memory_order_relaxed) == addr) return true;
   return false;
+}
+
+// Several bytes (the detour's tail); the same protection dance.
+int poke_bytes(uintptr_t addr, const uint8_t* bytes, size_t n) {
+  const uintptr_t first = addr & ~(kPage - 1), last = (addr + n - 1) & ~(kPage - 1);
+  const size_t span = last - first + kPage;
+  if (mprotect(reinterpret_cast<void*>(first), span, PROT_READ | PROT_WRITE | PROT_EXEC) != 0) return -errno;
+  for (size_t i = 0; i < n; ++i)
+    reinterpret_cast<std::atomic<uint8_t>*>(addr + i)->store(bytes[i], std::memory_order_relaxed);
+  mprotect(reinterpret_cast<void*>(first), span, PROT_READ | PROT_EXEC);
+  return 0;
 }
 
 // ---- The trap.
@@ -338,7 +353,7 @@ bool on_boundary(uintptr_t addr, uintptr_t fn, size_t size) {
 
 }  // namespace
 
-const char* method_name(Method) { return "int3"; }
+const char* method_name(Method m) { return m == Method::kDetour ? "detour" : "int3"; }
 
 int add(uintptr_t addr, uintptr_t fn_start, size_t fn_size, Handler h, void* cookie, Method* how,
         std::string* err) {
@@ -371,6 +386,25 @@ int add(uintptr_t addr, uintptr_t fn_start, size_t fn_size, Handler h, void* coo
   s.h[0] = h;
   s.cookie[0] = cookie;
   s.nh = 1;
+  // Where it can be, the site becomes a jump (detour.cc): planned and its
+  // slot written now, from the code as it is, before any byte changes.
+  auto* d = new detail::Detour();
+  std::string why;
+  uintptr_t slot = 0;
+  const bool detour = s.run == Run::kSlot && detail::detour_supported() &&
+                      detail::plan_detour(addr, fn_start, fn_size, d, &why) == 0 &&
+                      (slot = alloc_slot(addr, detail::kDetourSlotSize)) != 0 &&
+                      detail::build_slot(d, slot, detail::kDetourSlotSize, &why) == 0;
+  if (!detour) {
+    if (getenv("USRTRACE_PATCH_DEBUG") != nullptr)
+      fprintf(stderr, "usrtrace patch: 0x%lx stays on int3: %s\n", static_cast<unsigned long>(addr),
+              why.c_str());
+    delete d;
+    d = nullptr;
+  } else {
+    d->xol = s.slot;
+    d->xol_len = s.len;
+  }
   g_sites->push_back(s);
   note_site(addr);
   // The table first: a thread that traps finds its site.
@@ -381,7 +415,34 @@ int add(uintptr_t addr, uintptr_t fn_start, size_t fn_size, Handler h, void* coo
     *err = std::string("cannot write the code: ") + strerror(-rc);
     return rc;
   }
+  if (d == nullptr) return 0;
+  // From now on the int3 path runs the whole window's copy, so that no
+  // thread returns into the window while its bytes change.
+  g_sites->back().slot = d->copy;
+  publish();
+  if (detail::arm_detour(d, poke_bytes)) {
+    g_sites->back().detour = d;
+    publish();
+    *how = Method::kDetour;
+    return 0;
+  }
+  // Left on int3 (a thread did not answer the sweep): the bytes after the
+  // first are the original ones again; the copy stays the int3 path's.
+  poke_bytes(addr + 1, d->orig + 1, d->len - 1u);
+  detail::sync_cores();
   return 0;
+}
+
+// Detour hits (the common stub's call). Context: the hit's thread; no
+// lock, no allocation, no system call.
+extern "C" __attribute__((visibility("hidden"))) void usrtrace_patch_detour_hit(Regs* r,
+                                                                                const detail::Detour* d) {
+  // order: seq_cst, as the trap's (the top of the file).
+  g_users.fetch_add(1, std::memory_order_seq_cst);
+  const Table* t = g_table.load(std::memory_order_seq_cst);
+  if (const Site* s = t != nullptr ? find(t, d->addr) : nullptr; s != nullptr)
+    for (int i = 0; i < s->nh; ++i) s->h[i](r, s->cookie[i]);
+  g_users.fetch_sub(1, std::memory_order_release);
 }
 
 int remove(uintptr_t addr, Handler h, void* cookie) {
@@ -401,6 +462,7 @@ int remove(uintptr_t addr, Handler h, void* cookie) {
         // The byte first: a thread that traps now finds no site and runs
         // the restored byte; then the table, whose publish waits out every
         // handler still running the pair.
+        if (s.detour != nullptr) detail::disarm_detour(s.detour, poke_bytes);
         poke(addr, s.orig);
         g_sites->erase(g_sites->begin() + static_cast<std::ptrdiff_t>(i));
       }
@@ -415,7 +477,9 @@ std::vector<SiteInfo> sites() {
   std::lock_guard<std::mutex> l(g_mu);
   std::vector<SiteInfo> out;
   if (g_sites != nullptr)
-    for (const Site& s : *g_sites) out.push_back({s.addr, Method::kInt3, static_cast<size_t>(s.nh)});
+    for (const Site& s : *g_sites)
+      out.push_back(
+          {s.addr, s.detour != nullptr ? Method::kDetour : Method::kInt3, static_cast<size_t>(s.nh)});
   return out;
 }
 

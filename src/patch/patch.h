@@ -1,11 +1,13 @@
 // The code patcher: a probe at any instruction boundary of the process's
-// code (docs/design/patch-engine.md). This first version arms every site
-// with `int3`, as the kernel's uprobes do, but handles the trap in the
+// code (docs/design/patch-engine.md). Every site is first armed with
+// `int3`, as the kernel's uprobes are, but the trap is handled in the
 // process: its SIGTRAP handler runs the probe's handlers and then the
 // displaced instruction out of line (a copy in a slot near the object,
 // rip-relative operands relocated with Zydis), or emulates it (call, jmp).
-// One byte changes, so no thread can ever be inside a half-written site,
-// and a trap on a site being disarmed just runs the restored byte.
+// Where the first instructions cover 5 bytes, can all run out of line and
+// hold no jump target, the site then becomes a `jmp` to a slot that calls
+// the handlers without a trap (detour.cc): tens of nanoseconds, not a
+// signal's microseconds.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -16,7 +18,7 @@
 
 namespace usrtrace::patch {
 
-enum class Method : uint8_t { kInt3 };
+enum class Method : uint8_t { kInt3, kDetour };
 const char* method_name(Method m);
 
 // A probe at `addr`, an instruction boundary in the process's executable
