@@ -255,7 +255,8 @@ TEST(ProbeFetch, FaultsFromManyThreads) {
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       patch::Regs regs{};
-      regs.di = reinterpret_cast<uint64_t>(t % 2 ? pages.none() : pages.unmapped());
+      regs.di =
+          t % 2 ? reinterpret_cast<uint64_t>(pages.none()) : 0x1000;  // below mmap_min_addr: never mapped
       regs.si = reinterpret_cast<uint64_t>(edge);
       regs.dx = reinterpret_cast<uint64_t>("ok");
       for (int i = 0; i < 2000; ++i) {

@@ -30,8 +30,13 @@ struct KernelProbeArg {
   uint8_t bits;
 };
 volatile uint64_t g_returns_to = 0;
-extern "C" __attribute__((noinline, noipa, used)) int64_t usrtrace_probe_kernel_target(
-    int64_t x, const char* s, const KernelProbeArg* p) {
+#if defined(__clang__)
+#define USRTRACE_TEST_NOIPA __attribute__((noinline, used))  // clang does no IPA across a noinline
+#else
+#define USRTRACE_TEST_NOIPA __attribute__((noinline, noipa, used))
+#endif
+extern "C" USRTRACE_TEST_NOIPA int64_t usrtrace_probe_kernel_target(int64_t x, const char* s,
+                                                                    const KernelProbeArg* p) {
   g_returns_to = reinterpret_cast<uint64_t>(__builtin_return_address(0));
   return x * 3 + p->a + s[0];
 }
