@@ -56,6 +56,7 @@
 #include "base/mutex.h"
 #include "function/function.h"
 #include "function/patch_internal.h"
+#include "patch/text.h"
 
 namespace usrtrace::function::patch {
 namespace internal {
@@ -415,43 +416,27 @@ void refresh(State& st, const std::vector<LoadedObject>& loaded) USRTRACE_REQUIR
 // `jmp *0(%rip)` and the trampoline's address.
 uint64_t ensure_stub(Object& o, std::string* why) {
   if (o.stub) return o.stub;
-  constexpr uint64_t kPage = 4096, kStep = 1 << 20, kReach = (1ull << 31) - 2 * kPage;
-  for (uint64_t k = 1; k < 2048; ++k) {
-    for (int dir = 0; dir < 2; ++dir) {
-      uint64_t at;
-      if (dir == 0) {
-        if (o.text_lo < k * kStep + kPage) continue;
-        at = (o.text_lo - k * kStep) & ~(kPage - 1);
-      } else {
-        at = ((o.text_hi + kPage - 1) & ~(kPage - 1)) + k * kStep;
-      }
-      if (at + kPage - o.text_lo > kReach && o.text_hi - at > kReach) continue;
-      if (o.text_hi > at && o.text_hi - at > kReach) continue;
-      if (at + kPage > o.text_lo && at + kPage - o.text_lo > kReach) continue;
-      void* p = mmap(reinterpret_cast<void*>(at), kPage, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-      if (p == MAP_FAILED) continue;
-      if (reinterpret_cast<uint64_t>(p) != at) {  // a kernel without MAP_FIXED_NOREPLACE
-        munmap(p, kPage);
-        continue;
-      }
-      auto* b = static_cast<uint8_t*>(p);
-      const uint8_t jmp[6] = {0xff, 0x25, 0x00, 0x00, 0x00, 0x00};  // jmp *0(%rip)
-      std::memcpy(b, jmp, sizeof jmp);
-      const uint64_t target = reinterpret_cast<uint64_t>(&usrtrace_function_trampoline);
-      std::memcpy(b + 6, &target, 8);
-      std::memset(b + 14, 0xcc, kPage - 14);
-      if (mprotect(p, kPage, PROT_READ | PROT_EXEC) != 0) {
-        munmap(p, kPage);
-        *why = "mprotect of the stub page: " + std::string(strerror(errno));
-        return 0;
-      }
-      o.stub = at;
-      return at;
-    }
+  constexpr uint64_t kPage = 4096;
+  std::string near_why;
+  const uint64_t at =
+      usrtrace::patch::map_near(o.text_lo, o.text_hi, kPage, PROT_READ | PROT_WRITE, &near_why);
+  if (at == 0) {
+    *why = "no free page within +-2 GiB of " + object_label(o) + " for its stub";
+    return 0;
   }
-  *why = "no free page within +-2 GiB of " + object_label(o) + " for its stub";
-  return 0;
+  auto* b = reinterpret_cast<uint8_t*>(at);
+  const uint8_t jmp[6] = {0xff, 0x25, 0x00, 0x00, 0x00, 0x00};  // jmp *0(%rip)
+  std::memcpy(b, jmp, sizeof jmp);
+  const uint64_t target = reinterpret_cast<uint64_t>(&usrtrace_function_trampoline);
+  std::memcpy(b + 6, &target, 8);
+  std::memset(b + 14, 0xcc, kPage - 14);
+  if (mprotect(b, kPage, PROT_READ | PROT_EXEC) != 0) {
+    munmap(b, kPage);
+    *why = "mprotect of the stub page: " + std::string(strerror(errno));
+    return 0;
+  }
+  o.stub = at;
+  return at;
 }
 
 // ---- Writing code ------------------------------------------------------
@@ -467,12 +452,7 @@ int page_prot(const Object& o, uint64_t page) {
   return PROT_READ | PROT_EXEC;
 }
 
-void poke(uint64_t at, uint8_t b) {
-  // One byte store: an instruction fetch sees the old or the new byte. In
-  // asm so that no sanitizer instruments it (TSan has no writable shadow
-  // for code).
-  asm volatile("movb %1, %0" : "=m"(*reinterpret_cast<uint8_t*>(at)) : "q"(b) : "memory");
-}
+using usrtrace::patch::poke;
 
 // [B], with the count the statistics keep.
 bool sweep_threads(State& st, std::string* why) USRTRACE_REQUIRES(st.mu) {

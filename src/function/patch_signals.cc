@@ -1,25 +1,21 @@
 // The patcher's signal side (patch.cc's [A]..[D] need them): the table of
 // sites its signal handlers read, the SIGTRAP handler that moves a thread
-// past a site being patched, the sweep that moves threads out of sites of
-// several nops, and the core sync. See docs/design/function-patching.md.
-#include <dirent.h>
-#include <linux/membarrier.h>
+// past a site being patched and the sweep's fixup that moves threads out of
+// sites of several nops. The sweep itself and the core sync are the patch
+// level's (src/patch/text.h), shared with the probe engine. See
+// docs/design/function-patching.md.
 #include <sched.h>
 #include <signal.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
 #include <ucontext.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <cstdlib>
-#include <ctime>
 #include <string>
 #include <vector>
 
 #include "function/patch_internal.h"
+#include "patch/text.h"
 
 namespace usrtrace::function::patch::detail {
 namespace {
@@ -99,120 +95,35 @@ void on_sigtrap(int sig, siginfo_t* info, void* ucv) {
 
 // ---- The sweep ([B]) ----------------------------------------------------
 //
-// Sent to every other thread before the first arming of a site made of
-// several nops (gcc's 0x90 x 5): a thread stopped between two of them would
-// otherwise resume in the middle of the new call instruction. Its handler
-// moves such a thread to the end of the site (skipping nops), then acks.
-// A real-time signal, so that it queues and is never merged away.
-constexpr size_t kSweepMax = 1024;  // threads signalled per round
-std::atomic<int32_t> g_sweep_tid[kSweepMax];
-std::atomic<uint32_t> g_sweep_ack[kSweepMax];
-std::atomic<uint32_t> g_sweep_n{0};
-std::atomic<uint32_t> g_sweep_gen{0};
-struct sigaction g_prev_sweep;
-
+// Before the first arming of a site made of several nops (gcc's 0x90 x 5),
+// every other thread runs this fixup in patch::sweep_threads()'s signal
+// handler (src/patch/text.h, shared with the probe engine): a thread stopped
+// between two of them would otherwise resume in the middle of the new call
+// instruction. It is moved to the end of the site (skipping nops).
 // Context: signal handler, async-signal-safe.
-void on_sweep(int sig, siginfo_t* info, void* ucv) {
-  // order: acquire pairs with the patcher's release of the generation, after
-  // it wrote the tids of this round.
-  const uint32_t gen = g_sweep_gen.load(std::memory_order_acquire);
-  auto* uc = static_cast<ucontext_t*>(ucv);
+bool sweep_fixup(ucontext_t* uc) {
   const uint64_t ip = static_cast<uint64_t>(uc->uc_mcontext.gregs[REG_RIP]);
   g_handler_users.fetch_add(1);
   const HandlerSite* s = find_handler_site(g_handler_table.load(), ip, true);
   const uint64_t next = s ? s->fn + s->len : 0;
   g_handler_users.fetch_sub(1);
-  if (s != nullptr) {
-    uc->uc_mcontext.gregs[REG_RIP] = static_cast<greg_t>(next);
-    g_sweep_moves.fetch_add(1, std::memory_order_relaxed);  // order: a statistic
-  }
-  const int32_t tid = static_cast<int32_t>(syscall(SYS_gettid));
-  const uint32_t n = std::min<uint32_t>(g_sweep_n.load(std::memory_order_acquire), kSweepMax);
-  for (uint32_t i = 0; i < n; ++i) {
-    if (g_sweep_tid[i].load(std::memory_order_relaxed) == tid) {
-      // order: release publishes the rip fix-up above (made in our own
-      // context, which the kernel restores) before the patcher goes on.
-      g_sweep_ack[i].store(gen, std::memory_order_release);
-      break;
-    }
-  }
-  // A signal of ours that the program also uses would reach the program too.
-  if ((info == nullptr || info->si_code != SI_TKILL) || info->si_pid != getpid()) {
-    if ((g_prev_sweep.sa_flags & SA_SIGINFO) && g_prev_sweep.sa_sigaction != nullptr)
-      g_prev_sweep.sa_sigaction(sig, info, ucv);
-    else if (!(g_prev_sweep.sa_flags & SA_SIGINFO) && g_prev_sweep.sa_handler != SIG_DFL &&
-             g_prev_sweep.sa_handler != SIG_IGN)
-      g_prev_sweep.sa_handler(sig);
-  }
-}
-
-// ---- Core sync ----------------------------------------------------------
-
-enum class SyncMethod { kSyncCore, kExpedited, kMprotect };
-SyncMethod g_sync = SyncMethod::kMprotect;
-void* g_ipi_page = nullptr;
-std::atomic<uint64_t> g_syncs{0};
-
-long membarrier(int cmd) { return syscall(SYS_membarrier, cmd, 0, 0); }
-
-void sync_init() {
-  const long cmds = membarrier(MEMBARRIER_CMD_QUERY);
-  if (cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE) &&
-      membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE) == 0) {
-    g_sync = SyncMethod::kSyncCore;
-    return;
-  }
-  if (cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
-      membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0) {
-    g_sync = SyncMethod::kExpedited;
-    return;
-  }
-  g_ipi_page = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  g_sync = SyncMethod::kMprotect;
-}
-
-// Every thread of the process executes a serializing instruction before
-// this returns (the user-space analogue of text_poke_sync()).
-//   kSyncCore:  what membarrier promises.
-//   kExpedited: an IPI to every CPU running one of our threads; on x86 the
-//               return from that interrupt (iret) is serializing, and a
-//               thread not running is serialized by its next return to
-//               user space. Not a documented membarrier guarantee.
-//   kMprotect:  no membarrier (seccomp, old kernel): a write-protect of a
-//               touched page makes the kernel shoot down its TLB entry on
-//               every CPU running us, by IPI: the same argument as above.
-// Context: control plane, patch lock held.
-void sync_cores_now() {
-  g_syncs.fetch_add(1, std::memory_order_relaxed);  // order: a statistic
-  switch (g_sync) {
-    case SyncMethod::kSyncCore:
-      if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE) == 0) return;
-      break;
-    case SyncMethod::kExpedited:
-      if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return;
-      break;
-    case SyncMethod::kMprotect:
-      break;
-  }
-  if (g_ipi_page == nullptr) return;
-  static_cast<volatile char*>(g_ipi_page)[0] = 1;
-  mprotect(g_ipi_page, 4096, PROT_READ);
-  mprotect(g_ipi_page, 4096, PROT_READ | PROT_WRITE);
+  if (s == nullptr) return false;
+  uc->uc_mcontext.gregs[REG_RIP] = static_cast<greg_t>(next);
+  g_sweep_moves.fetch_add(1, std::memory_order_relaxed);  // order: a statistic
+  return true;
 }
 
 }  // namespace
 
-int sweep_signal_number() { return SIGRTMAX - 3; }
+int sweep_signal_number() { return usrtrace::patch::sweep_signal(); }
 
 void install_signal_handlers() {
-  sync_init();
   struct sigaction sa {};
   sa.sa_sigaction = on_sigtrap;
   sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTRAP, &sa, &g_prev_trap);
-  sa.sa_sigaction = on_sweep;
-  sigaction(sweep_signal_number(), &sa, &g_prev_sweep);
+  usrtrace::patch::add_sweep_fixup(sweep_fixup);
 }
 
 void publish_handler_sites(const std::vector<HandlerSite>& sites) {
@@ -230,79 +141,13 @@ void publish_handler_sites(const std::vector<HandlerSite>& sites) {
   std::free(old);
 }
 
-void sync_cores() { sync_cores_now(); }
+void sync_cores() { usrtrace::patch::sync_cores(); }
 
-// [B]: every other thread runs on_sweep once. Returns false (and *why) when
-// some thread did not answer in time (the signal blocked, or a handler of
-// its own for it).
-bool sweep_threads(std::string* why) {
-  const pid_t pid = getpid();
-  const int32_t self = static_cast<int32_t>(syscall(SYS_gettid));
-  std::vector<int32_t> tids;
-  if (DIR* d = opendir("/proc/self/task")) {
-    while (dirent* e = readdir(d)) {
-      const long t = strtol(e->d_name, nullptr, 10);
-      if (t > 0 && t != self) tids.push_back(static_cast<int32_t>(t));
-    }
-    closedir(d);
-  } else {
-    *why = "cannot list /proc/self/task for the patch sweep";
-    return false;
-  }
-  for (size_t first = 0; first < tids.size(); first += kSweepMax) {
-    const size_t n = std::min(kSweepMax, tids.size() - first);
-    for (size_t i = 0; i < n; ++i) {
-      g_sweep_tid[i].store(tids[first + i], std::memory_order_relaxed);
-      g_sweep_ack[i].store(0, std::memory_order_relaxed);
-    }
-    g_sweep_n.store(static_cast<uint32_t>(n), std::memory_order_relaxed);
-    uint32_t gen = g_sweep_gen.load(std::memory_order_relaxed) + 1;
-    if (gen == 0) gen = 1;
-    // order: release: a handler that sees this generation sees the tids.
-    g_sweep_gen.store(gen, std::memory_order_release);
-    std::vector<bool> done(n, false);
-    for (size_t i = 0; i < n; ++i)
-      if (syscall(SYS_tgkill, pid, tids[first + i], sweep_signal_number()) != 0) done[i] = true;  // gone
-    timespec start;
-    clock_gettime(CLOCK_MONOTONIC, &start);
-    for (unsigned spin = 0;; ++spin) {
-      bool all = true;
-      for (size_t i = 0; i < n; ++i) {
-        if (done[i]) continue;
-        // order: acquire pairs with the handler's release.
-        if (g_sweep_ack[i].load(std::memory_order_acquire) == gen ||
-            (syscall(SYS_tgkill, pid, tids[first + i], 0) != 0 && errno == ESRCH))
-          done[i] = true;
-        else
-          all = false;
-      }
-      if (all) break;
-      timespec now;
-      clock_gettime(CLOCK_MONOTONIC, &now);
-      if (now.tv_sec - start.tv_sec >= 3) {
-        for (size_t i = 0; i < n; ++i)
-          if (!done[i])
-            *why = "thread " + std::to_string(tids[first + i]) +
-                   " did not answer the patch sweep signal (blocked?)";
-        return false;
-      }
-      if (spin < 64) {
-        sched_yield();
-      } else {
-        const timespec ts{0, 100 * 1000};  // a thread that must first be scheduled
-        nanosleep(&ts, nullptr);
-      }
-    }
-  }
-  return true;
-}
+bool sweep_threads(std::string* why) { return usrtrace::patch::sweep_threads(why); }
 
 SignalStats signal_stats() {
-  const char* method = g_sync == SyncMethod::kSyncCore    ? "membarrier-sync-core"
-                       : g_sync == SyncMethod::kExpedited ? "membarrier-expedited"
-                                                          : "mprotect-ipi";
   return {g_traps.load(std::memory_order_relaxed), g_sweep_moves.load(std::memory_order_relaxed),
-          g_syncs.load(std::memory_order_relaxed), method};
+          usrtrace::patch::sync_count(), usrtrace::patch::sync_method()};
 }
 
 }  // namespace usrtrace::function::patch::detail

@@ -28,25 +28,19 @@
 // the original bytes 1..len-1 under it ([A]', [C]') and patch.cc restores
 // byte 0; no sweep is needed, since no thread runs the window's bytes
 // while the jump is there (those inside the copy finish there).
-#include <linux/membarrier.h>
-#include <sched.h>
-#include <signal.h>
-#include <sys/syscall.h>
-#include <ucontext.h>
-#include <unistd.h>
-
 #include <Zydis/Zydis.h>
-#include <dirent.h>
-
 #include <cpuid.h>
+#include <signal.h>
+#include <ucontext.h>
+
 #include <atomic>
 #include <cerrno>
-#include <chrono>
+#include <cstdlib>
 #include <cstring>
-#include <thread>
-#include <vector>
+#include <string>
 
 #include "patch/detour.h"
+#include "patch/text.h"
 
 // The common part, shared by every slot. Its stack on entry: [rsp] = the
 // Detour*, then the 128 bytes skipped, then the site's stack.
@@ -226,96 +220,40 @@ __attribute__((visibility("hidden"))) uint32_t usrtrace_patch_vec_mode = 0;
 namespace usrtrace::patch::detail {
 namespace {
 
-// ---- Core serialization (text_poke_sync): membarrier's SYNC_CORE, else
-// its plain expedited command (an IPI to every CPU running us; the return
-// from it serializes on x86), else nothing better than the store itself.
-int g_sync_cmd = -1;
+// ---- The sweep's fixup (text.h): a thread stopped strictly inside the
+// window being armed goes to the same instruction of the copy. The window is
+// the one published in g_sweep_d, set before the sweep and left there (a
+// late signal moves a thread into the copy of the last window armed: correct
+// at any time, since copies are never freed and run what the window held).
+std::atomic<const Detour*> g_sweep_d{nullptr};
 
-long membarrier(int cmd) { return syscall(SYS_membarrier, cmd, 0, 0); }
-
-void init_sync() {
-  if (g_sync_cmd != -1) return;
-  const long cmds = membarrier(MEMBARRIER_CMD_QUERY);
-  if (cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE) &&
-      membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE) == 0)
-    g_sync_cmd = MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE;
-  else if (cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
-           membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0)
-    g_sync_cmd = MEMBARRIER_CMD_PRIVATE_EXPEDITED;
-  else
-    g_sync_cmd = 0;
-}
-
-// ---- The sweep.
-struct Sweep {
-  std::atomic<uintptr_t> addr{0};
-  std::atomic<const Detour*> d{nullptr};
-  std::atomic<long> acks{0};
-};
-Sweep g_sweep;
-int g_sweep_sig = 0;
-
-void on_sweep(int, siginfo_t*, void* ucv) {
-  auto* uc = static_cast<ucontext_t*>(ucv);
-  // order: acquire pairs with the patcher's release of `d` before it signals.
-  const Detour* d = g_sweep.d.load(std::memory_order_acquire);
-  if (d != nullptr) {
-    const auto rip = static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]);
-    if (rip > d->addr && rip < d->addr + d->len) {
-      for (int i = 0; i < d->ninsn; ++i)
-        if (d->addr + d->from[i] == rip)
-          uc->uc_mcontext.gregs[REG_RIP] = static_cast<greg_t>(d->copy + d->to[i]);
-    }
-    // In the int3 path's copy of the first instruction, whose jump back
-    // would land in the window being rewritten: to the same point of the
-    // window's copy.
-    if (d->xol != 0 && rip == d->xol) uc->uc_mcontext.gregs[REG_RIP] = static_cast<greg_t>(d->copy);
-    if (d->xol != 0 && d->ninsn > 1 && rip == d->xol + d->xol_len)
-      uc->uc_mcontext.gregs[REG_RIP] = static_cast<greg_t>(d->copy + d->to[1]);
+// Context: the sweep's signal handler; async-signal-safe.
+bool sweep_fixup(ucontext_t* uc) {
+  // order: acquire pairs with arm_detour's release, made before the sweep's
+  // generation is published (text.cc), so a handler acking this sweep sees d.
+  const Detour* d = g_sweep_d.load(std::memory_order_acquire);
+  if (d == nullptr) return false;
+  const auto rip = static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]);
+  greg_t* ip = &uc->uc_mcontext.gregs[REG_RIP];
+  if (rip > d->addr && rip < d->addr + d->len) {
+    for (int i = 0; i < d->ninsn; ++i)
+      if (d->addr + d->from[i] == rip) {
+        *ip = static_cast<greg_t>(d->copy + d->to[i]);
+        return true;
+      }
   }
-  g_sweep.acks.fetch_add(1, std::memory_order_release);
-}
-
-bool sweep(const Detour* d) {
-  if (g_sweep_sig == 0) {
-    g_sweep_sig = SIGRTMAX - 4;
-    struct sigaction sa {};
-    sa.sa_sigaction = on_sweep;
-    sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
-    sigemptyset(&sa.sa_mask);
-    sigaction(g_sweep_sig, &sa, nullptr);
+  // In the int3 path's copy of the first instruction, whose jump back
+  // would land in the window being rewritten: to the same point of the
+  // window's copy.
+  if (d->xol != 0 && rip == d->xol) {
+    *ip = static_cast<greg_t>(d->copy);
+    return true;
   }
-  g_sweep.acks.store(0, std::memory_order_relaxed);
-  // order: release, for the handler's acquire.
-  g_sweep.d.store(d, std::memory_order_release);
-  const pid_t self = static_cast<pid_t>(syscall(SYS_gettid)), pid = getpid();
-  std::vector<pid_t> sent;
-  if (DIR* dir = opendir("/proc/self/task")) {
-    while (dirent* e = readdir(dir)) {
-      const pid_t tid = static_cast<pid_t>(atoi(e->d_name));
-      if (tid <= 0 || tid == self) continue;
-      if (syscall(SYS_tgkill, pid, tid, g_sweep_sig) == 0) sent.push_back(tid);
-    }
-    closedir(dir);
-  } else {
-    g_sweep.d.store(nullptr, std::memory_order_release);
-    return false;
+  if (d->xol != 0 && d->ninsn > 1 && rip == d->xol + d->xol_len) {
+    *ip = static_cast<greg_t>(d->copy + d->to[1]);
+    return true;
   }
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  bool ok = false;
-  for (;;) {
-    long gone = 0;
-    for (pid_t t : sent)
-      if (syscall(SYS_tgkill, pid, t, 0) != 0) ++gone;  // exited: it is in no window
-    if (g_sweep.acks.load(std::memory_order_acquire) + gone >= static_cast<long>(sent.size())) {
-      ok = true;
-      break;
-    }
-    if (std::chrono::steady_clock::now() > until) break;
-    sched_yield();  // the signalled threads need this CPU more than we do
-  }
-  g_sweep.d.store(nullptr, std::memory_order_release);
-  return ok;
+  return false;
 }
 
 bool is_relative_branch(const ZydisDecodedInstruction& in, const ZydisDecodedOperand* ops) {
@@ -326,11 +264,6 @@ bool is_relative_branch(const ZydisDecodedInstruction& in, const ZydisDecodedOpe
 }
 
 }  // namespace
-
-void sync_cores() {
-  init_sync();
-  if (g_sync_cmd > 0) membarrier(g_sync_cmd);
-}
 
 bool detour_supported() {
   static int ok = -1;
@@ -469,9 +402,13 @@ int build_slot(Detour* d, uintptr_t slot, size_t room, std::string* why) {
 
 // [B] [C] [D], with byte 0 already int3 and synced. false: left on int3.
 bool arm_detour(Detour* d, int (*poke)(uintptr_t, const uint8_t*, size_t)) {
-  init_sync();
   sync_cores();
-  if (!sweep(d)) return false;
+  add_sweep_fixup(sweep_fixup);
+  // order: release, for the fixup's acquire (the sweep's own release of its
+  // generation comes after this store).
+  g_sweep_d.store(d, std::memory_order_release);
+  std::string why;
+  if (!sweep_threads(&why)) return false;
   int32_t rel = static_cast<int32_t>(static_cast<int64_t>(d->entry) - static_cast<int64_t>(d->addr + 5));
   uint8_t tail[16];
   std::memcpy(tail, &rel, 4);

@@ -42,7 +42,5 @@ int build_slot(Detour* d, uintptr_t slot, size_t room, std::string* why);
 bool arm_detour(Detour* d, int (*poke)(uintptr_t, const uint8_t*, size_t));
 // Back to int3 over the original bytes after byte 0.
 void disarm_detour(const Detour* d, int (*poke)(uintptr_t, const uint8_t*, size_t));
-// Every thread executes a serializing instruction before this returns.
-void sync_cores();
 
 }  // namespace usrtrace::patch::detail

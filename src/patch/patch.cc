@@ -22,6 +22,7 @@
 #include "patch/patch.h"
 
 #include "patch/detour.h"
+#include "patch/text.h"
 
 #include <Zydis/Zydis.h>
 #include <signal.h>
@@ -89,34 +90,29 @@ uintptr_t alloc_slot(uintptr_t near, size_t size = kSlotSize) {
       return s;
     }
   }
-  // A free page within 1 GiB below, else above, in 1 MiB steps.
-  const uintptr_t start = near & ~uintptr_t{0xfffff};
-  for (int dir : {-1, 1}) {
-    for (uintptr_t k = 1; k < 1024; ++k) {
-      const uintptr_t at = dir < 0 ? start - k * 0x100000 : start + k * 0x100000;
-      if (dir < 0 && at > start) break;
-      void* p = mmap(reinterpret_cast<void*>(at), kPage, PROT_READ | PROT_WRITE | PROT_EXEC,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-      if (p == MAP_FAILED) continue;
-      if (reinterpret_cast<uintptr_t>(p) != at) {  // a kernel without MAP_FIXED_NOREPLACE
-        munmap(p, kPage);
-        continue;
-      }
-      g_pages->push_back({at, (size + 31) & ~size_t{31}});
-      return at;
-    }
+  // A new page, the nearest free one (text.h); within 1 GiB, so that a
+  // rip-relative operand's target near the site is within reach of the slot.
+  std::string why;
+  const uintptr_t at = map_near(near, near + 1, kPage, PROT_READ | PROT_WRITE | PROT_EXEC, &why);
+  if (at == 0) return 0;
+  const intptr_t d = static_cast<intptr_t>(at) - static_cast<intptr_t>(near);
+  if (d <= -(1l << 30) || d >= (1l << 30)) {
+    munmap(reinterpret_cast<void*>(at), kPage);
+    return 0;
   }
-  return 0;
+  g_pages->push_back({at, (size + 31) & ~size_t{31}});
+  return at;
 }
 
 // ---- Writing one byte of code.
-int poke(uintptr_t addr, uint8_t byte) {
+int write_byte(uintptr_t addr, uint8_t byte) {
   const uintptr_t page = addr & ~(kPage - 1);
   // The text is R-X; made writable for the store, then R-X again. The page
   // stays executable throughout: other threads keep running it.
   if (mprotect(reinterpret_cast<void*>(page), kPage, PROT_READ | PROT_WRITE | PROT_EXEC) != 0) return -errno;
-  // order: a plain store; one byte of code is atomic for every core.
-  reinterpret_cast<std::atomic<uint8_t>*>(addr)->store(byte, std::memory_order_relaxed);
+  // One byte of code is atomic for every core (text.h's poke: a store no
+  // sanitizer instruments).
+  usrtrace::patch::poke(addr, byte);
   mprotect(reinterpret_cast<void*>(page), kPage, PROT_READ | PROT_EXEC);
   return 0;
 }
@@ -151,8 +147,7 @@ int poke_bytes(uintptr_t addr, const uint8_t* bytes, size_t n) {
   const uintptr_t first = addr & ~(kPage - 1), last = (addr + n - 1) & ~(kPage - 1);
   const size_t span = last - first + kPage;
   if (mprotect(reinterpret_cast<void*>(first), span, PROT_READ | PROT_WRITE | PROT_EXEC) != 0) return -errno;
-  for (size_t i = 0; i < n; ++i)
-    reinterpret_cast<std::atomic<uint8_t>*>(addr + i)->store(bytes[i], std::memory_order_relaxed);
+  for (size_t i = 0; i < n; ++i) usrtrace::patch::poke(addr + i, bytes[i]);
   mprotect(reinterpret_cast<void*>(first), span, PROT_READ | PROT_EXEC);
   return 0;
 }
@@ -409,7 +404,7 @@ int add(uintptr_t addr, uintptr_t fn_start, size_t fn_size, Handler h, void* coo
   note_site(addr);
   // The table first: a thread that traps finds its site.
   publish();
-  if (int rc = poke(addr, kInt3); rc < 0) {
+  if (int rc = write_byte(addr, kInt3); rc < 0) {
     g_sites->pop_back();
     publish();
     *err = std::string("cannot write the code: ") + strerror(-rc);
@@ -429,7 +424,7 @@ int add(uintptr_t addr, uintptr_t fn_start, size_t fn_size, Handler h, void* coo
   // Left on int3 (a thread did not answer the sweep): the bytes after the
   // first are the original ones again; the copy stays the int3 path's.
   poke_bytes(addr + 1, d->orig + 1, d->len - 1u);
-  detail::sync_cores();
+  sync_cores();
   return 0;
 }
 
@@ -463,7 +458,7 @@ int remove(uintptr_t addr, Handler h, void* cookie) {
         // the restored byte; then the table, whose publish waits out every
         // handler still running the pair.
         if (s.detour != nullptr) detail::disarm_detour(s.detour, poke_bytes);
-        poke(addr, s.orig);
+        write_byte(addr, s.orig);
         g_sites->erase(g_sites->begin() + static_cast<std::ptrdiff_t>(i));
       }
       publish();
