@@ -81,7 +81,11 @@ class ProbeKernel : public testing::Test {
     remove_ours();
   }
   void TearDown() override {
-    if (!group_.empty()) remove_ours();
+    if (group_.empty()) return;
+    // A test stopped half way may leave its instance (whose removal
+    // disables our events in it), then our events.
+    rmdir((kTracing + "/instances/" + group_).c_str());
+    remove_ours();
   }
   void remove_ours() { write_kernel("-:" + group_ + "/"); }
 
