@@ -170,11 +170,14 @@ bool is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 bool is_xdigit(char c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 char lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
 
-// is_good_name(), is_good_system_name(): a C identifier.
-bool is_good_name(std::string_view s) {
-  if (s.empty() || !(is_alpha(s[0]) || s[0] == '_')) return false;
-  for (char c : s)
-    if (!(is_alpha(c) || is_digit(c) || c == '_')) return false;
+// is_good_name(): a C identifier; is_good_system_name() (groups) also
+// takes '-', anywhere.
+bool is_good_name(std::string_view s, bool hyphen_ok = false) {
+  if (s.empty()) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (!(is_alpha(c) || c == '_' || (hyphen_ok && c == '-') || (i > 0 && is_digit(c)))) return false;
+  }
   return true;
 }
 
@@ -687,7 +690,7 @@ int parse_event_name(std::string_view name, int offset, Definition* d, bool* eve
   if (slash != std::string_view::npos) {
     if (slash == 0) return log->err(offset, Err::kNoGroupName);
     if (slash + 1 > static_cast<size_t>(kMaxEventNameLen)) return log->err(offset, Err::kGroupTooLong);
-    if (!is_good_name(name.substr(0, slash))) return log->err(offset, Err::kBadGroupName);
+    if (!is_good_name(name.substr(0, slash), /*hyphen_ok=*/true)) return log->err(offset, Err::kBadGroupName);
     d->group = std::string(name.substr(0, slash));
     offset += static_cast<int>(slash + 1);
     name.remove_prefix(slash + 1);

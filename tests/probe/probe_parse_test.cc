@@ -119,6 +119,8 @@ TEST(ProbeParse, DefaultNamesAreTheKernels) {
   EXPECT_EQ(must_parse("p:grp/ /proc/self/exe:0x10").event, "p_exe_0x10");
   EXPECT_EQ(must_parse("p:grp/ /proc/self/exe:0x10").group, "grp");
   EXPECT_EQ(must_parse(std::string("p ") + kBin + ":0x10").group, "uprobes");
+  // A group may have '-' (is_good_system_name()), an event may not.
+  EXPECT_EQ(must_parse(std::string("p:-my-grp/ev ") + kBin + ":0x10").group, "-my-grp");
   // GROUP.EVENT is the kernel's other spelling.
   const Definition dot = must_parse(std::string("p:grp.ev ") + kBin + ":0x10");
   EXPECT_EQ(dot.group, "grp");
