@@ -33,6 +33,7 @@
 #include <signal.h>
 #include <ucontext.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -235,9 +236,9 @@ bool sweep_fixup(ucontext_t* uc) {
   if (d == nullptr) return false;
   const auto rip = static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]);
   greg_t* ip = &uc->uc_mcontext.gregs[REG_RIP];
-  if (rip > d->addr && rip < d->addr + d->len) {
+  if (rip > d->win && rip < d->win + d->len) {
     for (int i = 0; i < d->ninsn; ++i)
-      if (d->addr + d->from[i] == rip) {
+      if (d->win + d->from[i] == rip) {
         *ip = static_cast<greg_t>(d->copy + d->to[i]);
         return true;
       }
@@ -256,11 +257,145 @@ bool sweep_fixup(ucontext_t* uc) {
   return false;
 }
 
-bool is_relative_branch(const ZydisDecodedInstruction& in, const ZydisDecodedOperand* ops) {
-  if (!(in.attributes & ZYDIS_ATTRIB_IS_RELATIVE)) return false;
-  for (int i = 0; i < in.operand_count; ++i)
-    if (ops[i].type == ZYDIS_OPERAND_TYPE_MEMORY && ops[i].mem.base == ZYDIS_REGISTER_RIP) return false;
+// One instruction as the copy runs it (relocate(), plan_detour()).
+struct Insn {
+  uint8_t len = 0;
+  Reloc reloc = Reloc::kCopy;
+  uint8_t disp_off = 0;
+  uint8_t cc = 0;
+  uintptr_t target = 0;
+  bool nop = false;
+};
+
+ZydisDecoder make_decoder() {
+  ZydisDecoder dec;
+  ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64);
+  return dec;
+}
+
+// Decodes the instruction at `at` and says how it runs elsewhere: false and
+// *why when it cannot.
+// `src` holds the instruction's bytes (the code at `at`, or a copy of it).
+bool classify(const ZydisDecoder& dec, uintptr_t at, const uint8_t* src, size_t avail, Insn* out,
+              std::string* why) {
+  ZydisDecodedInstruction in;
+  ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
+  if (ZYAN_FAILED(ZydisDecoderDecodeFull(&dec, src, std::min<size_t>(avail, 15), &in, ops))) {
+    *why = "the bytes there are not an instruction";
+    return false;
+  }
+  *out = Insn{};
+  out->len = in.length;
+  out->nop = in.mnemonic == ZYDIS_MNEMONIC_NOP;
+  if (in.mnemonic == ZYDIS_MNEMONIC_INT3) {
+    *why = "an int3 in the window (a debugger's breakpoint, another tool's probe)";
+    return false;
+  }
+  const bool is_call = in.mnemonic == ZYDIS_MNEMONIC_CALL;
+  for (int i = 0; i < in.operand_count; ++i) {
+    const ZydisDecodedOperand& op = ops[i];
+    if (op.type == ZYDIS_OPERAND_TYPE_MEMORY && op.mem.base == ZYDIS_REGISTER_RIP) {
+      if (is_call) {
+        *why = "an indirect call would push the slot's address";
+        return false;
+      }
+      if (in.raw.disp.size != 32) {
+        *why = "a rip-relative operand without a 32-bit displacement";
+        return false;
+      }
+      out->reloc = Reloc::kRipRel;
+      out->disp_off = in.raw.disp.offset;
+      out->target = at + in.length + static_cast<uintptr_t>(in.raw.disp.value);
+      return true;
+    }
+  }
+  if (!(in.attributes & ZYDIS_ATTRIB_IS_RELATIVE)) {
+    if (is_call) {
+      *why = "an indirect call would push the slot's address";
+      return false;
+    }
+    return true;  // kCopy
+  }
+  ZyanU64 target = 0;
+  if (in.operand_count_visible < 1 || ops[0].type != ZYDIS_OPERAND_TYPE_IMMEDIATE ||
+      ZYAN_FAILED(ZydisCalcAbsoluteAddress(&in, &ops[0], at, &target))) {
+    *why = "a relative instruction this engine does not know";
+    return false;
+  }
+  out->target = target;
+  const bool short_jcc = in.opcode_map == ZYDIS_OPCODE_MAP_DEFAULT && (in.opcode & 0xf0) == 0x70;
+  const bool near_jcc = in.opcode_map == ZYDIS_OPCODE_MAP_0F && (in.opcode & 0xf0) == 0x80;
+  if (in.mnemonic == ZYDIS_MNEMONIC_JMP) {
+    out->reloc = Reloc::kJmp;
+  } else if (is_call) {
+    out->reloc = Reloc::kCall;
+  } else if (short_jcc || near_jcc) {
+    out->reloc = Reloc::kJcc;
+    out->cc = in.opcode & 0x0f;
+  } else {
+    *why = "a branch with no 32-bit form (loop, jrcxz) or xbegin";
+    return false;
+  }
   return true;
+}
+
+bool rel32(uintptr_t target, uintptr_t next, int32_t* out, std::string* why) {
+  const int64_t d = static_cast<int64_t>(target) - static_cast<int64_t>(next);
+  if (d < INT32_MIN || d > INT32_MAX) {
+    *why = "the slot is too far from the instruction's target";
+    return false;
+  }
+  *out = static_cast<int32_t>(d);
+  return true;
+}
+
+// Writes `insn` (its bytes at src), decoded at `from`, to run at `to`. Its
+// length there, or 0.
+size_t emit(const Insn& insn, const uint8_t* src, uintptr_t from, uintptr_t to, bool last, uint8_t* out,
+            size_t room, std::string* why) {
+  int32_t r = 0;
+  switch (insn.reloc) {
+    case Reloc::kCopy:
+    case Reloc::kRipRel:
+      if (room < insn.len) break;
+      std::memcpy(out, src, insn.len);
+      if (insn.reloc == Reloc::kRipRel) {
+        if (!rel32(insn.target, to + insn.len, &r, why)) return 0;
+        std::memcpy(out + insn.disp_off, &r, 4);
+      }
+      return insn.len;
+    case Reloc::kJcc:
+      if (room < 6 || !rel32(insn.target, to + 6, &r, why)) break;
+      out[0] = 0x0f;
+      out[1] = static_cast<uint8_t>(0x80 | insn.cc);
+      std::memcpy(out + 2, &r, 4);
+      return 6;
+    case Reloc::kJmp:
+      if (room < 5 || !rel32(insn.target, to + 5, &r, why)) break;
+      out[0] = 0xe9;
+      std::memcpy(out + 1, &r, 4);
+      return 5;
+    case Reloc::kCall: {
+      if (!last) {
+        *why = "a call before the window's end (its return address would be inside it)";
+        return 0;
+      }
+      // lea -8(%rsp),%rsp; movl $lo,(%rsp); movl $hi,4(%rsp); jmp target
+      if (room < 25 || !rel32(insn.target, to + 25, &r, why)) break;
+      const uint64_t ret = from + insn.len;
+      const uint32_t lo = static_cast<uint32_t>(ret), hi = static_cast<uint32_t>(ret >> 32);
+      const uint8_t code[20] = {0x48, 0x8d, 0x64, 0x24, 0xf8, 0xc7, 0x04, 0x24, 0, 0,
+                                0,    0,    0xc7, 0x44, 0x24, 0x04, 0,    0,    0, 0};
+      std::memcpy(out, code, sizeof code);
+      std::memcpy(out + 8, &lo, 4);
+      std::memcpy(out + 16, &hi, 4);
+      out[20] = 0xe9;
+      std::memcpy(out + 21, &r, 4);
+      return 25;
+    }
+  }
+  if (why->empty()) *why = "no room in the slot";
+  return 0;
 }
 
 }  // namespace
@@ -292,64 +427,115 @@ bool detour_supported() {
   return true;
 }
 
-int plan_detour(uintptr_t addr, uintptr_t fn_start, size_t fn_size, Detour* d, std::string* why) {
-  if (fn_size == 0 || addr < fn_start || addr >= fn_start + fn_size) {
-    *why = "no function bounds";
+bool is_endbr64(uintptr_t p) {
+  static constexpr uint8_t kEndbr64[4] = {0xf3, 0x0f, 0x1e, 0xfa};
+  return std::memcmp(reinterpret_cast<const void*>(p), kEndbr64, 4) == 0;
+}
+
+size_t relocate(uintptr_t from, uintptr_t to, bool last, uint8_t* out, size_t room, std::string* why) {
+  const ZydisDecoder dec = make_decoder();
+  Insn insn;
+  const auto* src = reinterpret_cast<const uint8_t*>(from);
+  if (!classify(dec, from, src, 15, &insn, why)) return 0;
+  return emit(insn, src, from, to, last, out, room, why);
+}
+
+int plan_detour(uintptr_t win, uintptr_t fn_start, size_t fn_size, const Code& code, Detour* d,
+                std::string* why) {
+  const uintptr_t fn_end = fn_start + fn_size;
+  if (fn_size != 0 && (win < fn_start || win >= fn_end)) {
+    *why = "the address is outside the function";
     return -EINVAL;
   }
-  ZydisDecoder dec;
-  ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64);
-  ZydisDecodedInstruction in;
-  ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
-  // The window: whole instructions covering 5 bytes, none a relative branch.
-  d->addr = addr;
+  // The original bytes at a, with `n` of them there, or nullptr.
+  auto orig = [&](uintptr_t a, size_t* n) -> const uint8_t* {
+    if (a < code.base || a >= code.base + code.size) return nullptr;
+    *n = code.base + code.size - a;
+    return code.bytes + (a - code.base);
+  };
+  const ZydisDecoder dec = make_decoder();
+  // The window: whole instructions covering 5 bytes, each one able to run
+  // from the copy; a call only as the last one (it returns to the window's
+  // end, the original code).
+  d->win = win;
   d->len = 0;
   d->ninsn = 0;
+  bool nop = false;
   while (d->len < 5) {
-    const uintptr_t at = addr + d->len;
-    if (at >= fn_start + fn_size || d->ninsn == kMaxWindowInsns) {
+    const uintptr_t at = win + d->len;
+    if ((fn_size != 0 && at >= fn_end) || d->ninsn == kMaxWindowInsns) {
       *why = "the function ends before 5 bytes";
       return -EINVAL;
     }
-    if (ZYAN_FAILED(ZydisDecoderDecodeFull(&dec, reinterpret_cast<const void*>(at), 15, &in, ops))) {
-      *why = "undecodable";
+    Insn insn;
+    size_t avail = 0;
+    const uint8_t* src = orig(at, &avail);
+    if (src == nullptr) {
+      *why = "the window runs past the code given";
       return -EINVAL;
     }
-    // A `ret` runs as well from the copy (it returns to the caller); a
-    // relative branch would need its target re-encoded (not yet); an int3
-    // is someone else's.
-    if (is_relative_branch(in, ops) || in.mnemonic == ZYDIS_MNEMONIC_INT3) {
-      *why = "a branch in the window";
-      return -EINVAL;
+    if (!classify(dec, at, src, avail, &insn, why)) return -EOPNOTSUPP;
+    if (insn.reloc == Reloc::kCall && d->len + insn.len < 5) {
+      *why = "a call before the window's end (its return address would be inside it)";
+      return -EOPNOTSUPP;
     }
-    d->from[d->ninsn] = static_cast<uint8_t>(d->len);
-    d->ilen[d->ninsn] = in.length;
-    d->rip_rel[d->ninsn] = (in.attributes & ZYDIS_ATTRIB_IS_RELATIVE) != 0;
-    d->disp_off[d->ninsn] = in.raw.disp.offset;
-    d->disp[d->ninsn] = in.raw.disp.value;
-    ++d->ninsn;
-    d->len = static_cast<uint8_t>(d->len + in.length);
+    const int i = d->ninsn++;
+    d->from[i] = d->len;
+    d->ilen[i] = insn.len;
+    d->reloc[i] = insn.reloc;
+    d->disp_off[i] = insn.disp_off;
+    d->cc[i] = insn.cc;
+    d->target[i] = insn.target;
+    nop = insn.nop;
+    d->len = static_cast<uint8_t>(d->len + insn.len);
   }
-  // No jump of the function may land inside the window (after its start).
-  for (uintptr_t at = fn_start; at < fn_start + fn_size;) {
-    if (ZYAN_FAILED(ZydisDecoderDecodeFull(&dec, reinterpret_cast<const void*>(at), fn_start + fn_size - at,
-                                           &in, ops))) {
-      ++at;  // data in the text (a jump table): go on, conservatively
-      continue;
+  if (fn_size != 0 && win + d->len > fn_end) {
+    *why = "the window runs past the function's end";
+    return -EINVAL;
+  }
+  d->nop = d->ninsn == 1 && nop;
+  // One instruction: no thread can be inside it and nothing can jump into
+  // it. Several: a jump of the function to a boundary strictly inside the
+  // window would land in the middle of the jmp. Every target the function
+  // names (branches, calls, rip-relative operands: an address taken, e.g. a
+  // computed goto's) is checked; a function with a jump whose targets are
+  // unknown (an indirect jmp, e.g. a switch's jump table) or bytes that do
+  // not decode is refused. Not seen: C++ landing pads (reached by the
+  // unwinder; docs/design/patch-engine.md, "Limits").
+  if (d->ninsn > 1) {
+    if (fn_size == 0) {
+      *why = "a window of several instructions needs the function's bounds";
+      return -EINVAL;
     }
-    if ((in.attributes & ZYDIS_ATTRIB_IS_RELATIVE)) {
+    ZydisDecodedInstruction in;
+    ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
+    for (uintptr_t at = fn_start; at < fn_end; at += in.length) {
+      size_t avail = 0;
+      const uint8_t* src = orig(at, &avail);
+      if (src == nullptr ||
+          ZYAN_FAILED(ZydisDecoderDecodeFull(&dec, src, std::min<size_t>(avail, fn_end - at), &in, ops))) {
+        *why = "the function has bytes that do not decode";
+        return -EINVAL;
+      }
+      if (in.mnemonic == ZYDIS_MNEMONIC_JMP && !(in.attributes & ZYDIS_ATTRIB_IS_RELATIVE)) {
+        *why = "the function has an indirect jump (a jump table?) that may land in the window";
+        return -EINVAL;
+      }
       for (int i = 0; i < in.operand_count; ++i) {
         ZyanU64 target = 0;
-        if (ZYAN_SUCCESS(ZydisCalcAbsoluteAddress(&in, &ops[i], at, &target)) && target > addr &&
-            target < addr + d->len) {
-          *why = "a jump lands inside the window";
+        const bool named =
+            (ops[i].type == ZYDIS_OPERAND_TYPE_IMMEDIATE && ops[i].imm.is_relative) ||
+            (ops[i].type == ZYDIS_OPERAND_TYPE_MEMORY && ops[i].mem.base == ZYDIS_REGISTER_RIP);
+        if (named && ZYAN_SUCCESS(ZydisCalcAbsoluteAddress(&in, &ops[i], at, &target)) && target > win &&
+            target < win + d->len) {
+          *why = "a jump of the function lands inside the window";
           return -EINVAL;
         }
       }
     }
-    at += in.length;
   }
-  std::memcpy(d->orig, reinterpret_cast<const void*>(addr), d->len);
+  size_t avail = 0;
+  std::memcpy(d->orig, orig(win, &avail), d->len);
   return 0;
 }
 
@@ -371,24 +557,25 @@ int build_slot(Detour* d, uintptr_t slot, size_t room, std::string* why) {
   put({0xff, 0x25, 0, 0, 0, 0});  // jmp *0(%rip)
   put64(reinterpret_cast<uint64_t>(&usrtrace_patch_detour_common));
   const size_t copy_at = n;
-  for (int i = 0; i < d->ninsn; ++i) {
+  bool falls_through = true;
+  for (int i = 0; i < d->ninsn && !d->nop; ++i) {
     d->to[i] = static_cast<uint8_t>(n - copy_at);
-    std::memcpy(buf + n, reinterpret_cast<const void*>(d->addr + d->from[i]), d->ilen[i]);
-    if (d->rip_rel[i]) {
-      const uintptr_t old_next = d->addr + d->from[i] + d->ilen[i];
-      const uintptr_t new_next = slot + n + d->ilen[i];
-      const int64_t disp = d->disp[i] + static_cast<int64_t>(old_next) - static_cast<int64_t>(new_next);
-      if (disp < INT32_MIN || disp > INT32_MAX) {
-        *why = "the slot is too far for a rip-relative operand";
-        return -ERANGE;
-      }
-      const int32_t d32 = static_cast<int32_t>(disp);
-      std::memcpy(buf + n + d->disp_off[i], &d32, 4);
-    }
-    n += d->ilen[i];
+    Insn insn;
+    insn.len = d->ilen[i];
+    insn.reloc = d->reloc[i];
+    insn.disp_off = d->disp_off[i];
+    insn.cc = d->cc[i];
+    insn.target = d->target[i];
+    const size_t k = emit(insn, d->orig + d->from[i], d->win + d->from[i], slot + n, i == d->ninsn - 1,
+                          buf + n, room - n - 14, why);
+    if (k == 0) return -EOPNOTSUPP;
+    n += k;
+    falls_through = insn.reloc != Reloc::kCall && insn.reloc != Reloc::kJmp;
   }
-  put({0xff, 0x25, 0, 0, 0, 0});  // jmp *0(%rip)
-  put64(d->addr + d->len);
+  if (falls_through) {
+    put({0xff, 0x25, 0, 0, 0, 0});  // jmp *0(%rip)
+    put64(d->win + d->len);
+  }
   if (n > room) {
     *why = "slot too small";
     return -ENOSPC;
@@ -409,14 +596,14 @@ bool arm_detour(Detour* d, int (*poke)(uintptr_t, const uint8_t*, size_t)) {
   g_sweep_d.store(d, std::memory_order_release);
   std::string why;
   if (!sweep_threads(&why)) return false;
-  int32_t rel = static_cast<int32_t>(static_cast<int64_t>(d->entry) - static_cast<int64_t>(d->addr + 5));
+  int32_t rel = static_cast<int32_t>(static_cast<int64_t>(d->entry) - static_cast<int64_t>(d->win + 5));
   uint8_t tail[16];
   std::memcpy(tail, &rel, 4);
   for (size_t i = 4; i + 1 < d->len; ++i) tail[i] = 0xcc;
-  if (poke(d->addr + 1, tail, d->len - 1u) != 0) return false;
+  if (poke(d->win + 1, tail, d->len - 1u) != 0) return false;
   sync_cores();
   const uint8_t jmp = 0xe9;
-  if (poke(d->addr, &jmp, 1) != 0) return false;
+  if (poke(d->win, &jmp, 1) != 0) return false;
   sync_cores();
   return true;
 }
@@ -425,9 +612,9 @@ bool arm_detour(Detour* d, int (*poke)(uintptr_t, const uint8_t*, size_t)) {
 // then restores byte 0.
 void disarm_detour(const Detour* d, int (*poke)(uintptr_t, const uint8_t*, size_t)) {
   const uint8_t int3 = 0xcc;
-  poke(d->addr, &int3, 1);
+  poke(d->win, &int3, 1);
   sync_cores();
-  poke(d->addr + 1, d->orig + 1, d->len - 1u);
+  poke(d->win + 1, d->orig + 1, d->len - 1u);
   sync_cores();
 }
 

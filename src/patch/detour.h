@@ -9,33 +9,66 @@ namespace usrtrace::patch::detail {
 inline constexpr int kMaxWindowInsns = 8;
 inline constexpr size_t kDetourSlotSize = 160;
 
+// How one instruction of the window runs from the copy (relocate()).
+enum class Reloc : uint8_t {
+  kCopy,    // as it is
+  kRipRel,  // a rip-relative memory operand: its displacement re-encoded
+  kJcc,     // a conditional branch (rel8 or rel32): jcc rel32 to the same target
+  kJmp,     // jmp rel8/rel32: jmp rel32 to the same target
+  kCall,    // call rel32 (the window's last instruction only): the original
+            // return address pushed, then jmp rel32: the callee returns to
+            // the original code, and no slot address is ever on the stack
+};
+
 // One detoured site. Allocated once and never freed: a thread may be in its
 // slot after the site is gone. The first two fields are read by the common
 // stub's assembly: their offsets are fixed.
 struct Detour {
-  uintptr_t addr = 0;   // offset 0: the site
+  uintptr_t addr = 0;   // offset 0: the probed address (Regs::ip)
   uintptr_t copy = 0;   // offset 8: the relocated window, where the stub returns
+  uintptr_t win = 0;    // the window's first byte: addr, or addr + 4 past an endbr64
   uintptr_t entry = 0;  // the slot's first byte, the jump's target
   uintptr_t xol = 0;    // the int3 path's copy of the first instruction
   uint8_t xol_len = 0;  // its length
   uint8_t len = 0;      // the window's bytes (>= 5)
+  bool nop = false;     // the window is one nop: nothing to run out of line
   int ninsn = 0;
   uint8_t from[kMaxWindowInsns] = {};  // each instruction's offset in the window
   uint8_t to[kMaxWindowInsns] = {};    // and in the copy
   uint8_t ilen[kMaxWindowInsns] = {};
-  bool rip_rel[kMaxWindowInsns] = {};
-  uint8_t disp_off[kMaxWindowInsns] = {};
-  int64_t disp[kMaxWindowInsns] = {};
-  uint8_t orig[16] = {};
+  Reloc reloc[kMaxWindowInsns] = {};
+  uint8_t disp_off[kMaxWindowInsns] = {};  // kRipRel: where the displacement is
+  uint8_t cc[kMaxWindowInsns] = {};        // kJcc: the condition (low nibble of the opcode)
+  uintptr_t target[kMaxWindowInsns] = {};  // kRipRel, kJcc, kJmp, kCall: the absolute address
+  uint8_t orig[24] = {};                   // the window's bytes (len <= 4 + 15)
 };
 static_assert(offsetof(Detour, addr) == 0 && offsetof(Detour, copy) == 8);
 
 // Whether the CPU and OS allow the slots' xsave (and the detour was not
 // turned off: USRTRACE_PROBE_INT3=1 keeps every site on int3).
 bool detour_supported();
-// The window at addr (its instructions, relocatable, no jump target of the
-// function inside it). 0, or -errno with *why.
-int plan_detour(uintptr_t addr, uintptr_t fn_start, size_t fn_size, Detour* d, std::string* why);
+// The window at `win` (its instructions, relocatable, no jump target of the
+// function strictly inside it). Multi-instruction windows need the function's
+// bounds (fn_size != 0) and a function whose jumps are all known (no indirect
+// jmp through a register, every byte decodable). 0, or -errno with *why.
+// `code`: the original bytes of the function (or of the window, at least 19
+// bytes from win, when the bounds are unknown), with any other probe's bytes
+// in it put back: plan_detour reads nothing else.
+struct Code {
+  uintptr_t base;
+  const uint8_t* bytes;
+  size_t size;
+};
+int plan_detour(uintptr_t win, uintptr_t fn_start, size_t fn_size, const Code& code, Detour* d,
+                std::string* why);
+// Whether the bytes at p are endbr64 (f3 0f 1e fa).
+bool is_endbr64(uintptr_t p);
+// One instruction, decoded at `from`, re-encoded to run at `to` into out
+// (room bytes). Returns its length there, or 0 and *why when it cannot run
+// out of line: a relative branch with no rel32 form (loop, jrcxz), xbegin,
+// a call that is not `last`, an indirect call, a rip-relative operand out of
+// reach. Context: control plane.
+size_t relocate(uintptr_t from, uintptr_t to, bool last, uint8_t* out, size_t room, std::string* why);
 // Writes the slot at `slot` (room bytes): entry stub and relocated window.
 int build_slot(Detour* d, uintptr_t slot, size_t room, std::string* why);
 // With byte 0 already int3: the sweep, then the jump. false: left on int3.

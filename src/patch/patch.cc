@@ -48,21 +48,40 @@ constexpr uint8_t kInt3 = 0xcc;
 enum class Run : uint8_t { kSlot, kCall, kJmp };
 
 struct Site {
-  uintptr_t addr = 0;
-  uint8_t orig = 0;  // the first byte
-  uint8_t len = 0;
+  uintptr_t addr = 0;   // the probed address, Regs::ip
+  uintptr_t at = 0;     // the patched one: addr, or addr + 4 past an endbr64
+  uint8_t orig = 0;     // the first byte at `at`
+  uint8_t len = 0;      // the instruction at `at`
+  uint8_t xol_len = 0;  // kSlot: the copy's length before its jump back
   Run run = Run::kSlot;
+  Method method = Method::kInt3;
   uintptr_t target = 0;              // kCall, kJmp: where to
   uintptr_t slot = 0;                // kSlot: the copy
   detail::Detour* detour = nullptr;  // armed as a jump (never freed)
+  // Hits, counted by whichever path runs the handlers; allocated by add(),
+  // freed by remove() after the publish that waits out every handler.
+  std::atomic<uint64_t>* hits = nullptr;
   int nh = 0;
   Handler h[kMaxHandlers] = {};
   void* cookie[kMaxHandlers] = {};
 };
 
 struct Table {
-  std::vector<Site> sites;  // sorted by addr
+  std::vector<Site> sites;  // sorted by `at`
 };
+
+// What add() prepared for an address, kept for its next add(): a site
+// toggled a thousand times reuses its slots instead of taking new ones
+// (slots are never freed, so this also bounds their number). Valid while
+// the code there is still what it was (`bytes`).
+struct Prepared {
+  uintptr_t at;
+  uint8_t bytes[24];
+  Site site;               // run, target, slot, len, xol_len, orig
+  detail::Detour* detour;  // nullptr: int3 only
+  std::string why;         // why int3 only
+};
+std::vector<Prepared>* g_prepared = nullptr;  // under g_mu
 
 std::mutex g_mu;                       // the patcher's
 std::vector<Site>* g_sites = nullptr;  // the truth, under g_mu
@@ -179,10 +198,11 @@ void regs_from(const ucontext_t* uc, uintptr_t ip, Regs* r) {
   r->ss = 0;
 }
 
-const Site* find(const Table* t, uintptr_t addr) {
-  auto it = std::lower_bound(t->sites.begin(), t->sites.end(), addr,
-                             [](const Site& s, uintptr_t a) { return s.addr < a; });
-  return it != t->sites.end() && it->addr == addr ? &*it : nullptr;
+// The site patched at `at`. Context: any thread, signal handlers too.
+const Site* find(const Table* t, uintptr_t at) {
+  auto it = std::lower_bound(t->sites.begin(), t->sites.end(), at,
+                             [](const Site& s, uintptr_t a) { return s.at < a; });
+  return it != t->sites.end() && it->at == at ? &*it : nullptr;
 }
 
 void chain(int sig, siginfo_t* info, void* uc) {
@@ -212,7 +232,8 @@ void on_trap(int sig, siginfo_t* info, void* ucv) {
     const Site* s = t != nullptr ? find(t, at) : nullptr;
     if (s != nullptr) {
       Regs r;
-      regs_from(uc, at, &r);
+      regs_from(uc, s->addr, &r);
+      s->hits->fetch_add(1, std::memory_order_relaxed);  // order: a statistic
       for (int i = 0; i < s->nh; ++i) s->h[i](&r, s->cookie[i]);
       greg_t* g = uc->uc_mcontext.gregs;
       switch (s->run) {
@@ -220,7 +241,7 @@ void on_trap(int sig, siginfo_t* info, void* ucv) {
           g[REG_RIP] = static_cast<greg_t>(s->slot);
           break;
         case Run::kCall: {
-          const uint64_t ret = s->addr + s->len;
+          const uint64_t ret = s->at + s->len;
           g[REG_RSP] -= 8;
           std::memcpy(reinterpret_cast<void*>(g[REG_RSP]), &ret, 8);
           g[REG_RIP] = static_cast<greg_t>(s->target);
@@ -249,6 +270,7 @@ void install() {
   g_installed = true;
   g_sites = new std::vector<Site>();
   g_pages = new std::vector<SlotPage>();
+  g_prepared = new std::vector<Prepared>();
   struct sigaction sa {};
   sa.sa_sigaction = on_trap;
   sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK | SA_NODEFER;
@@ -258,7 +280,7 @@ void install() {
 
 void publish() {
   auto* t = new Table{*g_sites};
-  std::sort(t->sites.begin(), t->sites.end(), [](const Site& a, const Site& b) { return a.addr < b.addr; });
+  std::sort(t->sites.begin(), t->sites.end(), [](const Site& a, const Site& b) { return a.at < b.at; });
   const Table* old = g_table.exchange(t, std::memory_order_seq_cst);
   // A handler that loaded `old` holds g_users; one that increments after
   // the exchange loads `t`. Handlers never block: this wait is short.
@@ -266,89 +288,105 @@ void publish() {
   delete old;
 }
 
-// How the instruction at addr runs after its probe: copied into a slot
-// (relocated), or emulated. 0 or -errno with *err.
+// How the instruction at s->at runs after its probe on the int3 path:
+// copied into a slot (relocated by detour.cc's relocate(): rip-relative
+// operands re-encoded, a short jcc widened), or emulated by the handler
+// (call, jmp). 0 or -errno with *err.
 int prepare(Site* s, std::string* err) {
   ZydisDecoder dec;
   ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64);
   ZydisDecodedInstruction in;
   ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
-  const auto* code = reinterpret_cast<const uint8_t*>(s->addr);
+  const auto* code = reinterpret_cast<const uint8_t*>(s->at);
   if (ZYAN_FAILED(ZydisDecoderDecodeFull(&dec, code, 15, &in, ops))) {
     *err = "the bytes there are not an instruction";
     return -EILSEQ;
   }
   s->len = in.length;
   s->orig = code[0];
-  if (in.attributes & ZYDIS_ATTRIB_IS_RELATIVE) {
-    // A relative branch: emulated when it always goes (call, jmp).
-    const bool is_call = in.mnemonic == ZYDIS_MNEMONIC_CALL, is_jmp = in.mnemonic == ZYDIS_MNEMONIC_JMP;
-    if ((is_call || is_jmp) && in.operand_count_visible == 1 && ops[0].type == ZYDIS_OPERAND_TYPE_IMMEDIATE) {
-      ZyanU64 target = 0;
-      if (ZYAN_FAILED(ZydisCalcAbsoluteAddress(&in, &ops[0], s->addr, &target))) {
-        *err = "cannot compute the branch's target";
-        return -EINVAL;
-      }
-      s->run = is_call ? Run::kCall : Run::kJmp;
-      s->target = target;
-      return 0;
+  const bool is_call = in.mnemonic == ZYDIS_MNEMONIC_CALL, is_jmp = in.mnemonic == ZYDIS_MNEMONIC_JMP;
+  if ((in.attributes & ZYDIS_ATTRIB_IS_RELATIVE) && (is_call || is_jmp) && in.operand_count_visible == 1 &&
+      ops[0].type == ZYDIS_OPERAND_TYPE_IMMEDIATE) {
+    ZyanU64 target = 0;
+    if (ZYAN_FAILED(ZydisCalcAbsoluteAddress(&in, &ops[0], s->at, &target))) {
+      *err = "cannot compute the branch's target";
+      return -EINVAL;
     }
-    // A rip-relative memory operand: relocated into the slot.
-    bool memory = false;
-    for (int i = 0; i < in.operand_count; ++i)
-      if (ops[i].type == ZYDIS_OPERAND_TYPE_MEMORY && ops[i].mem.base == ZYDIS_REGISTER_RIP) memory = true;
-    if (!memory || in.raw.disp.size != 32) {
-      *err = "a conditional or indirect relative branch cannot run out of line";
-      return -EOPNOTSUPP;
-    }
+    s->run = is_call ? Run::kCall : Run::kJmp;
+    s->target = target;
+    return 0;
   }
-  const uintptr_t slot = alloc_slot(s->addr);
+  const uintptr_t slot = alloc_slot(s->at);
   if (slot == 0) {
     *err = "no free memory within 1 GiB of the site for its slot";
     return -ENOMEM;
   }
   uint8_t buf[kSlotSize] = {};
-  std::memcpy(buf, code, in.length);
-  if (in.attributes & ZYDIS_ATTRIB_IS_RELATIVE) {
-    // The same target from the slot: disp + (addr - slot).
-    const int64_t disp = in.raw.disp.value + static_cast<int64_t>(s->addr) - static_cast<int64_t>(slot);
-    if (disp < INT32_MIN || disp > INT32_MAX) {
-      *err = "the slot is too far from the instruction's operand";
-      return -ERANGE;
-    }
-    const int32_t d32 = static_cast<int32_t>(disp);
-    std::memcpy(buf + in.raw.disp.offset, &d32, 4);
-  }
-  // jmp *0(%rip); .quad addr + len
+  const size_t k = detail::relocate(s->at, slot, true, buf, kSlotSize - 14, err);
+  if (k == 0) return -EOPNOTSUPP;
+  // jmp *0(%rip); .quad at + len
   static constexpr uint8_t kJmpAbs[6] = {0xff, 0x25, 0, 0, 0, 0};
-  std::memcpy(buf + in.length, kJmpAbs, sizeof kJmpAbs);
-  const uint64_t back = s->addr + in.length;
-  std::memcpy(buf + in.length + 6, &back, 8);
+  std::memcpy(buf + k, kJmpAbs, sizeof kJmpAbs);
+  const uint64_t back = s->at + in.length;
+  std::memcpy(buf + k + 6, &back, 8);
   std::memcpy(reinterpret_cast<void*>(slot), buf, sizeof buf);
   __builtin___clear_cache(reinterpret_cast<char*>(slot), reinterpret_cast<char*>(slot + kSlotSize));
   s->run = Run::kSlot;
   s->slot = slot;
+  s->xol_len = static_cast<uint8_t>(k);
   return 0;
 }
 
-// Whether addr starts an instruction of [fn, fn + size) (decoded from fn).
-bool on_boundary(uintptr_t addr, uintptr_t fn, size_t size) {
+// Whether addr starts an instruction of [fn, fn + size) (decoded from fn,
+// whose original bytes are at `code`).
+bool on_boundary(uintptr_t addr, uintptr_t fn, size_t size, const uint8_t* code) {
   ZydisDecoder dec;
   ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64);
   ZydisDecodedInstruction in;
   for (uintptr_t at = fn; at < fn + size;) {
     if (at == addr) return true;
     if (at > addr) return false;
-    if (ZYAN_FAILED(ZydisDecoderDecodeInstruction(&dec, nullptr, reinterpret_cast<const void*>(at), 15, &in)))
+    if (ZYAN_FAILED(ZydisDecoderDecodeInstruction(&dec, nullptr, code + (at - fn),
+                                                  std::min<size_t>(15, fn + size - at), &in)))
       return false;
     at += in.length;
   }
   return false;
 }
 
+std::string hex(uintptr_t v) {
+  char b[24];
+  snprintf(b, sizeof b, "%lx", static_cast<unsigned long>(v));
+  return b;
+}
+
+// The bytes of [lo, hi) as they were before any probe: the code, with every
+// site's original bytes put back. Under g_mu.
+std::vector<uint8_t> original_code(uintptr_t lo, uintptr_t hi) {
+  std::vector<uint8_t> b(reinterpret_cast<const uint8_t*>(lo), reinterpret_cast<const uint8_t*>(hi));
+  for (const Site& s : *g_sites) {
+    const size_t n = s.detour != nullptr ? s.detour->len : 1;
+    for (size_t k = 0; k < n; ++k) {
+      const uintptr_t a = s.at + k;
+      if (a >= lo && a < hi) b[a - lo] = s.detour != nullptr ? s.detour->orig[k] : s.orig;
+    }
+  }
+  return b;
+}
+
 }  // namespace
 
-const char* method_name(Method m) { return m == Method::kDetour ? "detour" : "int3"; }
+const char* method_name(Method m) {
+  switch (m) {
+    case Method::kNop:
+      return "nop";
+    case Method::kDetour:
+      return "detour";
+    case Method::kInt3:
+      break;
+  }
+  return "int3";
+}
 
 int add(uintptr_t addr, uintptr_t fn_start, size_t fn_size, Handler h, void* cookie, Method* how,
         std::string* err) {
@@ -367,44 +405,84 @@ int add(uintptr_t addr, uintptr_t fn_start, size_t fn_size, Handler h, void* coo
     publish();
     return 0;
   }
-  if (fn_size != 0 && !on_boundary(addr, fn_start, fn_size)) {
-    *err = "Probe point is not an instruction boundary";
-    return -EILSEQ;
+  // An endbr64 stays where it is (an indirect branch to addr must still
+  // find it) and the site is the instruction after it: it changes no
+  // register, so the handlers see the state at addr all the same.
+  const uintptr_t at = detail::is_endbr64(addr) ? addr + 4 : addr;
+  for (const Site& o : *g_sites) {
+    if (o.detour != nullptr && at > o.at && at < o.at + o.detour->len) {
+      *err = "the address is inside another probe's patched window (the probe at 0x" + hex(o.addr) + ")";
+      return -EBUSY;
+    }
   }
-  Site s;
-  s.addr = addr;
-  if (reinterpret_cast<const uint8_t*>(addr)[0] == kInt3) {
+  if (reinterpret_cast<const uint8_t*>(at)[0] == kInt3) {
     *err = "there is an int3 there already (a debugger's breakpoint, or another tool's probe)";
     return -EBUSY;
   }
-  if (int rc = prepare(&s, err); rc < 0) return rc;
+  // The original code around the site (other probes' bytes put back): the
+  // function when its bounds are known, else the window's most.
+  const uintptr_t lo = fn_size != 0 ? std::min(fn_start, at) : at;
+  const uintptr_t hi = std::max(fn_size != 0 ? fn_start + fn_size : at, at + sizeof(Prepared::bytes));
+  const std::vector<uint8_t> code = original_code(lo, hi);
+  const uint8_t* here = code.data() + (at - lo);
+  if (fn_size != 0 && !on_boundary(addr, fn_start, fn_size, code.data() + (fn_start - lo))) {
+    *err = "Probe point is not an instruction boundary";
+    return -EILSEQ;
+  }
+  // Planned and written from the code as it is, before any byte changes; or
+  // what an earlier add() here planned, if the code is still the same.
+  Prepared* prep = nullptr;
+  for (Prepared& p : *g_prepared)
+    if (p.at == at && std::memcmp(p.bytes, here, sizeof p.bytes) == 0) prep = &p;
+  if (prep == nullptr) {
+    Prepared p{};
+    p.at = at;
+    std::memcpy(p.bytes, here, sizeof p.bytes);
+    p.site.addr = addr;
+    p.site.at = at;
+    if (int rc = prepare(&p.site, err); rc < 0) return rc;
+    // Where it can be, the site becomes a jump (detour.cc).
+    auto* d = new detail::Detour();
+    uintptr_t slot = 0;
+    const bool detour =
+        detail::detour_supported() &&
+        detail::plan_detour(at, fn_start, fn_size, {lo, code.data(), code.size()}, d, &p.why) == 0 &&
+        (slot = alloc_slot(at, detail::kDetourSlotSize)) != 0 &&
+        detail::build_slot(d, slot, detail::kDetourSlotSize, &p.why) == 0;
+    if (!detour) {
+      delete d;  // never published (its slot, if any, is simply not used)
+      d = nullptr;
+    } else {
+      d->addr = addr;
+      d->xol = p.site.run == Run::kSlot ? p.site.slot : 0;
+      d->xol_len = p.site.xol_len;
+    }
+    p.detour = d;
+    g_prepared->push_back(p);
+    prep = &g_prepared->back();
+  }
+  if (prep->detour == nullptr && getenv("USRTRACE_PATCH_DEBUG") != nullptr)
+    fprintf(stderr, "usrtrace patch: 0x%lx stays on int3: %s\n", static_cast<unsigned long>(addr),
+            prep->why.c_str());
+  Site s = prep->site;
+  s.addr = addr;
+  s.detour = nullptr;
+  s.method = Method::kInt3;
+  s.hits = new std::atomic<uint64_t>(0);
   s.h[0] = h;
   s.cookie[0] = cookie;
   s.nh = 1;
-  // Where it can be, the site becomes a jump (detour.cc): planned and its
-  // slot written now, from the code as it is, before any byte changes.
-  auto* d = new detail::Detour();
-  std::string why;
-  uintptr_t slot = 0;
-  const bool detour = s.run == Run::kSlot && detail::detour_supported() &&
-                      detail::plan_detour(addr, fn_start, fn_size, d, &why) == 0 &&
-                      (slot = alloc_slot(addr, detail::kDetourSlotSize)) != 0 &&
-                      detail::build_slot(d, slot, detail::kDetourSlotSize, &why) == 0;
-  if (!detour) {
-    if (getenv("USRTRACE_PATCH_DEBUG") != nullptr)
-      fprintf(stderr, "usrtrace patch: 0x%lx stays on int3: %s\n", static_cast<unsigned long>(addr),
-              why.c_str());
-    delete d;
-    d = nullptr;
-  } else {
-    d->xol = s.slot;
-    d->xol_len = s.len;
-  }
+  detail::Detour* d = prep->detour;
+  // A window over another probe's site: that site's bytes would be copied
+  // (an int3) or overwritten (a jmp). This one stays on int3.
+  for (const Site& o : *g_sites)
+    if (d != nullptr && o.at > at && o.at < at + d->len) d = nullptr;
   g_sites->push_back(s);
-  note_site(addr);
+  note_site(at);
   // The table first: a thread that traps finds its site.
   publish();
-  if (int rc = write_byte(addr, kInt3); rc < 0) {
+  if (int rc = write_byte(at, kInt3); rc < 0) {
+    delete g_sites->back().hits;
     g_sites->pop_back();
     publish();
     *err = std::string("cannot write the code: ") + strerror(-rc);
@@ -413,17 +491,18 @@ int add(uintptr_t addr, uintptr_t fn_start, size_t fn_size, Handler h, void* coo
   if (d == nullptr) return 0;
   // From now on the int3 path runs the whole window's copy, so that no
   // thread returns into the window while its bytes change.
-  g_sites->back().slot = d->copy;
+  if (g_sites->back().run == Run::kSlot) g_sites->back().slot = d->copy;
   publish();
   if (detail::arm_detour(d, poke_bytes)) {
     g_sites->back().detour = d;
+    g_sites->back().method = d->nop ? Method::kNop : Method::kDetour;
     publish();
-    *how = Method::kDetour;
+    *how = g_sites->back().method;
     return 0;
   }
   // Left on int3 (a thread did not answer the sweep): the bytes after the
   // first are the original ones again; the copy stays the int3 path's.
-  poke_bytes(addr + 1, d->orig + 1, d->len - 1u);
+  poke_bytes(at + 1, d->orig + 1, d->len - 1u);
   sync_cores();
   return 0;
 }
@@ -435,8 +514,10 @@ extern "C" __attribute__((visibility("hidden"))) void usrtrace_patch_detour_hit(
   // order: seq_cst, as the trap's (the top of the file).
   g_users.fetch_add(1, std::memory_order_seq_cst);
   const Table* t = g_table.load(std::memory_order_seq_cst);
-  if (const Site* s = t != nullptr ? find(t, d->addr) : nullptr; s != nullptr)
+  if (const Site* s = t != nullptr ? find(t, d->win) : nullptr; s != nullptr) {
+    s->hits->fetch_add(1, std::memory_order_relaxed);  // order: a statistic
     for (int i = 0; i < s->nh; ++i) s->h[i](r, s->cookie[i]);
+  }
   g_users.fetch_sub(1, std::memory_order_release);
 }
 
@@ -453,15 +534,18 @@ int remove(uintptr_t addr, Handler h, void* cookie) {
         s.cookie[j] = s.cookie[j + 1];
       }
       --s.nh;
+      std::atomic<uint64_t>* hits = nullptr;
       if (s.nh == 0) {
         // The byte first: a thread that traps now finds no site and runs
         // the restored byte; then the table, whose publish waits out every
         // handler still running the pair.
         if (s.detour != nullptr) detail::disarm_detour(s.detour, poke_bytes);
-        write_byte(addr, s.orig);
+        write_byte(s.at, s.orig);
+        hits = s.hits;
         g_sites->erase(g_sites->begin() + static_cast<std::ptrdiff_t>(i));
       }
       publish();
+      delete hits;  // no handler can still count on it
       return 0;
     }
   }
@@ -473,8 +557,7 @@ std::vector<SiteInfo> sites() {
   std::vector<SiteInfo> out;
   if (g_sites != nullptr)
     for (const Site& s : *g_sites)
-      out.push_back(
-          {s.addr, s.detour != nullptr ? Method::kDetour : Method::kInt3, static_cast<size_t>(s.nh)});
+      out.push_back({s.addr, s.method, static_cast<size_t>(s.nh), s.hits->load(std::memory_order_relaxed)});
   return out;
 }
 

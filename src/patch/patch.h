@@ -18,7 +18,13 @@
 
 namespace usrtrace::patch {
 
-enum class Method : uint8_t { kInt3, kDetour };
+// How a site is armed (docs/design/patch-engine.md): kDetour, a jmp to the
+// site's slot that runs the handlers and then the displaced instructions;
+// kNop, the same over a nop of 5 bytes or more (nothing displaced runs);
+// kInt3, the trap, where a jump would cover a jump target or an instruction
+// that cannot run out of line, or while a detour is being armed.
+// method_name(): "nop", "detour", "int3".
+enum class Method : uint8_t { kNop, kDetour, kInt3 };
 const char* method_name(Method m);
 
 // A probe at `addr`, an instruction boundary in the process's executable
@@ -56,6 +62,7 @@ struct SiteInfo {
   uintptr_t addr;
   Method method;
   size_t handlers;
+  uint64_t hits;  // times the handlers ran since the site was armed
 };
 std::vector<SiteInfo> sites();
 

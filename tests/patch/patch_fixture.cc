@@ -1,0 +1,108 @@
+// Functions the patch engine's tests probe (tests/patch/patch_test.cc),
+// compiled with plain -O2 and no tracing flag (tests/CMakeLists.txt),
+// noinline so that every call is a call. The assembly ones have bytes the
+// tests rely on: a jump target inside the first 5 bytes, a short jcc, a
+// call and a jmp at the entry.
+#include <csetjmp>
+#include <stdexcept>
+
+extern "C" {
+
+__attribute__((noinline)) long patch_fixture_add3(long a, long b, long c) { return a + 2 * b + 3 * c; }
+
+// Reads a global through a rip-relative load among its first instructions.
+int patch_fixture_global = 7;
+__attribute__((noinline)) int patch_fixture_read_global(int x) { return patch_fixture_global * x + 1; }
+
+__attribute__((noinline)) long patch_fixture_mix(long a, long b, long c, long d) {
+  long r = a;
+  for (long i = 0; i < d; ++i) r = r * 3 + (b ^ i) - c;
+  return r;
+}
+
+}  // extern "C"
+
+__attribute__((noinline)) int patch_fixture_throw(int x) {
+  if (x < 0) throw std::runtime_error("negative");
+  return x + 1;
+}
+
+std::jmp_buf patch_fixture_env;
+__attribute__((noinline)) int patch_fixture_jump(int x) {
+  if (x < 0) std::longjmp(patch_fixture_env, 42);
+  return x + 2;
+}
+
+// clang-format off
+asm(R"(
+  .pushsection .text
+  .p2align 4
+  .globl patch_fixture_loop
+  .type patch_fixture_loop, @function
+/* long patch_fixture_loop(long n): n + (n-1) + ... + 1, n >= 1. The loop's
+ * head, a jump target, is at +2: a 5-byte window at +0 covers it. */
+patch_fixture_loop:
+  xorl %eax, %eax        /* +0  31 c0 */
+1:
+  addq %rdi, %rax        /* +2  48 01 f8 */
+  decq %rdi              /* +5  48 ff cf */
+  jnz 1b                 /* +8  75 f8 */
+  ret                    /* +10 */
+  .size patch_fixture_loop, . - patch_fixture_loop
+
+  .p2align 4
+  .globl patch_fixture_branch
+  .type patch_fixture_branch, @function
+/* long patch_fixture_branch(long x): x < 0 ? -x : x + 1. The window at +0
+ * is test + a short js: relocated as js rel32. */
+patch_fixture_branch:
+  testq %rdi, %rdi       /* +0  48 85 ff */
+  js 2f                  /* +3  78 05 */
+  leaq 1(%rdi), %rax     /* +5  48 8d 47 01 */
+  ret                    /* +9 */
+2:
+  movq %rdi, %rax        /* +10 */
+  negq %rax
+  ret
+  .size patch_fixture_branch, . - patch_fixture_branch
+
+  .p2align 4
+  .globl patch_fixture_triple
+  .type patch_fixture_triple, @function
+patch_fixture_triple:    /* long (long x): 3x */
+  leaq (%rdi,%rdi,2), %rax
+  ret
+  .size patch_fixture_triple, . - patch_fixture_triple
+
+  .p2align 4
+  .globl patch_fixture_call
+  .type patch_fixture_call, @function
+/* long patch_fixture_call(long x): 3x + 1. The window at +0 is the call
+ * alone: emulated, the original return address pushed. */
+patch_fixture_call:
+  call patch_fixture_triple   /* +0  e8 rel32 */
+  addq $1, %rax               /* +5 */
+  ret
+  .size patch_fixture_call, . - patch_fixture_call
+
+  .p2align 4
+  .globl patch_fixture_tail
+  .type patch_fixture_tail, @function
+/* long patch_fixture_tail(long x): 3x, by a tail call (jmp rel32). */
+patch_fixture_tail:
+  .byte 0xe9                  /* +0  jmp rel32 (the assembler would pick rel8) */
+  .long patch_fixture_triple - . - 4
+  .size patch_fixture_tail, . - patch_fixture_tail
+
+  .p2align 4
+  .globl patch_fixture_nop
+  .type patch_fixture_nop, @function
+/* long patch_fixture_nop(long x): x + 5, after a 5-byte nop. */
+patch_fixture_nop:
+  .byte 0x0f, 0x1f, 0x44, 0x00, 0x00
+  leaq 5(%rdi), %rax
+  ret
+  .size patch_fixture_nop, . - patch_fixture_nop
+  .popsection
+)");
+// clang-format on
