@@ -135,6 +135,7 @@ extern "C" USRTRACE_EXPORT void* usrtrace_internal_begin_catch(void* exc, uint64
       real_fn<Fn>("__cxa_begin_catch", reinterpret_cast<const void*>(&__cxxabiv1::__cxa_end_catch),
                   reinterpret_cast<const void*>(&usrtrace_internal_begin_catch));
   usrtrace::function::shadow_rehook(sp);
+  usrtrace::patch::rehook_returns(sp);
   return f(exc);
 }
 

@@ -55,8 +55,14 @@ using RetHandler = void (*)(const Regs* at_return, void* cookie, uint64_t func, 
 bool hook_return(const Regs* at_entry, RetHandler ret, void* cookie);
 // Puts back every return address this thread's hooks replaced (an
 // exception is about to unwind through them: the unwinder must see the
-// real callers). Their `ret` does not run. Context: the thread itself.
+// real callers). The entries stay, until rehook_returns(). Context: the
+// thread itself (the unwind interposers, src/function/interpose.cc).
 void unhook_returns();
+// An exception was caught by the frame whose stack pointer is `sp`: the
+// entries of frames below it (gone) are dropped, those above it (still
+// live) hook their returns again, so their `ret` runs. Context: the thread
+// itself (__cxa_begin_catch's interposer).
+void rehook_returns(uint64_t sp);
 
 struct SiteInfo {
   uintptr_t addr;

@@ -8,7 +8,13 @@
 // unhook_returns): they are dropped. An exception unwinds through real
 // return addresses only: the unwind interposers (src/function/interpose.cc)
 // call unhook_returns() first, which puts every hooked slot of the thread
-// back.
+// back and keeps the entries; __cxa_begin_catch's interposer then calls
+// rehook_returns(sp of the catching frame): entries below it are frames the
+// unwind removed (dropped), those above it are frames still live, whose
+// slots get the trampoline again, so their returns are still seen (as the
+// function tracers' shadow_rehook does). A new hook drops entries at or
+// below its own slot: a call reusing that stack means those frames are gone
+// (longjmp), and a loop of longjmps must not fill the stack.
 #include <unistd.h>
 #include <cstdlib>
 #include <cstring>
@@ -16,15 +22,18 @@
 #include "patch/patch.h"
 
 extern "C" {
+extern uint32_t usrtrace_patch_vec_mode;  // detour.cc: 0 xmm, 1 ymm, 2 zmm
 void usrtrace_patch_ret_tramp();
 uint64_t usrtrace_patch_on_return(usrtrace::patch::Regs* regs);
 }
 
 // The trampoline: entered by the hooked function's `ret`, with rsp as the
 // caller expects it after the return (16-byte aligned at a call site).
-// Saves the return registers (rax, rdx, xmm0, xmm1) and the rest into a
-// Regs on the stack, asks for the real return address, restores, jumps
-// there. 224 bytes keep rsp 16-byte aligned at the call.
+// Saves the return registers (rax, rdx, vector registers 0 and 1 whole, at
+// the width the detour's stub uses: an __m256/__m512 result survives a
+// handler whose glibc calls end in vzeroupper) and the rest into a Regs on
+// the stack, asks for the real return address, restores, jumps there. rbx
+// (saved in the Regs) keeps the Regs' address across the call.
 asm(R"(
   .text
   .p2align 4
@@ -56,13 +65,44 @@ usrtrace_patch_ret_tramp:
   lea 224(%rsp), %rax
   mov %rax, 152(%rsp)
   movq $0, 160(%rsp)
-  movdqu %xmm0, 168(%rsp)
-  movdqu %xmm1, 184(%rsp)
-  mov %rsp, %rdi
+  mov %rsp, %rbx
+  sub $128, %rsp
+  and $-64, %rsp
+  mov usrtrace_patch_vec_mode(%rip), %eax
+  cmp $1, %eax
+  je 2f
+  ja 3f
+  movdqu %xmm0, 0(%rsp)
+  movdqu %xmm1, 64(%rsp)
+  jmp 4f
+2:
+  vmovdqu %ymm0, 0(%rsp)
+  vmovdqu %ymm1, 64(%rsp)
+  jmp 4f
+3:
+  vmovdqu64 %zmm0, 0(%rsp)
+  vmovdqu64 %zmm1, 64(%rsp)
+4:
+  mov %rbx, %rdi
   call usrtrace_patch_on_return
   mov %rax, %r11
-  movdqu 168(%rsp), %xmm0
-  movdqu 184(%rsp), %xmm1
+  mov usrtrace_patch_vec_mode(%rip), %eax
+  cmp $1, %eax
+  je 5f
+  ja 6f
+  movdqu 0(%rsp), %xmm0
+  movdqu 64(%rsp), %xmm1
+  jmp 7f
+5:
+  vmovdqu 0(%rsp), %ymm0
+  vmovdqu 64(%rsp), %ymm1
+  jmp 7f
+6:
+  vmovdqu64 0(%rsp), %zmm0
+  vmovdqu64 64(%rsp), %zmm1
+7:
+  mov %rbx, %rsp
+  mov 40(%rsp), %rbx
   mov 80(%rsp), %rax
   mov 96(%rsp), %rdx
   add $224, %rsp
@@ -76,6 +116,7 @@ namespace {
 struct Entry {
   uint64_t slot;  // where the return address was
   uint64_t ret;   // the real return address
+  bool unhooked;  // unhook_returns() put `ret` back into the slot
   uint64_t func;
   uint64_t args[6];
   RetHandler handler;
@@ -99,8 +140,12 @@ constinit __attribute__((tls_model("initial-exec"))) thread_local ReturnStack t_
 
 bool hook_return(const Regs* at_entry, RetHandler ret, void* cookie) {
   ReturnStack& st = t_stack;
+  // Entries at or below this slot are frames gone (longjmp): a live frame's
+  // slot is above every callee's.
+  while (st.depth > 0 && st.e[st.depth - 1].slot <= at_entry->sp) --st.depth;
   if (st.depth == kReturnDepth) return false;
   Entry& e = st.e[st.depth];
+  e.unhooked = false;
   auto* slot = reinterpret_cast<uint64_t*>(at_entry->sp);
   e.slot = at_entry->sp;
   e.ret = *slot;
@@ -121,12 +166,29 @@ bool hook_return(const Regs* at_entry, RetHandler ret, void* cookie) {
 void unhook_returns() {
   ReturnStack& st = t_stack;
   for (int i = st.depth - 1; i >= 0; --i) {
-    auto* slot = reinterpret_cast<uint64_t*>(st.e[i].slot);
+    Entry& e = st.e[i];
+    auto* slot = reinterpret_cast<uint64_t*>(e.slot);
     // Only a slot that still holds the hook: a frame gone by longjmp has
     // been reused, and what is there now is someone else's.
-    if (*slot == reinterpret_cast<uint64_t>(&usrtrace_patch_ret_tramp)) *slot = st.e[i].ret;
+    if (!e.unhooked && *slot == reinterpret_cast<uint64_t>(&usrtrace_patch_ret_tramp)) {
+      *slot = e.ret;
+      e.unhooked = true;
+    }
   }
-  st.depth = 0;
+}
+
+void rehook_returns(uint64_t sp) {
+  ReturnStack& st = t_stack;
+  // Frames the unwind removed: their slots are below the catcher's sp.
+  while (st.depth > 0 && st.e[st.depth - 1].slot < sp) --st.depth;
+  for (int i = 0; i < st.depth; ++i) {
+    Entry& e = st.e[i];
+    auto* slot = reinterpret_cast<uint64_t*>(e.slot);
+    if (e.unhooked && *slot == e.ret) {
+      *slot = reinterpret_cast<uint64_t>(&usrtrace_patch_ret_tramp);
+      e.unhooked = false;
+    }
+  }
 }
 
 }  // namespace usrtrace::patch

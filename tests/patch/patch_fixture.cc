@@ -27,6 +27,17 @@ __attribute__((noinline)) int patch_fixture_throw(int x) {
   return x + 1;
 }
 
+// Catches what patch_fixture_throw throws: an exception that starts and ends
+// below this function's frame.
+__attribute__((noinline)) int patch_fixture_catch(int x) {
+  int (*volatile t)(int) = patch_fixture_throw;
+  try {
+    return t(-x);
+  } catch (const std::runtime_error&) {
+    return x + 100;
+  }
+}
+
 std::jmp_buf patch_fixture_env;
 __attribute__((noinline)) int patch_fixture_jump(int x) {
   if (x < 0) std::longjmp(patch_fixture_env, 42);

@@ -36,6 +36,7 @@ long patch_fixture_nop(long x);
 long patch_fixture_cet(long a, long b);
 }
 int patch_fixture_throw(int x);
+int patch_fixture_catch(int x);
 int patch_fixture_jump(int x);
 extern std::jmp_buf patch_fixture_env;
 
@@ -430,6 +431,25 @@ TEST_F(PatchTest, ExceptionsAndLongjmpThroughAReturnProbeLeaveTheProgramAsItWas)
   EXPECT_EQ(seen_jmp->ax[5] & 0xffffffff, 42u);
   delete seen_thr;
   delete seen_jmp;
+}
+
+// An exception thrown and caught below a return-probed frame: the unwind
+// interposers unhook every return for the unwinder, and __cxa_begin_catch's
+// hooks the live frames again, so the probed function's return is still seen.
+TEST_F(PatchTest, AReturnProbeAboveACaughtExceptionStillSeesTheReturn) {
+  const Fn fn = bounds_of(&patch_fixture_catch);
+  ASSERT_NE(fn.size, 0u);
+  auto* seen = new RetSeen();
+  add_ok(fn, 0, hook, seen);
+  int (*volatile c)(int) = patch_fixture_catch;
+  for (int i = 1; i <= 10; ++i) EXPECT_EQ(c(i), i + 100);
+  EXPECT_EQ(remove(fn.start, hook, seen), 0);
+  ASSERT_EQ(seen->n.load(), 10);
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(seen->ax[i] & 0xffffffff, static_cast<uint64_t>(i + 101));
+    EXPECT_EQ(seen->args[i][0] & 0xffffffff, static_cast<uint64_t>(i + 1));
+  }
+  delete seen;
 }
 
 // ---- Threads.
