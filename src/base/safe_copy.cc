@@ -19,7 +19,9 @@ extern const char usrtrace_safe_start[], usrtrace_safe_end[], usrtrace_safe_fixu
 // fault, and each resumes at the fixup. Both routines are leaves that push
 // nothing, so at any of their instructions rsp holds the caller's return
 // address and the fixup's `ret` returns -EFAULT to the caller.
-//   safe_copy:    rdi = dst, rsi = src, rdx = n.      rep movsb.
+//   safe_copy:    rdi = dst, rsi = src, rdx = n.      8 bytes at a time, then
+//                 the tail's bytes (rep movsb's start-up cost 60 ns a call on
+//                 this VM's EPYC, for the 1-8 byte reads a fetch makes).
 //   safe_strncpy: rdi = dst, rsi = src, rdx = max.    A byte loop; returns
 //                 the count, NUL included, or max when it found none.
 // clang-format off
@@ -41,8 +43,27 @@ asm(R"(
 usrtrace_safe_start:
 usrtrace_safe_copy_asm:
   .cfi_startproc
-  mov %rdx, %rcx
-  rep movsb
+  cmp $8, %rdx
+  jb 3f
+1:
+  mov (%rsi), %rax
+  mov %rax, (%rdi)
+  add $8, %rsi
+  add $8, %rdi
+  sub $8, %rdx
+  cmp $8, %rdx
+  jae 1b
+3:
+  test %rdx, %rdx
+  jz 5f
+4:
+  movzbl (%rsi), %eax
+  mov %al, (%rdi)
+  inc %rsi
+  inc %rdi
+  dec %rdx
+  jnz 4b
+5:
   xor %eax, %eax
   ret
   .cfi_endproc

@@ -7,6 +7,9 @@
 //   [start .................end)   two labels; a fault in it can only be a
 //   fixup: mov $-EFAULT,%rax; ret load from the source (or a store to dst)
 //
+// Loops of movs, not rep movsb, whose start-up cost 60 ns a call on this
+// VM's EPYC: a fetch reads 1 to 8 bytes at a time.
+//
 // A SIGSEGV or SIGBUS raised by the hardware (si_code > 0) whose rip lies
 // in [start, end) resumes at the fixup, which returns -EFAULT to the caller
 // as an ordinary return would (the routines are leaves that never touch the
@@ -27,8 +30,9 @@
 
 namespace usrtrace::base {
 
-// Copies n bytes from src. Returns 0, or -EFAULT when some byte could not
-// be read (dst then holds what was read before the fault).
+// Copies n bytes from src, 8 at a time then the tail's bytes. Returns 0,
+// or -EFAULT when some byte could not be read (dst then holds some of the
+// bytes before the fault: the callers zero it, as copy_from_user() does).
 // Context: any thread, signal handlers included; no lock, no system call.
 int safe_copy(void* dst, const void* src, size_t n);
 

@@ -186,6 +186,13 @@ long store_symstr(uint64_t addr, uint8_t* dest, Hit& h) {
   return n + 1;
 }
 
+// The LP_ARRAY after the store at `s3` (and its bitfield), or nullptr.
+const FetchInsn* array_at(const FetchInsn* s3) {
+  const FetchInsn* c = s3 + 1;
+  if (c->op == FetchOp::kModBf) ++c;
+  return c->op == FetchOp::kLpArray ? c : nullptr;
+}
+
 // Stages 2 to 5 (process_fetch_insn_bottom()). Returns the string bytes
 // used, or < 0 when a dereference faulted (the field keeps what run()
 // preset: zeros, and strings of length 0).
@@ -203,6 +210,18 @@ stage2:
     ++code;
   }
   s3 = code;
+  if ((s3->op == FetchOp::kStMem || s3->op == FetchOp::kStUMem) && array_at(s3) != nullptr) {
+    // An array in memory: one read of all of it, element by element (as
+    // the kernel reads it) only when that faults, so that the elements
+    // before and after a hole keep their values.
+    const FetchInsn* lp = array_at(s3);
+    if (base::safe_copy(dest, reinterpret_cast<const void*>(val + static_cast<uint64_t>(s3->value)),
+                        size_t{s3->param} * lp->param) == 0) {
+      if (s3[1].op == FetchOp::kModBf)
+        for (uint32_t k = 0; k < lp->param; ++k) apply_bitfield(s3[1], dest + size_t{k} * s3->param);
+      return lp[1].op == FetchOp::kEnd ? 0 : -EILSEQ;
+    }
+  }
 stage3:
   switch (code->op) {
     case FetchOp::kStRaw:

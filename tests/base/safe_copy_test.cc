@@ -85,9 +85,12 @@ TEST_F(SafeCopy, ReadsRunningIntoAHole) {
   char* tail = p.end_of_good() - 4;
   memcpy(tail, "abcd", 4);
   char dst[16] = {};
-  // A copy that crosses: -EFAULT, the prefix copied.
+  // A copy that crosses: -EFAULT; up to the hole: 0.
   EXPECT_EQ(safe_copy(dst, tail, 8), -EFAULT);
+  EXPECT_EQ(safe_copy(dst, tail, 5), -EFAULT);
+  EXPECT_EQ(safe_copy(dst, tail, 4), 0);
   EXPECT_EQ(memcmp(dst, "abcd", 4), 0);
+  EXPECT_EQ(safe_copy(dst, p.end_of_good() - 16, 16), 0) << "two words ending at the hole";
   // A string without its NUL before the hole faults; with it, it does not.
   EXPECT_EQ(safe_strncpy(dst, tail, sizeof dst), -EFAULT);
   tail[3] = '\0';
