@@ -263,6 +263,7 @@ struct Insn {
   Reloc reloc = Reloc::kCopy;
   uint8_t disp_off = 0;
   uint8_t cc = 0;
+  uint8_t modrm_off = 0;
   uintptr_t target = 0;
   bool nop = false;
 };
@@ -292,6 +293,29 @@ bool classify(const ZydisDecoder& dec, uintptr_t at, const uint8_t* src, size_t 
     return false;
   }
   const bool is_call = in.mnemonic == ZYDIS_MNEMONIC_CALL;
+  if (is_call && in.operand_count_visible >= 1 && ops[0].type != ZYDIS_OPERAND_TYPE_IMMEDIATE) {
+    // call *r/m: emulated as a push of the original return address and
+    // jmp *r/m, which is the same instruction with ModRM.reg 4 for 2.
+    const ZydisDecodedOperand& op = ops[0];
+    const bool uses_rsp = (op.type == ZYDIS_OPERAND_TYPE_REGISTER && op.reg.value == ZYDIS_REGISTER_RSP) ||
+                          (op.type == ZYDIS_OPERAND_TYPE_MEMORY &&
+                           (op.mem.base == ZYDIS_REGISTER_RSP || op.mem.index == ZYDIS_REGISTER_RSP));
+    if (in.opcode_map != ZYDIS_OPCODE_MAP_DEFAULT || in.opcode != 0xff || in.raw.modrm.reg != 2 || uses_rsp) {
+      *why = "an indirect call this engine cannot emulate (far, or through rsp)";
+      return false;
+    }
+    out->reloc = Reloc::kCallInd;
+    out->modrm_off = in.raw.modrm.offset;
+    if (op.type == ZYDIS_OPERAND_TYPE_MEMORY && op.mem.base == ZYDIS_REGISTER_RIP) {
+      if (in.raw.disp.size != 32) {
+        *why = "a rip-relative operand without a 32-bit displacement";
+        return false;
+      }
+      out->disp_off = in.raw.disp.offset;
+      out->target = at + in.length + static_cast<uintptr_t>(in.raw.disp.value);
+    }
+    return true;
+  }
   for (int i = 0; i < in.operand_count; ++i) {
     const ZydisDecodedOperand& op = ops[i];
     if (op.type == ZYDIS_OPERAND_TYPE_MEMORY && op.mem.base == ZYDIS_REGISTER_RIP) {
@@ -375,6 +399,29 @@ size_t emit(const Insn& insn, const uint8_t* src, uintptr_t from, uintptr_t to, 
       out[0] = 0xe9;
       std::memcpy(out + 1, &r, 4);
       return 5;
+    case Reloc::kCallInd: {
+      if (!last) {
+        *why = "a call before the window's end (its return address would be inside it)";
+        return 0;
+      }
+      // lea -8(%rsp),%rsp; movl $lo,(%rsp); movl $hi,4(%rsp); jmp *r/m
+      if (room < 20u + insn.len) break;
+      const uint64_t ret = from + insn.len;
+      const uint32_t lo = static_cast<uint32_t>(ret), hi = static_cast<uint32_t>(ret >> 32);
+      const uint8_t code[20] = {0x48, 0x8d, 0x64, 0x24, 0xf8, 0xc7, 0x04, 0x24, 0, 0,
+                                0,    0,    0xc7, 0x44, 0x24, 0x04, 0,    0,    0, 0};
+      std::memcpy(out, code, sizeof code);
+      std::memcpy(out + 8, &lo, 4);
+      std::memcpy(out + 16, &hi, 4);
+      std::memcpy(out + 20, src, insn.len);
+      uint8_t& modrm = out[20 + insn.modrm_off];
+      modrm = static_cast<uint8_t>((modrm & ~0x38) | (4 << 3));
+      if (insn.disp_off != 0) {
+        if (!rel32(insn.target, to + 20 + insn.len, &r, why)) return 0;
+        std::memcpy(out + 20 + insn.disp_off, &r, 4);
+      }
+      return 20u + insn.len;
+    }
     case Reloc::kCall: {
       if (!last) {
         *why = "a call before the window's end (its return address would be inside it)";
@@ -475,7 +522,7 @@ int plan_detour(uintptr_t win, uintptr_t fn_start, size_t fn_size, const Code& c
       return -EINVAL;
     }
     if (!classify(dec, at, src, avail, &insn, why)) return -EOPNOTSUPP;
-    if (insn.reloc == Reloc::kCall && d->len + insn.len < 5) {
+    if ((insn.reloc == Reloc::kCall || insn.reloc == Reloc::kCallInd) && d->len + insn.len < 5) {
       *why = "a call before the window's end (its return address would be inside it)";
       return -EOPNOTSUPP;
     }
@@ -485,6 +532,7 @@ int plan_detour(uintptr_t win, uintptr_t fn_start, size_t fn_size, const Code& c
     d->reloc[i] = insn.reloc;
     d->disp_off[i] = insn.disp_off;
     d->cc[i] = insn.cc;
+    d->modrm_off[i] = insn.modrm_off;
     d->target[i] = insn.target;
     nop = insn.nop;
     d->len = static_cast<uint8_t>(d->len + insn.len);
@@ -565,12 +613,13 @@ int build_slot(Detour* d, uintptr_t slot, size_t room, std::string* why) {
     insn.reloc = d->reloc[i];
     insn.disp_off = d->disp_off[i];
     insn.cc = d->cc[i];
+    insn.modrm_off = d->modrm_off[i];
     insn.target = d->target[i];
     const size_t k = emit(insn, d->orig + d->from[i], d->win + d->from[i], slot + n, i == d->ninsn - 1,
                           buf + n, room - n - 14, why);
     if (k == 0) return -EOPNOTSUPP;
     n += k;
-    falls_through = insn.reloc != Reloc::kCall && insn.reloc != Reloc::kJmp;
+    falls_through = insn.reloc != Reloc::kCall && insn.reloc != Reloc::kCallInd && insn.reloc != Reloc::kJmp;
   }
   if (falls_through) {
     put({0xff, 0x25, 0, 0, 0, 0});  // jmp *0(%rip)

@@ -11,13 +11,16 @@ inline constexpr size_t kDetourSlotSize = 160;
 
 // How one instruction of the window runs from the copy (relocate()).
 enum class Reloc : uint8_t {
-  kCopy,    // as it is
-  kRipRel,  // a rip-relative memory operand: its displacement re-encoded
-  kJcc,     // a conditional branch (rel8 or rel32): jcc rel32 to the same target
-  kJmp,     // jmp rel8/rel32: jmp rel32 to the same target
-  kCall,    // call rel32 (the window's last instruction only): the original
-            // return address pushed, then jmp rel32: the callee returns to
-            // the original code, and no slot address is ever on the stack
+  kCopy,     // as it is
+  kRipRel,   // a rip-relative memory operand: its displacement re-encoded
+  kJcc,      // a conditional branch (rel8 or rel32): jcc rel32 to the same target
+  kJmp,      // jmp rel8/rel32: jmp rel32 to the same target
+  kCall,     // call rel32 (the window's last instruction only): the original
+             // return address pushed, then jmp rel32: the callee returns to
+             // the original code, and no slot address is ever on the stack
+  kCallInd,  // call *r/m (the window's last instruction only, no rsp in the
+             // operand): the original return address pushed, then the jmp
+             // form of the same operand (ff /4), rip-relative re-encoded
 };
 
 // One detoured site. Allocated once and never freed: a thread may be in its
@@ -37,10 +40,11 @@ struct Detour {
   uint8_t to[kMaxWindowInsns] = {};    // and in the copy
   uint8_t ilen[kMaxWindowInsns] = {};
   Reloc reloc[kMaxWindowInsns] = {};
-  uint8_t disp_off[kMaxWindowInsns] = {};  // kRipRel: where the displacement is
-  uint8_t cc[kMaxWindowInsns] = {};        // kJcc: the condition (low nibble of the opcode)
-  uintptr_t target[kMaxWindowInsns] = {};  // kRipRel, kJcc, kJmp, kCall: the absolute address
-  uint8_t orig[24] = {};                   // the window's bytes (len <= 4 + 15)
+  uint8_t disp_off[kMaxWindowInsns] = {};   // kRipRel: where the displacement is
+  uint8_t cc[kMaxWindowInsns] = {};         // kJcc: the condition (low nibble of the opcode)
+  uint8_t modrm_off[kMaxWindowInsns] = {};  // kCallInd: where the ModRM byte is
+  uintptr_t target[kMaxWindowInsns] = {};   // kRipRel, kJcc, kJmp, kCall: the absolute address
+  uint8_t orig[24] = {};                    // the window's bytes (len <= 4 + 15)
 };
 static_assert(offsetof(Detour, addr) == 0 && offsetof(Detour, copy) == 8);
 

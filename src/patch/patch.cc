@@ -97,7 +97,7 @@ struct SlotPage {
   size_t used;
 };
 std::vector<SlotPage>* g_pages = nullptr;
-constexpr size_t kSlotSize = 32;
+constexpr size_t kSlotSize = 64;  // an emulated indirect call: 20 + 15, then the jump back
 constexpr size_t kPage = 4096;
 
 uintptr_t alloc_slot(uintptr_t near, size_t size = kSlotSize) {

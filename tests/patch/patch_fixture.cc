@@ -106,6 +106,30 @@ patch_fixture_tail:
   .size patch_fixture_tail, . - patch_fixture_tail
 
   .p2align 4
+  .globl patch_fixture_icall
+  .type patch_fixture_icall, @function
+/* long patch_fixture_icall(long x, long (*f)(long)): f(x) + 1. At +0 a
+ * 2-byte call *%rsi: a call before the window's end, so int3, its copy
+ * emulated (return address pushed, jmp *%rsi). */
+patch_fixture_icall:
+  call *%rsi                  /* +0  ff d6 */
+  addq $1, %rax
+  ret
+  .size patch_fixture_icall, . - patch_fixture_icall
+
+  .p2align 4
+  .globl patch_fixture_icall2
+  .type patch_fixture_icall2, @function
+/* The same after a 3-byte nop: the window [0,5) ends with the call: a
+ * detour whose copy emulates it. */
+patch_fixture_icall2:
+  .byte 0x0f, 0x1f, 0x00      /* +0  nopl (%rax) */
+  call *%rsi                  /* +3  ff d6 */
+  addq $1, %rax
+  ret
+  .size patch_fixture_icall2, . - patch_fixture_icall2
+
+  .p2align 4
   .globl patch_fixture_nop
   .type patch_fixture_nop, @function
 /* long patch_fixture_nop(long x): x + 5, after a 5-byte nop. */

@@ -32,7 +32,10 @@ long patch_fixture_loop(long n);
 long patch_fixture_branch(long x);
 long patch_fixture_call(long x);
 long patch_fixture_tail(long x);
+long patch_fixture_triple(long x);
 long patch_fixture_nop(long x);
+long patch_fixture_icall(long x, long (*f)(long));
+long patch_fixture_icall2(long x, long (*f)(long));
 long patch_fixture_cet(long a, long b);
 }
 int patch_fixture_throw(int x);
@@ -292,6 +295,27 @@ TEST_F(PatchTest, BranchesCallsAndJumpsInTheWindowAreRelocated) {
     EXPECT_EQ(remove(fn.start, record, seen), 0);
     EXPECT_EQ(bytes_at(fn.start, fn.size), before);
     delete seen;
+  }
+}
+
+// call *%rsi, alone at the entry (int3) and at the window's end (detour):
+// both emulated, the callee returning to the original code.
+TEST_F(PatchTest, AnIndirectCallRunsOutOfLineEmulated) {
+  const struct {
+    long (*f)(long, long (*)(long));
+    Method how;
+  } cases[] = {{patch_fixture_icall, Method::kInt3}, {patch_fixture_icall2, fast()}};
+  for (const auto& c : cases) {
+    const Fn fn = bounds_of(c.f);
+    ASSERT_NE(fn.size, 0u);
+    const auto before = bytes_at(fn.start, fn.size);
+    std::atomic<long> hits{0};
+    EXPECT_EQ(add_ok(fn, 0, count, &hits), c.how);
+    long (*volatile f)(long, long (*)(long)) = c.f;
+    for (long x = 0; x < 20; ++x) EXPECT_EQ(f(x, patch_fixture_triple), 3 * x + 1);
+    EXPECT_EQ(hits.load(), 20);
+    EXPECT_EQ(remove(fn.start, count, &hits), 0);
+    EXPECT_EQ(bytes_at(fn.start, fn.size), before);
   }
 }
 
