@@ -72,8 +72,9 @@ void publish_shape(uint16_t id, const EventShape* shape);
 // write_event's), the probe's fields, the args, then the strings after the
 // fixed part, cut to fit. Returns its length (0: cap is below the fixed
 // part). Memory is read fault-safe (base/safe_copy.h): a read that faults
-// stores 0 (the kernel leaves the buffer's old bytes), a string that
-// faults is (fault). Context: the hit's thread, any context the program
+// stores 0 (the kernel leaves its buffer's old bytes when a dereference
+// faults, and keeps the bytes before the fault of a value that straddles
+// one), a string that faults is (fault). Context: the hit's thread, any context the program
 // runs in; no lock, no allocation, no system call but $comm's prctl when
 // ctx.comm is nullptr.
 uint32_t run(const Definition& d, uint16_t id, const RunContext& ctx, uint8_t* rec, uint32_t cap);
