@@ -101,6 +101,40 @@ TEST_F(SafeCopy, ReadsRunningIntoAHole) {
   EXPECT_EQ(safe_strncpy(dst, tail, 4), 4);
 }
 
+TEST_F(SafeCopy, StrncpyAgainstAReference) {
+  // Every length, alignment and bound, in the middle of a page and ending
+  // at the hole (its NUL the page's last byte): what strncpy would copy,
+  // nothing written past it, and no fault where the string does not go.
+  Pages p;
+  for (int at_end = 0; at_end < 2; ++at_end) {
+    for (size_t len = 0; len <= 40; ++len) {
+      for (size_t align = 0; align < 16; ++align) {
+        char* src = at_end ? p.end_of_good() - len - 1 : p.good() + 512 + align;
+        for (size_t i = 0; i < len; ++i) src[i] = static_cast<char>('a' + (i + align) % 26);
+        src[len] = '\0';
+        for (size_t max = 1; max <= 48; ++max) {
+          char dst[64];
+          memset(dst, '#', sizeof dst);
+          const long got = safe_strncpy(dst, src, max);
+          const long want = static_cast<long>(len + 1 <= max ? len + 1 : max);
+          ASSERT_EQ(got, want) << "len " << len << " align " << align << " max " << max << " end " << at_end;
+          ASSERT_EQ(memcmp(dst, src, static_cast<size_t>(want)), 0);
+          for (size_t k = static_cast<size_t>(want); k < sizeof dst; ++k) ASSERT_EQ(dst[k], '#') << k;
+        }
+        if (at_end) break;  // one place per length at the end
+      }
+    }
+  }
+  // Without its NUL before the hole: a fault, whatever the alignment.
+  for (size_t len = 1; len <= 24; ++len) {
+    char* src = p.end_of_good() - len;
+    memset(src, 'z', len);
+    char dst[64];
+    EXPECT_EQ(safe_strncpy(dst, src, sizeof dst), -EFAULT) << len;
+    EXPECT_EQ(safe_strncpy(dst, src, len), static_cast<long>(len)) << "cut before the hole: no fault";
+  }
+}
+
 TEST_F(SafeCopy, ManyThreadsFaulting) {
   Pages p;
   std::atomic<int> wrong{0};
