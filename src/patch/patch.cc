@@ -354,12 +354,6 @@ bool on_boundary(uintptr_t addr, uintptr_t fn, size_t size, const uint8_t* code)
   return false;
 }
 
-std::string hex(uintptr_t v) {
-  char b[24];
-  snprintf(b, sizeof b, "%lx", static_cast<unsigned long>(v));
-  return b;
-}
-
 // The bytes of [lo, hi) as they were before any probe: the code, with every
 // site's original bytes put back. Under g_mu.
 std::vector<uint8_t> original_code(uintptr_t lo, uintptr_t hi) {
@@ -409,10 +403,22 @@ int add(uintptr_t addr, uintptr_t fn_start, size_t fn_size, Handler h, void* coo
   // find it) and the site is the instruction after it: it changes no
   // register, so the handlers see the state at addr all the same.
   const uintptr_t at = detail::is_endbr64(addr) ? addr + 4 : addr;
-  for (const Site& o : *g_sites) {
+  // Inside another probe's jump window (a mid-function probe a few bytes
+  // after an entry probe): that probe goes back to int3, which runs one
+  // instruction at a time and so reaches this one. Its int3 at byte 0
+  // first, then the original bytes under it, synced (disarm_detour); a
+  // thread in its copy finishes there; its int3 path runs its first
+  // instruction alone again.
+  bool near_other = false;  // then this one stays on int3 too
+  for (Site& o : *g_sites) {
     if (o.detour != nullptr && at > o.at && at < o.at + o.detour->len) {
-      *err = "the address is inside another probe's patched window (the probe at 0x" + hex(o.addr) + ")";
-      return -EBUSY;
+      near_other = true;
+      const detail::Detour* od = o.detour;
+      detail::disarm_detour(od, poke_bytes);
+      if (o.run == Run::kSlot && od->xol != 0) o.slot = od->xol;
+      o.detour = nullptr;
+      o.method = Method::kInt3;
+      publish();
     }
   }
   if (reinterpret_cast<const uint8_t*>(at)[0] == kInt3) {
@@ -477,6 +483,7 @@ int add(uintptr_t addr, uintptr_t fn_start, size_t fn_size, Handler h, void* coo
   // (an int3) or overwritten (a jmp). This one stays on int3.
   for (const Site& o : *g_sites)
     if (d != nullptr && o.at > at && o.at < at + d->len) d = nullptr;
+  if (near_other) d = nullptr;
   g_sites->push_back(s);
   note_site(at);
   // The table first: a thread that traps finds its site.

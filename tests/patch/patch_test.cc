@@ -253,17 +253,31 @@ TEST_F(PatchTest, AWindowOverAJumpTargetStaysOnInt3) {
   EXPECT_EQ(bytes_at(fn.start, fn.size), before);
 }
 
-// A probe strictly inside another's detour window would write into its jmp.
-TEST_F(PatchTest, AnAddressInsideAnotherSitesWindowIsRefused) {
+// A probe strictly inside another's detour window (a mid-function probe
+// just after an entry probe): the other goes back to int3, which runs one
+// instruction at a time, and both see every call.
+TEST_F(PatchTest, AnAddressInsideAnotherSitesWindowTurnsItBackToInt3) {
   const Fn fn = bounds_of(&patch_fixture_branch);
   ASSERT_NE(fn.size, 0u);
+  const std::vector<uint8_t> before = bytes_at(fn.start, fn.size);
   std::atomic<long> a{0}, b{0};
   if (add_ok(fn, 0, count, &a) != Method::kDetour) GTEST_SKIP() << "no detour here (USRTRACE_PROBE_INT3)";
   Method how{};
   std::string err;
-  EXPECT_EQ(add(fn.start + 3, fn.start, fn.size, count, &b, &how, &err), -EBUSY);
-  EXPECT_FALSE(err.empty());
+  ASSERT_EQ(add(fn.start + 3, fn.start, fn.size, count, &b, &how, &err), 0) << err;
+  EXPECT_EQ(how, Method::kInt3);
+  for (const SiteInfo& s : sites()) {
+    if (s.addr == fn.start) {
+      EXPECT_EQ(s.method, Method::kInt3) << "the outer site is back on int3";
+    }
+  }
+  long (*volatile f)(long) = patch_fixture_branch;
+  for (long x = -5; x < 5; ++x) EXPECT_EQ(f(x), x < 0 ? -x : x + 1);
+  EXPECT_EQ(a.load(), 10);
+  EXPECT_EQ(b.load(), 10);
+  EXPECT_EQ(remove(fn.start + 3, count, &b), 0);
   EXPECT_EQ(remove(fn.start, count, &a), 0);
+  EXPECT_EQ(bytes_at(fn.start, fn.size), before);
 }
 
 TEST_F(PatchTest, BranchesCallsAndJumpsInTheWindowAreRelocated) {
