@@ -433,21 +433,9 @@ void print_value(Out& o, const FetchType& t, const uint8_t* p) {
     return;
   }
   if (t.is_signed) {
-    int64_t s;
-    switch (t.size) {
-      case 1:
-        s = static_cast<int8_t>(u);
-        break;
-      case 2:
-        s = static_cast<int16_t>(u);
-        break;
-      case 4:
-        s = static_cast<int32_t>(u);
-        break;
-      default:
-        s = static_cast<int64_t>(u);
-    }
-    o.put("%" PRId64, s);
+    // Sign-extended from the type's width (an arithmetic shift in C++20).
+    const unsigned shift = 64u - 8u * t.size;
+    o.put("%" PRId64, static_cast<int64_t>(u << shift) >> shift);
     return;
   }
   o.put("%" PRIu64, u);
