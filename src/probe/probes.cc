@@ -35,8 +35,8 @@
 #include "events/registry.h"
 #include "instance/instance.h"
 #include "patch/patch.h"
-#include "probe/lang.h"
-#include "probe/record.h"
+#include "probe/fetch.h"
+#include "probe/parse.h"
 #include "probe/targets.h"
 #include "trigger/control.h"
 #include "writers/writers.h"
@@ -45,8 +45,8 @@ namespace usrtrace::probe {
 namespace {
 
 struct Probe {
-  ProbeDef def;
-  std::unique_ptr<ProbeShape> shape;  // the fields, print fmt and the EventDesc
+  Definition def;
+  std::unique_ptr<EventShape> shape;  // the fields, print fmt and the EventDesc
   // A removed return probe stays allocated (leaked, a few hundred bytes):
   // a thread may still be inside the function it hooked, and its
   // trampoline will call on_return with this cookie.
@@ -97,11 +97,11 @@ class USRTRACE_SCOPED_CAPABILITY Hold {
 // program, before and after ours registered it), no constructor.
 constinit __attribute__((tls_model("initial-exec"))) thread_local bool t_in_probe = false;
 
-void write_record(Probe& p, HitContext* ctx, const writers::ThreadState& t) {
+void write_record(Probe& p, RunContext* ctx, const writers::ThreadState& t) {
   alignas(8) uint8_t rec[internal::kMaxRecord];
   ctx->comm = t.comm;
   internal::EventDesc* d = p.shape->desc();
-  const uint32_t len = write_fields(p.def, d->id, *ctx, rec, sizeof rec);
+  const uint32_t len = run(p.def, d->id, *ctx, rec, sizeof rec);
   if (len == 0) return;
   internal::write_event(d, rec, len);
 }
@@ -118,7 +118,7 @@ void on_return(const patch::Regs* regs, void* cookie, uint64_t func, const uint6
   t_in_probe = true;
   writers::ThreadState* t = writers::enter();
   if (t != nullptr) {
-    HitContext ctx;
+    RunContext ctx;
     ctx.regs = regs;
     ctx.func = func;
     ctx.entry_args = entry_args;
@@ -141,7 +141,7 @@ void on_hit(const patch::Regs* regs, void* cookie) {
   if (p->def.is_return) {
     if (!patch::hook_return(regs, on_return, p)) p->misses.fetch_add(1, std::memory_order_relaxed);
   } else if (writers::ThreadState* t = writers::enter(); t != nullptr) {
-    HitContext ctx;
+    RunContext ctx;
     ctx.regs = regs;
     ctx.bias = p->where.bias;
     write_record(*p, &ctx, *t);
@@ -207,21 +207,26 @@ void remove_at(size_t i) USRTRACE_REQUIRES(mu()) {
 }
 
 int add_line(std::string_view line, Error* e) USRTRACE_REQUIRES(mu()) {
-  ProbeDef d;
-  if (int rc = parse_line(line, &d, e); rc < 0) return rc;
+  Definition d;
+  if (int rc = parse(line, &d, e); rc < 0) return rc;
   base::install_fault_fixup();
   if (d.kind == '-') {
-    Probe* p = find(d.group, d.event);
-    if (p == nullptr) {
-      *e = {"Event not found", 0, ENOENT};
+    // `-:EVENT` names it in any group and `-:GRP/` every event of GRP, as
+    // the kernel matches them (removal_matches); all or nothing: none goes
+    // while one of them is enabled.
+    std::vector<size_t> hit;
+    for (size_t i = 0; i < probes().size(); ++i)
+      if (removal_matches(d, probes()[i]->def)) hit.push_back(i);
+    if (hit.empty()) {
+      *e = {"", 0, ENOENT};  // the kernel logs nothing here
       return -ENOENT;
     }
-    if (wanted(*p->shape->desc())) {
-      *e = {"Event is busy", 0, EBUSY};
-      return -EBUSY;
-    }
-    for (size_t i = 0; i < probes().size(); ++i)
-      if (probes()[i].get() == p) remove_at(i);
+    for (size_t i : hit)
+      if (wanted(*probes()[i]->shape->desc())) {
+        *e = {"", 0, EBUSY};
+        return -EBUSY;
+      }
+    for (size_t k = hit.size(); k-- > 0;) remove_at(hit[k]);
     return 0;
   }
   if (find(d.group, d.event) != nullptr) {
@@ -236,7 +241,7 @@ int add_line(std::string_view line, Error* e) USRTRACE_REQUIRES(mu()) {
     return rc;
   }
   p->pending = pending;
-  p->shape = std::make_unique<ProbeShape>(d);
+  p->shape = std::make_unique<EventShape>(d);
   p->def = std::move(d);
   events::Registry::get().add(p->shape->desc());
   publish_shape(p->shape->desc()->id, p->shape.get());
@@ -302,8 +307,8 @@ std::string profile_text() {
   for (const auto& p : probes()) {
     // The kernel's "  %s %-44s %15lu\n", and the misses after it.
     const std::string path = p->where.object.empty() ? p->def.target_path() : p->where.object;
-    snprintf(buf, sizeof buf, "  %s %-44s %15llu %15llu\n", path.c_str(),
-             p->def.event.c_str(), static_cast<unsigned long long>(p->hits.load(std::memory_order_relaxed)),
+    snprintf(buf, sizeof buf, "  %s %-44s %15llu %15llu\n", path.c_str(), p->def.event.c_str(),
+             static_cast<unsigned long long>(p->hits.load(std::memory_order_relaxed)),
              static_cast<unsigned long long>(p->misses.load(std::memory_order_relaxed)));
     out += buf;
   }

@@ -33,6 +33,7 @@ std::unique_ptr<File> open_events(Node n, int flags, int* err) {
     probe::Error e;
     size_t at = 0;
     if (int rc = probe::write_text(s, dynamic, &e, &at); rc < 0) {
+      if (e.text.empty()) return rc;  // where the kernel logs nothing (no such event, busy)
       std::string_view line = s.substr(at);
       line = line.substr(0, line.find('\n'));
       return fail_text(*ip, "trace_uprobe", e.text, line, e.pos, -rc);
