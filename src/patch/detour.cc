@@ -239,7 +239,8 @@ bool sweep_fixup(ucontext_t* uc) {
   if (rip > d->win && rip < d->win + d->len) {
     for (int i = 0; i < d->ninsn; ++i)
       if (d->win + d->from[i] == rip) {
-        *ip = static_cast<greg_t>(d->copy + d->to[i]);
+        const uintptr_t to = d->copy + d->to[i];
+        *ip = static_cast<greg_t>(to);
         return true;
       }
   }
@@ -251,7 +252,8 @@ bool sweep_fixup(ucontext_t* uc) {
     return true;
   }
   if (d->xol != 0 && d->ninsn > 1 && rip == d->xol + d->xol_len) {
-    *ip = static_cast<greg_t>(d->copy + d->to[1]);
+    const uintptr_t to = d->copy + d->to[1];
+    *ip = static_cast<greg_t>(to);
     return true;
   }
   return false;
