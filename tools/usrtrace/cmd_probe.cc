@@ -60,7 +60,8 @@ Runner add_probe(CLI::App& app) {
         return fail("probe", msg);
       }
     }
-    const bool show_list = o->list || (o->defs.empty() && o->removes.empty() && !o->clear && !o->profile && !o->sites && !o->sdt);
+    const bool show_list = o->list || (o->defs.empty() && o->removes.empty() && !o->clear && !o->profile &&
+                                       !o->sites && !o->sdt);
     const std::pair<bool, const char*> files[] = {{show_list, "uprobe_events"},
                                                   {o->profile, "uprobe_profile"},
                                                   {o->sites, "dynamic_probe_sites"},
