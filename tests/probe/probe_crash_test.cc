@@ -53,6 +53,16 @@ TEST(ProbeCrash, ABadReadIsNotACrash) {
   unlink(path.c_str());
 }
 
+// clang says so with __has_feature, not __SANITIZE_*__.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define PROBE_TEST_CLANG_SANITIZER 1
+#endif
+#endif
+#ifndef PROBE_TEST_CLANG_SANITIZER
+#define PROBE_TEST_CLANG_SANITIZER 0
+#endif
+
 volatile int* g_bad = nullptr;
 
 TEST(ProbeCrashDeathTest, ARealCrashStillDumps) {
@@ -65,7 +75,7 @@ TEST(ProbeCrashDeathTest, ARealCrashStillDumps) {
   unlink(path.c_str());
   // Under a sanitizer its own SEGV handler is before ours: it reports and
   // exits non-zero; else the default action, SIGSEGV.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || PROBE_TEST_CLANG_SANITIZER
   const auto died = [](int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0); };
 #else
   const auto died = testing::KilledBySignal(SIGSEGV);

@@ -208,6 +208,10 @@ TEST_F(Probes, ExceptionsAndLongjmpThroughAReturnProbeLeaveTheProgramAsItWas) {
 // disarms it 1,000 times: every result is right (the checksum of the
 // unprobed calls), nothing crashes, and the bytes are the original after.
 TEST_F(Probes, ThreadsRacingTheToggleGetTheUnprobedChecksum) {
+  if (USRTRACE_TEST_TSAN)
+    GTEST_SKIP() << "TSan delivers the arming sweep's signal only at a thread's next intercepted call: "
+                    "spinning threads never answer and every arming waits out its second (patch_test "
+                    "skips its race the same way); the plain and ASan builds run it";
   std::vector<uint8_t> before(16);
   std::memcpy(before.data(), reinterpret_cast<const void*>(&probe_fixture_add), 16);
   ASSERT_GE(define("p:t/race probe_fixture_add a=%di:s32"), 0) << read("error_log");
