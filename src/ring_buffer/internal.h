@@ -8,6 +8,9 @@
 
 namespace usrtrace::rb {
 
+// What a closed gate points at (ring_buffer.cc).
+extern WriterState g_closed;
+
 // A consistent view of a CPU's tail, read without stopping writers.
 struct Tail {
   uint64_t seq = 0;  // 0: nothing written since the last reset

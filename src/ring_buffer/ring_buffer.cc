@@ -15,15 +15,16 @@
 #include "ring_buffer/internal.h"
 
 namespace usrtrace::rb {
+
+// What a closed gate points at: a limit of 0 fails every fast-path write.
+// Never written: no fast path gets past the limit check.
+WriterState g_closed;
+
 namespace {
 
 // Installed in the slots for rseq cpu_id -1 and -2; the slow path never uses
 // it (it registers the thread first), so that no slot holds nullptr.
 CpuBuffer g_trap;
-
-// What a closed gate points at: a limit of 0 fails every fast-path write.
-// Never written: no fast path gets past the limit check.
-WriterState g_closed;
 
 // limit for a w0 that points into the page starting at `page`.
 uint64_t limit_for(const uint8_t* page, uint32_t page_size) {
@@ -195,21 +196,17 @@ void RingBuffer::unseal(int cpu) {
   update_gate(cpu);
 }
 
-void RingBuffer::update_gate(int cpu) {
-  CpuBuffer* cb = cpu_buffer(cpu);
-  bool open = cb->ws.sealed.load(std::memory_order_relaxed) == 0 &&
-              !abs_ts_.load(std::memory_order_relaxed) &&
-              clock::describe(clock_.load(std::memory_order_relaxed)).tsc &&
-              waiters_any_.load(std::memory_order_relaxed) == 0;
-  // order: release; a writer that sees the gate open sees the state set up
-  // before it.
-  gates()[cpu + kTrapSlots].store(open ? &cb->ws : &g_closed, std::memory_order_release);
+bool RingBuffer::gate_may_open(const CpuBuffer* cb) const {
+  return cb->ws.sealed.load(std::memory_order_relaxed) == 0 && !abs_ts_.load(std::memory_order_relaxed) &&
+         clock::describe(clock_.load(std::memory_order_relaxed)).tsc &&
+         waiters_any_.load(std::memory_order_relaxed) == 0;
 }
 
-void RingBuffer::close_gate(int cpu) {
-  // order: seq_cst, as seal(): the section that follows (grow.cc) must not
-  // run before a writer can see the gate closed.
-  gates()[cpu + kTrapSlots].store(&g_closed, std::memory_order_seq_cst);
+void RingBuffer::update_gate(int cpu) {
+  CpuBuffer* cb = cpu_buffer(cpu);
+  // order: release; a writer that sees the gate open sees the state set up
+  // before it.
+  gates()[cpu + kTrapSlots].store(gate_may_open(cb) ? &cb->ws : &g_closed, std::memory_order_release);
 }
 
 void RingBuffer::update_gates() {
@@ -429,8 +426,12 @@ void RingBuffer::drain_deferred() {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   while (deferred_pending_.load(std::memory_order_seq_cst)) {
     if (!control_.try_lock()) return;  // the holder drains when it unlocks
-    if (deferred_pending_.exchange(false, std::memory_order_acq_rel) && deferred_fn_)
+    if (deferred_pending_.exchange(false, std::memory_order_acq_rel) && deferred_fn_) {
+      const bool froze = grow_.load(std::memory_order_acquire) != nullptr;
+      if (froze) freeze_growth();
       deferred_fn_(deferred_arg_, Locked{});
+      if (froze) thaw_growth();
+    }
     control_.unlock();
     std::atomic_thread_fence(std::memory_order_seq_cst);
   }

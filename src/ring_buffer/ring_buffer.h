@@ -216,8 +216,8 @@ struct alignas(64) CpuBuffer {
   std::atomic<uint64_t>* role = nullptr;
   // Growth (grow.cc): kGrowNone for a CpuBuffer outside a growth pool,
   // else where it is in its life (GrowState). Shared with the recorder,
-  // which alone moves it from kGrowRetired to kGrowDrained; everything else
-  // is written under the owning buffer's control lock. grow_epoch orders
+  // which alone moves it from kGrowRetired to kGrowDrained; a writer that
+  // grows claims a spare or drained one with a CAS (grow.cc). grow_epoch orders
   // the CpuBuffers one CPU went through (the recorder drains them in that
   // order); unique across the CPUs of a pool.
   std::atomic<uint64_t> grow_state{0};
@@ -562,8 +562,10 @@ class RingBuffer {
   void seal(int cpu);
   void unseal(int cpu);
   void update_gate(int cpu);
-  void close_gate(int cpu);
   void update_gates();
+  // Whether `cb`'s gate may be open: unsealed, relative time stamps, a TSC
+  // clock and no reader waiting for any event.
+  bool gate_may_open(const CpuBuffer* cb) const;
   void free_grow_pool();
   void wait_slow_paths();
   void reset_locked(CpuBuffer* cb);
@@ -573,6 +575,14 @@ class RingBuffer {
   // Growth's page-switch half (grow.cc). Context: as the slow path.
   bool grow_due(const CpuBuffer* cb, uint64_t next_slot, uint64_t new_seq) const;
   bool grow(int cpu, CpuBuffer* cb, uint64_t new_seq);
+  // Opens the gate of `cpu`, installed with `cb`, if it is closed and may be
+  // open: what a growth section that failed after closing it left (grow.cc).
+  // Context: as the slow path; lock-free.
+  void reopen_gate(int cpu, CpuBuffer* cb);
+  // Keep growth from touching slots and gates while a holder of the control
+  // lock does (grow.cc). Context: control lock held.
+  void freeze_growth();
+  void thaw_growth();
   void wake_now();
 
   // Writer-read fields first: one cache line, read-only on the write path.
@@ -603,6 +613,9 @@ class RingBuffer {
   std::atomic<uint64_t> time_start_{0};
   // Set once by enable_growth() before writers see the buffer; owned.
   std::atomic<GrowPool*> grow_{nullptr};
+  // Odd while a control operation on a growing buffer may change slots or
+  // gates; growth's sections commit only on the even value they read.
+  std::atomic<uint64_t> ctl_gen_{0};
 
  public:
   // Entries before cpu 0 catch the rseq cpu_id values -1 (unregistered) and
@@ -616,8 +629,13 @@ class RingBuffer {
 // meanwhile (run_deferred). Context: control plane (it may sleep).
 class USRTRACE_SCOPED_CAPABILITY RingBuffer::ControlGuard {
  public:
-  explicit ControlGuard(RingBuffer& rb) USRTRACE_ACQUIRE(rb.control_) : rb_(rb) { rb_.control_.lock(); }
+  explicit ControlGuard(RingBuffer& rb) USRTRACE_ACQUIRE(rb.control_) : rb_(rb) {
+    rb_.control_.lock();
+    froze_ = rb_.grow_.load(std::memory_order_acquire) != nullptr;
+    if (froze_) rb_.freeze_growth();
+  }
   ~ControlGuard() USRTRACE_RELEASE() {
+    if (froze_) rb_.thaw_growth();
     rb_.control_.unlock();
     rb_.drain_deferred();
   }
@@ -629,6 +647,7 @@ class USRTRACE_SCOPED_CAPABILITY RingBuffer::ControlGuard {
  private:
   RingBuffer& rb_;
   Locked held_;
+  bool froze_ = false;  // the buffer grows: growth is kept out meanwhile
 };
 
 // ---------------------------------------------------------------------------

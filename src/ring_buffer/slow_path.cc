@@ -274,8 +274,7 @@ struct SlowPath {
   // Context: any thread; async-signal-safe; no lock, no allocation. The
   // system calls it can make: rseq registration once per thread that glibc
   // did not register, and one futex wake when a reader is blocked waiting.
-  // A growing buffer's switch may try the control lock (never waits for it:
-  // grow.cc).
+  // A growing buffer's switch grows it without a lock (grow.cc).
   // `given`: the caller's TSC stamp (write_at), used when the clock is a
   // TSC clock; nullptr: read the clock here.
   static bool write(RingBuffer* rb, const void* payload, uint32_t len, const uint64_t* given = nullptr) {
@@ -300,6 +299,11 @@ struct SlowPath {
       }
       CpuBuffer* cb = rb->cpu_buffer(cpu);
       if (cb->ws.sealed.load(std::memory_order_acquire) != 0) return false;
+      // A growth section that failed after closing the gate left it closed
+      // (grow.cc): reopen it rather than come here for every write.
+      if (USRTRACE_UNLIKELY(rb->grow_.load(std::memory_order_relaxed) != nullptr) &&
+          rb->gates()[cpu + RingBuffer::kTrapSlots].load(std::memory_order_relaxed) == &g_closed)
+        rb->reopen_gate(cpu, cb);
       // The pair need not be consistent: the section compares both.
       // order: acquire on w0 orders the meta/page reads below after it.
       const uint64_t w0 = cb->ws.w0.load(std::memory_order_acquire);
