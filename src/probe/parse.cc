@@ -80,6 +80,10 @@ enum class Err {
   kArgidx2big,
   kNeedStringType,
   kTooManyArgs,
+  // Ours: the SDT form.
+  kBadSdtName,
+  kSdtRetprobe,
+  kSdtArgName,
 };
 
 constexpr const char* kErrText[] = {
@@ -131,8 +135,11 @@ constexpr const char* kErrText[] = {
     "$argN index is too big",
     "$comm and immediate-string only accepts string type",
     "Too many arguments are specified",
+    "SDT probe must be %PROVIDER:NAME, both C identifiers",
+    "SDT probe cannot be a return probe",
+    "SDT probe arguments are NAME or NAME:TYPE (arg1..argN by default)",
 };
-static_assert(std::size(kErrText) == static_cast<size_t>(Err::kTooManyArgs) + 1);
+static_assert(std::size(kErrText) == static_cast<size_t>(Err::kSdtArgName) + 1);
 
 // ---- The fetch types (probe_fetch_types[]). x64 is the default; symbol
 // and symstr are ours (uprobes refuse them: no kallsyms for user space).
@@ -791,6 +798,7 @@ int parse_removal(const std::vector<std::string_view>& words, Definition* d, Err
 }
 
 std::string target_word(const Definition& d) {
+  if (d.sdt) return d.target_path();
   std::string out;
   char buf[64];
   if (d.target.symbol.empty()) {
@@ -850,7 +858,18 @@ int parse(std::string_view line, Definition* d, Error* e) {
   // (2) The target.
   const std::string_view tw = words[1];
   d->target_pos = pos[1];
-  if (tw.find('/') == std::string_view::npos) {
+  if (tw[0] == '%') {
+    // Ours: %PROVIDER:NAME, a USDT probe (sdt.h): its sites and argument
+    // locations come from the notes when it is defined (probes.cc).
+    const size_t colon = tw.find(':');
+    if (colon == std::string_view::npos || !is_good_name(tw.substr(1, colon - 1)) ||
+        !is_good_name(tw.substr(colon + 1)))
+      return log.err(0, Err::kBadSdtName);
+    if (d->is_return) return log.err(0, Err::kSdtRetprobe);
+    d->sdt = true;
+    d->sdt_provider = std::string(tw.substr(1, colon - 1));
+    d->sdt_name = std::string(tw.substr(colon + 1));
+  } else if (tw.find('/') == std::string_view::npos) {
     if (int rc = parse_symbol(tw, 0, d, &log); rc < 0) return rc;  // ours: SYMBOL
   } else {
     const size_t colon = tw.rfind(':');
@@ -900,7 +919,23 @@ int parse(std::string_view line, Definition* d, Error* e) {
   if (has_name) {
     if (int rc = parse_event_name(words[0].substr(2), 2, d, &event_set, &log); rc < 0) return rc;
   }
-  if (!event_set) d->event = default_event(*d);
+  if (!event_set) d->event = d->sdt ? d->sdt_name : default_event(*d);
+  if (d->sdt) {
+    // Names for the note's arguments, in order; the types and locations
+    // are each site's.
+    for (size_t i = 2; i < words.size(); ++i) {
+      log.index = static_cast<int>(i);
+      const std::string_view name = words[i].substr(0, words[i].find(':'));
+      const std::string_view type = name.size() < words[i].size() ? words[i].substr(name.size() + 1) : "";
+      if (name.size() >= static_cast<size_t>(kMaxArgNameLen)) return log.err(0, Err::kArgNameTooLong);
+      if (!is_good_name(name) || (name.size() < words[i].size() && type_named(type) == nullptr))
+        return log.err(0, Err::kSdtArgName);
+      for (const std::string& n : d->sdt_names)
+        if (n.substr(0, n.find(':')) == name) return log.err(0, Err::kUsedArgName);
+      d->sdt_names.emplace_back(words[i]);
+    }
+    return 0;
+  }
 
   // (4) The args, packed after the common header and the probe's fields.
   const size_t nargs = words.size() - 2;
@@ -929,10 +964,14 @@ std::string Definition::text() const {
   out += is_return ? 'r' : 'p';
   out += ":" + group + "/" + event + " " + target_word(*this);
   for (const Arg& a : args) out += " " + a.name + "=" + a.comm;
+  for (const std::string& n : sdt_names) out += " " + n;
   return out;
 }
 
-std::string Definition::target_path() const { return target.path.empty() ? target.symbol : target.path; }
+std::string Definition::target_path() const {
+  if (sdt) return "%" + sdt_provider + ":" + sdt_name;
+  return target.path.empty() ? target.symbol : target.path;
+}
 
 bool removal_matches(const Definition& rm, const Definition& probe) {
   if (!rm.event.empty() && rm.event != probe.event) return false;

@@ -109,6 +109,11 @@ struct Definition {
   bool uses_args = false;  // some fetch arg is $argN: the site must be a function's entry
   size_t target_pos = 0;   // the target's first byte in the command (for the caller's errors)
   std::vector<Arg> args;
+  // Ours: `%PROVIDER:NAME [NAMES...]`, a USDT probe: no target or args of
+  // its own; each site's come from its note (probes.cc).
+  bool sdt = false;
+  std::string sdt_provider, sdt_name;
+  std::vector<std::string> sdt_names;
   uint16_t fixed_size = 0;  // the record's fixed part, common header included
   // Removal ('-'): "" group or event match any (dyn_event_release); the
   // words after the name must match the probe's own listing, in order.

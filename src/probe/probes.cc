@@ -37,6 +37,7 @@
 #include "patch/patch.h"
 #include "probe/fetch.h"
 #include "probe/parse.h"
+#include "probe/sdt.h"
 #include "probe/targets.h"
 #include "trigger/control.h"
 #include "writers/writers.h"
@@ -44,17 +45,29 @@
 namespace usrtrace::probe {
 namespace {
 
+struct Probe;
+
+// Where a probe is patched: one address, with the fetch program for the
+// registers there. A probe has one site, or (a USDT probe) one per site of
+// the note, each with its own argument locations and semaphore.
+struct Site {
+  Probe* owner = nullptr;
+  Definition def;  // the site's fetch program: the probe's own, or from its note
+  Resolved where;
+  uint64_t semaphore = 0;  // a USDT site's u16, raised while armed
+  bool armed = false;
+  patch::Method method = patch::Method::kInt3;
+};
+
 struct Probe {
-  Definition def;
+  Definition def;                     // as written (the listing)
   std::unique_ptr<EventShape> shape;  // the fields, print fmt and the EventDesc
   // A removed return probe stays allocated (leaked, a few hundred bytes):
   // a thread may still be inside the function it hooked, and its
-  // trampoline will call on_return with this cookie.
+  // trampoline will call on_return with its site.
   std::atomic<bool> dead{false};
-  Resolved where;
+  std::vector<std::unique_ptr<Site>> sites;
   bool pending = false;  // its object is not loaded
-  bool armed = false;
-  patch::Method method = patch::Method::kInt3;
   std::atomic<uint64_t> hits{0}, misses{0};
 };
 
@@ -97,17 +110,18 @@ class USRTRACE_SCOPED_CAPABILITY Hold {
 // program, before and after ours registered it), no constructor.
 constinit __attribute__((tls_model("initial-exec"))) thread_local bool t_in_probe = false;
 
-void write_record(Probe& p, RunContext* ctx, const writers::ThreadState& t) {
+void write_record(const Site& s, RunContext* ctx, const writers::ThreadState& t) {
   alignas(8) uint8_t rec[internal::kMaxRecord];
   ctx->comm = t.comm;
-  internal::EventDesc* d = p.shape->desc();
-  const uint32_t len = run(p.def, d->id, *ctx, rec, sizeof rec);
+  internal::EventDesc* d = s.owner->shape->desc();
+  const uint32_t len = run(s.def, d->id, *ctx, rec, sizeof rec);
   if (len == 0) return;
   internal::write_event(d, rec, len);
 }
 
 void on_return(const patch::Regs* regs, void* cookie, uint64_t func, const uint64_t entry_args[6]) {
-  auto* p = static_cast<Probe*>(cookie);
+  auto* s = static_cast<Site*>(cookie);
+  Probe* p = s->owner;
   // order: acquire pairs with remove_at's release: a dead probe's event is
   // gone; its record is not written.
   if (p->dead.load(std::memory_order_acquire)) return;
@@ -122,15 +136,16 @@ void on_return(const patch::Regs* regs, void* cookie, uint64_t func, const uint6
     ctx.regs = regs;
     ctx.func = func;
     ctx.entry_args = entry_args;
-    ctx.bias = p->where.bias;
-    if (!p->dead.load(std::memory_order_acquire)) write_record(*p, &ctx, *t);
+    ctx.bias = s->where.bias;
+    if (!p->dead.load(std::memory_order_acquire)) write_record(*s, &ctx, *t);
     writers::exit(*t);
   }
   t_in_probe = false;
 }
 
 void on_hit(const patch::Regs* regs, void* cookie) {
-  auto* p = static_cast<Probe*>(cookie);
+  auto* s = static_cast<Site*>(cookie);
+  Probe* p = s->owner;
   // order: relaxed; a statistic (uprobe_profile), summed when read.
   p->hits.fetch_add(1, std::memory_order_relaxed);
   if (t_in_probe) {
@@ -139,12 +154,12 @@ void on_hit(const patch::Regs* regs, void* cookie) {
   }
   t_in_probe = true;
   if (p->def.is_return) {
-    if (!patch::hook_return(regs, on_return, p)) p->misses.fetch_add(1, std::memory_order_relaxed);
+    if (!patch::hook_return(regs, on_return, s)) p->misses.fetch_add(1, std::memory_order_relaxed);
   } else if (writers::ThreadState* t = writers::enter(); t != nullptr) {
     RunContext ctx;
     ctx.regs = regs;
-    ctx.bias = p->where.bias;
-    write_record(*p, &ctx, *t);
+    ctx.bias = s->where.bias;
+    write_record(*s, &ctx, *t);
     writers::exit(*t);
   }
   t_in_probe = false;
@@ -161,20 +176,31 @@ bool wanted(const internal::EventDesc& d) {
   return false;
 }
 
-int arm(Probe& p, std::string* why) {
+// A USDT semaphore: the program tests it (non-zero) before it prepares a
+// probe's arguments; each armed site raises it once, as the kernel's
+// uprobe does its reference counter. The address was checked to be in the
+// object's writable data (sdt.cc).
+void raise_semaphore(uint64_t addr, int by) {
+  if (addr == 0) return;
+  __atomic_fetch_add(reinterpret_cast<uint16_t*>(addr), static_cast<uint16_t>(by), __ATOMIC_RELAXED);
+}
+
+int arm(Site& s, std::string* why) {
   patch::Method how{};
-  const int rc = patch::add(p.where.addr, p.where.fn_start, p.where.fn_size, on_hit, &p, &how, why);
+  const int rc = patch::add(s.where.addr, s.where.fn_start, s.where.fn_size, on_hit, &s, &how, why);
   if (rc == 0) {
-    p.armed = true;
-    p.method = how;
+    s.armed = true;
+    s.method = how;
+    raise_semaphore(s.semaphore, 1);
   }
   return rc;
 }
 
-void disarm(Probe& p) {
-  if (!p.armed) return;
-  patch::remove(p.where.addr, on_hit, &p);
-  p.armed = false;
+void disarm(Site& s) {
+  if (!s.armed) return;
+  patch::remove(s.where.addr, on_hit, &s);
+  raise_semaphore(s.semaphore, -1);
+  s.armed = false;
 }
 
 // Removed return probes: kept, never freed (see Probe::dead).
@@ -194,7 +220,7 @@ Probe* find(std::string_view group, std::string_view event) USRTRACE_REQUIRES(mu
 void remove_at(size_t i) USRTRACE_REQUIRES(mu()) {
   std::unique_ptr<Probe> p = std::move(probes()[i]);
   probes().erase(probes().begin() + static_cast<std::ptrdiff_t>(i));
-  disarm(*p);
+  for (auto& site : p->sites) disarm(*site);
   // order: release pairs with on_return's acquire.
   p->dead.store(true, std::memory_order_release);
   publish_shape(p->shape->desc()->id, nullptr);
@@ -204,6 +230,56 @@ void remove_at(size_t i) USRTRACE_REQUIRES(mu()) {
   // record. A return probe's trampolines may still come: it stays.
   writers::synchronize_writers();
   if (p->def.is_return) graveyard().push_back(std::move(p));
+}
+
+// A USDT probe's sites (sdt.h): each a definition of its own, written as
+// `p:GRP/EVENT OBJECT:0xFILEOFFSET ARGS` with the note's argument
+// locations and the definition's names, parsed as any line. Every site must
+// give the same fields (the event has one format). -ENOENT when no loaded
+// object has the probe.
+int sdt_sites_of(const Definition& d, Probe* p, Error* e) {
+  for (const SdtSite& s : sdt_sites()) {
+    if (s.provider != d.sdt_provider || s.name != d.sdt_name) continue;
+    std::string args, why;
+    if (!sdt_fetch_args(s.args, d.sdt_names, &args, &why)) {
+      *e = {why, d.target_pos, EINVAL};
+      return -EINVAL;
+    }
+    char target[64];
+    snprintf(target, sizeof target, ":0x%llx", static_cast<unsigned long long>(s.file_offset));
+    const std::string line =
+        "p:" + d.group + "/" + d.event + " " + s.object + target + (args.empty() ? "" : " ") + args;
+    auto site = std::make_unique<Site>();
+    site->owner = p;
+    site->semaphore = s.semaphore;
+    Error sub;
+    if (int rc = parse(line, &site->def, &sub); rc < 0) {
+      *e = {"SDT site " + s.object + target + ": " + sub.text, d.target_pos, sub.errnum};
+      return rc;
+    }
+    bool pending = false;
+    if (int rc = resolve(site->def.target, &site->where, &pending, &why); rc < 0) {
+      *e = {why, d.target_pos, -rc};
+      return rc;
+    }
+    if (!p->sites.empty()) {
+      const Definition& first = p->sites.front()->def;
+      bool same = first.args.size() == site->def.args.size();
+      for (size_t i = 0; same && i < first.args.size(); ++i)
+        same = first.args[i].type == site->def.args[i].type && first.args[i].name == site->def.args[i].name;
+      if (!same) {
+        *e = {"SDT probe's sites disagree on their arguments' types: " + site->def.text(), d.target_pos,
+              EINVAL};
+        return -EINVAL;
+      }
+    }
+    p->sites.push_back(std::move(site));
+  }
+  if (p->sites.empty()) {
+    *e = {"No such SDT probe in the loaded objects (available_sdt_probes)", d.target_pos, ENOENT};
+    return -ENOENT;
+  }
+  return 0;
 }
 
 int add_line(std::string_view line, Error* e) USRTRACE_REQUIRES(mu()) {
@@ -234,14 +310,23 @@ int add_line(std::string_view line, Error* e) USRTRACE_REQUIRES(mu()) {
     return -EEXIST;
   }
   auto p = std::make_unique<Probe>();
-  std::string why;
-  bool pending = false;
-  if (int rc = resolve(d.target, &p->where, &pending, &why); rc < 0 && !pending) {
-    *e = {why, d.target_pos, -rc};
-    return rc;
+  if (d.sdt) {
+    if (int rc = sdt_sites_of(d, p.get(), e); rc < 0) return rc;
+    p->shape = std::make_unique<EventShape>(p->sites.front()->def);
+  } else {
+    auto site = std::make_unique<Site>();
+    site->owner = p.get();
+    std::string why;
+    bool pending = false;
+    if (int rc = resolve(d.target, &site->where, &pending, &why); rc < 0 && !pending) {
+      *e = {why, d.target_pos, -rc};
+      return rc;
+    }
+    p->pending = pending;
+    site->def = d;
+    p->sites.push_back(std::move(site));
+    p->shape = std::make_unique<EventShape>(d);
   }
-  p->pending = pending;
-  p->shape = std::make_unique<EventShape>(d);
   p->def = std::move(d);
   events::Registry::get().add(p->shape->desc());
   publish_shape(p->shape->desc()->id, p->shape.get());
@@ -306,7 +391,8 @@ std::string profile_text() {
   char buf[512];
   for (const auto& p : probes()) {
     // The kernel's "  %s %-44s %15lu\n", and the misses after it.
-    const std::string path = p->where.object.empty() ? p->def.target_path() : p->where.object;
+    const Resolved& w = p->sites.front()->where;
+    const std::string path = w.object.empty() || p->def.sdt ? p->def.target_path() : w.object;
     snprintf(buf, sizeof buf, "  %s %-44s %15llu %15llu\n", path.c_str(), p->def.event.c_str(),
              static_cast<unsigned long long>(p->hits.load(std::memory_order_relaxed)),
              static_cast<unsigned long long>(p->misses.load(std::memory_order_relaxed)));
@@ -323,12 +409,15 @@ std::string sites_text() {
     if (p->pending) {
       snprintf(buf, sizeof buf, "%s/%s pending %s\n", p->def.group.c_str(), p->def.event.c_str(),
                p->def.target_path().c_str());
-    } else {
-      snprintf(buf, sizeof buf, "%s/%s 0x%llx %s %s\n", p->def.group.c_str(), p->def.event.c_str(),
-               static_cast<unsigned long long>(p->where.addr),
-               p->armed ? patch::method_name(p->method) : "disarmed", p->where.function.c_str());
+      out += buf;
+      continue;
     }
-    out += buf;
+    for (const auto& s : p->sites) {
+      snprintf(buf, sizeof buf, "%s/%s 0x%llx %s %s\n", p->def.group.c_str(), p->def.event.c_str(),
+               static_cast<unsigned long long>(s->where.addr),
+               s->armed ? patch::method_name(s->method) : "disarmed", s->where.function.c_str());
+      out += buf;
+    }
   }
   return out;
 }
@@ -342,15 +431,15 @@ void sync_armed() {
   for (const auto& p : probes()) {
     if (p->pending) continue;
     const bool want = wanted(*p->shape->desc());
-    if (want && !p->armed) {
-      std::string why;
-      if (arm(*p, &why) < 0) {
+    for (auto& s : p->sites) {
+      if (want && !s->armed) {
+        std::string why;
         // Nothing to log it to here: the site stays disarmed and
         // dynamic_probe_sites says so.
-        continue;
+        (void)arm(*s, &why);
+      } else if (!want && s->armed) {
+        disarm(*s);
       }
-    } else if (!want && p->armed) {
-      disarm(*p);
     }
   }
 }

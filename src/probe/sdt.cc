@@ -51,10 +51,16 @@ void read_object(const LoadedObject& o, std::vector<SdtSite>* out) {
     }
     if (sh.sh_type == SHT_NOTE && std::strcmp(name, ".note.stapsdt") == 0) notes.push_back(scn);
   }
-  // Whether an address is in the object's code, as loaded.
-  auto in_code = [&o](uint64_t vaddr) {
+  // The segment of the object's code holding an address, as loaded.
+  auto code_load = [&o](uint64_t vaddr) -> const LoadedObject::Load* {
     for (const LoadedObject::Load& l : o.loads)
-      if (l.exec && vaddr >= l.vaddr && vaddr < l.vaddr + l.filesz) return true;
+      if (l.exec && vaddr >= l.vaddr && vaddr < l.vaddr + l.filesz) return &l;
+    return nullptr;
+  };
+  // Whether a u16 at an address is in the object's writable data.
+  auto in_data = [&o](uint64_t vaddr) {
+    for (const LoadedObject::Load& l : o.loads)
+      if (l.write && vaddr >= l.vaddr && vaddr + 2 <= l.vaddr + l.memsz && vaddr + 2 > vaddr) return true;
     return false;
   };
   for (Elf_Scn* scn : notes) {
@@ -91,9 +97,10 @@ void read_object(const LoadedObject& o, std::vector<SdtSite>* out) {
       const uint64_t shift = have_base ? base_addr - base : 0;
       pc += shift;
       if (sem != 0) sem += shift;
-      if (!in_code(pc)) continue;
+      const LoadedObject::Load* l = code_load(pc);
+      if (l == nullptr || (sem != 0 && (!in_data(sem) || sem % 2 != 0))) continue;
       out->push_back({parts[0], parts[1], o.real.empty() ? o.path : o.real, o.bias + pc,
-                      sem != 0 ? o.bias + sem : 0, parts[2]});
+                      pc - l->vaddr + l->offset, sem != 0 ? o.bias + sem : 0, parts[2]});
     }
   }
   elf_end(elf);
@@ -196,9 +203,23 @@ bool sdt_fetch_args(std::string_view note_args, const std::vector<std::string>& 
       fetch = d + "(%" + r + ")";
     }
     ++n;
-    const std::string name = n <= names.size() ? names[n - 1] : "arg" + std::to_string(n);
+    // NAME, or NAME:TYPE: the note's size and sign give way to TYPE, and a
+    // string type reads the string the operand points at.
+    std::string name = n <= names.size() ? names[n - 1] : "arg" + std::to_string(n);
+    std::string as = std::string(is_signed ? "s" : "u") + type;
+    if (const size_t colon = name.find(':'); colon != std::string::npos) {
+      as = name.substr(colon + 1);
+      name.resize(colon);
+      if (as == "string" || as == "ustring") {
+        if (fetch[0] == '\\') {
+          *why = "argument '" + std::string(arg) + "' is a constant, not a string's address";
+          return false;
+        }
+        fetch = "+0(" + fetch + ")";
+      }
+    }
     if (!out->empty()) *out += ' ';
-    *out += name + "=" + fetch + ":" + (is_signed ? "s" : "u") + type;
+    *out += name + "=" + fetch + ":" + as;
   }
   if (names.size() > n) {
     *why = std::to_string(names.size()) + " names for a probe of " + std::to_string(n) + " arguments";

@@ -75,7 +75,8 @@ std::vector<LoadedObject> loaded_objects() {
         for (int i = 0; i < info->dlpi_phnum; ++i) {
           const ElfW(Phdr)& ph = info->dlpi_phdr[i];
           if (ph.p_type == PT_LOAD)
-            o.loads.push_back({ph.p_offset, ph.p_vaddr, ph.p_filesz, (ph.p_flags & PF_X) != 0});
+            o.loads.push_back({ph.p_offset, ph.p_vaddr, ph.p_filesz, ph.p_memsz, (ph.p_flags & PF_X) != 0,
+                               (ph.p_flags & PF_W) != 0});
         }
         v->push_back(std::move(o));
         return 0;

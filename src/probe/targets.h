@@ -37,8 +37,8 @@ struct LoadedObject {
   std::string path, real;
   uint64_t bias = 0;
   struct Load {
-    uint64_t offset, vaddr, filesz;
-    bool exec;
+    uint64_t offset, vaddr, filesz, memsz;
+    bool exec, write;
   };
   std::vector<Load> loads;
 };

@@ -1,6 +1,7 @@
 // The dynamic probes' files (src/probe): uprobe_events and dynamic_events
 // (trace_uprobe.c's and trace_dynevent.c's), uprobe_profile, and ours:
-// dynamic_probe_sites, how each armed site is patched. Global files: in the
+// dynamic_probe_sites, how each armed site is patched, and
+// available_sdt_probes, the USDT probes one may define. Global files: in the
 // top instance only, as in the kernel. A bad line is logged to the top
 // instance's error_log under "trace_uprobe", with the kernel's text and
 // caret.
@@ -10,6 +11,7 @@
 #include <string>
 
 #include "probe/probes.h"
+#include "probe/sdt.h"
 #include "tracefs/internal.h"
 
 namespace usrtrace::tracefs::detail {
@@ -55,11 +57,20 @@ std::unique_ptr<File> open_sites(Node n, int, int*) {
   return f;
 }
 
+// Ours: the USDT probes of the loaded objects (`%PROVIDER:NAME` targets),
+// read from their notes when the file is opened.
+std::unique_ptr<File> open_sdt(Node n, int, int*) {
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [] { return probe::sdt_text(); };
+  return f;
+}
+
 constexpr FileSpec kFiles[] = {
     {"uprobe_events", kRW, Dir::kRoot, kTopOnly, open_events<false>},
     {"dynamic_events", kRW, Dir::kRoot, kTopOnly, open_events<true>},
     {"uprobe_profile", kRO, Dir::kRoot, kTopOnly, open_profile},
     {"dynamic_probe_sites", kRO, Dir::kRoot, kTopOnly, open_sites},
+    {"available_sdt_probes", kRO, Dir::kRoot, kTopOnly, open_sdt},
 };
 
 }  // namespace

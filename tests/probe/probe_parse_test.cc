@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "probe/parse.h"
+#include "probe/sdt.h"
 
 namespace usrtrace::probe {
 namespace {
@@ -383,6 +384,71 @@ TEST(ProbeParseMalformed, NotAUprobeIsRefusedSilently) {
     EXPECT_EQ(parse(line, &d, &e), -EINVAL) << line;
     EXPECT_EQ(e.text, "") << line;
   }
+}
+
+// Ours: `%PROVIDER:NAME [NAME[:TYPE]...]`, a USDT probe whose sites and
+// argument locations come from the notes (probes.cc).
+TEST(ProbeParseSdt, NamesTheProbeAndItsArguments) {
+  const Definition d = must_parse("p:py/gcs %python:gc__start gen path:string");
+  EXPECT_TRUE(d.sdt);
+  EXPECT_EQ(d.sdt_provider, "python");
+  EXPECT_EQ(d.sdt_name, "gc__start");
+  EXPECT_EQ(d.group, "py");
+  EXPECT_EQ(d.event, "gcs");
+  EXPECT_TRUE(d.args.empty());
+  EXPECT_EQ(d.sdt_names, (std::vector<std::string>{"gen", "path:string"}));
+  EXPECT_EQ(d.text(), "p:py/gcs %python:gc__start gen path:string");
+  // The event is named after the probe unless given.
+  EXPECT_EQ(must_parse("p %libstdcxx:throw").event, "throw");
+}
+
+TEST(ProbeParseSdt, BadFormsAreRefusedWithACaret) {
+  struct Case {
+    const char* line;
+    const char* text;
+    size_t pos;
+  };
+  const Case cases[] = {
+      {"p:g/e %python", "SDT probe must be %PROVIDER:NAME, both C identifiers", 6},
+      {"p:g/e %:gc__start", "SDT probe must be %PROVIDER:NAME, both C identifiers", 6},
+      {"p:g/e %py-thon:x", "SDT probe must be %PROVIDER:NAME, both C identifiers", 6},
+      {"r:g/e %python:gc__start", "SDT probe cannot be a return probe", 6},
+      {"p:g/e %python:gc__start a=%di", "SDT probe arguments are NAME or NAME:TYPE (arg1..argN by default)",
+       24},
+      {"p:g/e %python:gc__start a:nosuch",
+       "SDT probe arguments are NAME or NAME:TYPE (arg1..argN by default)", 24},
+      {"p:g/e %python:gc__start a b a:u8", "This argument name is already used", 28},
+  };
+  for (const Case& c : cases) {
+    Definition d;
+    Error e;
+    EXPECT_EQ(parse(c.line, &d, &e), -EINVAL) << c.line;
+    EXPECT_EQ(e.text, c.text) << c.line;
+    EXPECT_EQ(e.pos, c.pos) << c.line;
+  }
+}
+
+// The note's operands as fetch args: sizes and signs, registers by any
+// of their names, DISP(%REG), constants; names and types given.
+TEST(ProbeParseSdt, NoteOperandsBecomeFetchArgs) {
+  std::string out, why;
+  ASSERT_TRUE(sdt_fetch_args("8@%rbp 8@%r12 -4@%eax", {}, &out, &why)) << why;
+  EXPECT_EQ(out, "arg1=%bp:u64 arg2=%r12:u64 arg3=%ax:s32");
+  ASSERT_TRUE(sdt_fetch_args("-4@112(%rsp) 2@(%rdi) 1@$5 -8@%r12d", {"gen", "n:x16"}, &out, &why)) << why;
+  EXPECT_EQ(out, "gen=+112(%sp):s32 n=+0(%di):x16 arg3=\\5:u8 arg4=%r12:s64");
+  ASSERT_TRUE(sdt_fetch_args("8@%rbp 8@-24(%rbx)", {"file:string", "func:string"}, &out, &why)) << why;
+  EXPECT_EQ(out, "file=+0(%bp):string func=+0(-24(%bx)):string");
+  // What uprobe_events cannot say, and names that do not fit.
+  EXPECT_FALSE(sdt_fetch_args("8@(%rax,%rbx,8)", {}, &out, &why));
+  EXPECT_NE(why.find("is not DISP(%REG)"), std::string::npos) << why;
+  EXPECT_FALSE(sdt_fetch_args("1@%ah", {}, &out, &why));
+  EXPECT_FALSE(sdt_fetch_args("3@%rax", {}, &out, &why));
+  EXPECT_FALSE(sdt_fetch_args("4@$5", {"s:string"}, &out, &why));
+  EXPECT_FALSE(sdt_fetch_args("8@%rax", {"a", "b"}, &out, &why));
+  EXPECT_NE(why.find("2 names for a probe of 1 arguments"), std::string::npos) << why;
+  // Every line made this way parses.
+  ASSERT_TRUE(sdt_fetch_args("-4@112(%rsp) 8@%rbp", {"gen", "f:string"}, &out, &why)) << why;
+  must_parse(std::string("p:g/e ") + kBin + ":0x10 " + out);
 }
 
 }  // namespace
