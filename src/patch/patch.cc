@@ -25,6 +25,7 @@
 #include "patch/text.h"
 
 #include <Zydis/Zydis.h>
+#include <link.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <ucontext.h>
@@ -222,10 +223,26 @@ void chain(int sig, siginfo_t* info, void* uc) {
   if (info->si_code != SI_KERNEL) raise(sig);
 }
 
+// The loader's r_brk (watch_loads): the address of its `ret`, trapped, and
+// what to call there. Set once, under g_mu.
+std::atomic<uintptr_t> g_load_at{0};
+void (*g_load_hook)() = nullptr;
+
 void on_trap(int sig, siginfo_t* info, void* ucv) {
   auto* uc = static_cast<ucontext_t*>(ucv);
   if (info->si_code == SI_KERNEL) {
     const uintptr_t at = static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]) - 1;
+    // order: acquire pairs with watch_loads' release: the hook is set.
+    if (at == g_load_at.load(std::memory_order_acquire) && at != 0) {
+      g_load_hook();
+      // Then the `ret` the trap replaced.
+      greg_t* g = uc->uc_mcontext.gregs;
+      uint64_t ret;
+      std::memcpy(&ret, reinterpret_cast<const void*>(g[REG_RSP]), 8);
+      g[REG_RSP] += 8;
+      g[REG_RIP] = static_cast<greg_t>(ret);
+      return;
+    }
     // order: seq_cst, see the top of the file.
     g_users.fetch_add(1, std::memory_order_seq_cst);
     const Table* t = g_table.load(std::memory_order_seq_cst);
@@ -528,7 +545,7 @@ extern "C" __attribute__((visibility("hidden"))) void usrtrace_patch_detour_hit(
   g_users.fetch_sub(1, std::memory_order_release);
 }
 
-int remove(uintptr_t addr, Handler h, void* cookie) {
+int remove(uintptr_t addr, Handler h, void* cookie, bool code_gone) {
   std::lock_guard<std::mutex> l(g_mu);
   if (g_sites == nullptr) return -ENOENT;
   for (size_t i = 0; i < g_sites->size(); ++i) {
@@ -546,8 +563,10 @@ int remove(uintptr_t addr, Handler h, void* cookie) {
         // The byte first: a thread that traps now finds no site and runs
         // the restored byte; then the table, whose publish waits out every
         // handler still running the pair.
-        if (s.detour != nullptr) detail::disarm_detour(s.detour, poke_bytes);
-        write_byte(s.at, s.orig);
+        if (!code_gone) {
+          if (s.detour != nullptr) detail::disarm_detour(s.detour, poke_bytes);
+          write_byte(s.at, s.orig);
+        }
         hits = s.hits;
         g_sites->erase(g_sites->begin() + static_cast<std::ptrdiff_t>(i));
       }
@@ -557,6 +576,34 @@ int remove(uintptr_t addr, Handler h, void* cookie) {
     }
   }
   return -ENOENT;
+}
+
+int watch_loads(void (*hook)(), std::string* err) {
+  std::lock_guard<std::mutex> l(g_mu);
+  if (g_load_at.load(std::memory_order_relaxed) != 0) return 0;
+  install();
+  // An empty function the loader calls after each change of the link map
+  // (with r_state RT_ADD or RT_DELETE before, RT_CONSISTENT after), for
+  // debuggers; its `ret` (after an endbr64 on a CET build) is trapped.
+  uintptr_t at = _r_debug.r_brk;
+  if (at == 0) {
+    *err = "no dynamic loader to watch (r_debug.r_brk is 0)";
+    return -ENOTSUP;
+  }
+  if (detail::is_endbr64(at)) at += 4;
+  if (*reinterpret_cast<const uint8_t*>(at) != 0xc3) {
+    *err = "the loader's r_brk is not an empty function";
+    return -ENOTSUP;
+  }
+  g_load_hook = hook;
+  // order: release, before the trap can be taken.
+  g_load_at.store(at, std::memory_order_release);
+  if (int rc = write_byte(at, kInt3); rc < 0) {
+    g_load_at.store(0, std::memory_order_relaxed);
+    *err = "cannot write the loader's code";
+    return rc;
+  }
+  return 0;
 }
 
 std::vector<SiteInfo> sites() {

@@ -38,8 +38,19 @@ const char* method_name(Method m);
 int add(uintptr_t addr, uintptr_t fn_start, size_t fn_size, Handler h, void* cookie, Method* how,
         std::string* err);
 // Removes the pair; the last one disarms the site (its first byte back).
-// Returns once no handler of the pair can still run. Context: control plane.
-int remove(uintptr_t addr, Handler h, void* cookie);
+// Returns once no handler of the pair can still run. `code_gone`: the
+// site's object was unloaded (dlclose), so nothing is written there (the
+// address may hold another object's code by now). Context: control plane.
+int remove(uintptr_t addr, Handler h, void* cookie, bool code_gone = false);
+
+// Calls `hook` each time the dynamic loader changed the link map (dlopen,
+// dlclose), on the thread that changed it, before dlopen returns: the
+// loader's r_debug.r_brk, the function debuggers break on, is trapped
+// (int3), and `hook` runs in that SIGTRAP handler, where the thread is in
+// the loader and holds none of ours nor malloc's locks. _r_debug.r_state
+// says which (RT_CONSISTENT: done). Once per process; 0 or -ENOTSUP with
+// *err (no loader: a static program). Context: control plane.
+int watch_loads(void (*hook)(), std::string* err);
 
 // Return probes. From a Handler at a function's entry (regs->sp points at
 // the return address): the return address is replaced with the engine's

@@ -21,6 +21,8 @@
 // kprobe's nmissed.
 #include "probe/probes.h"
 
+#include <link.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -282,6 +284,51 @@ int sdt_sites_of(const Definition& d, Probe* p, Error* e) {
   return 0;
 }
 
+// After the link map changed (dlopen, dlclose): a pending probe whose
+// object is now loaded is resolved (sync_armed then arms it if wanted); a
+// probe whose object is gone is pending again, its site forgotten without
+// a write (its code is unmapped; the address may be another object's by
+// now). USDT probes are resolved once, at definition.
+void resync_objects() USRTRACE_REQUIRES(mu()) {
+  for (auto& p : probes()) {
+    if (p->def.sdt) continue;
+    Site& s = *p->sites.front();
+    if (p->pending) {
+      Resolved r;
+      bool pending = false;
+      std::string why;
+      if (resolve(p->def.target, &r, &pending, &why) == 0) {
+        s.where = std::move(r);
+        p->pending = false;
+      }
+    } else if (!s.where.object.empty() && !is_loaded(s.where.object)) {
+      if (s.armed) patch::remove(s.where.addr, on_hit, &s, /*code_gone=*/true);
+      s.armed = false;
+      p->pending = true;
+    }
+  }
+}
+
+// The loader's hook (patch::watch_loads): in the SIGTRAP handler of the
+// thread that called dlopen or dlclose, before it returns, so that a
+// library's probes are armed before its code first runs (its
+// constructors included: they run after this).
+void on_link_map_change() {
+  if (_r_debug.r_state != r_debug::RT_CONSISTENT) return;
+  {
+    Hold l;
+    resync_objects();
+  }
+  sync_armed();
+}
+
+void watch_loads() {
+  std::string why;
+  // Without a loader to watch (a static program) a pending probe stays
+  // pending; dynamic_probe_sites says so.
+  (void)patch::watch_loads(on_link_map_change, &why);
+}
+
 int add_line(std::string_view line, Error* e) USRTRACE_REQUIRES(mu()) {
   Definition d;
   if (int rc = parse(line, &d, e); rc < 0) return rc;
@@ -328,6 +375,7 @@ int add_line(std::string_view line, Error* e) USRTRACE_REQUIRES(mu()) {
     p->shape = std::make_unique<EventShape>(d);
   }
   p->def = std::move(d);
+  if (p->pending) watch_loads();
   events::Registry::get().add(p->shape->desc());
   publish_shape(p->shape->desc()->id, p->shape.get());
   probes().push_back(std::move(p));
