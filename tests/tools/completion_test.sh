@@ -87,6 +87,31 @@ expect_only() {
   fi
 }
 
+# expect_def NAME PREFIX DEF WORD...: the cursor at the end of an open-quoted
+# probe definition DEF after PREFIX. Readline keeps a quoted word whole (its
+# blanks and colons do not split it) and replaces it from its quote: each
+# WORD, quote included, is among the completions.
+expect_def() {
+  local name=$1 prefix=$2 def=$3 w
+  shift 3
+  local line="$prefix '$def"
+  COMP_LINE=$line
+  COMP_POINT=${#line}
+  read -r -a COMP_WORDS <<<"$prefix"
+  COMP_WORDS+=("'$def")
+  COMP_CWORD=$((${#COMP_WORDS[@]} - 1))
+  COMPREPLY=()
+  _usrtrace usrtrace "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD - 1]}"
+  for w in "$@"; do
+    if ! printf '%s\n' "${COMPREPLY[@]}" | grep -qxF -- "'$w"; then
+      echo "FAIL $name: '$line' does not offer \"'$w\" (got: ${COMPREPLY[*]:0:5})"
+      failures=$((failures + 1))
+      return
+    fi
+  done
+  echo "ok   $name"
+}
+
 expect_only "subcommands by prefix" "usrtrace re" record recover report reset restart
 expect "every subcommand" "usrtrace " record report start stop extract list mount
 expect_only "long flags of record" "usrtrace record --comp" --compression --compress
@@ -103,6 +128,14 @@ expect "long flags, trace-cmd's and uftrace's" "usrtrace record --" --event --tr
   --cpumask --filter --notrace --depth --time-filter --quiet
 expect "events after --event, the process by --pid" "usrtrace start --pid $pid --event ${sys:0:3}" "$sys"
 expect_only "clocks of the process" "usrtrace start -P $pid -C x86" x86-tsc
+# Probe definitions: the process's USDT probes (libstdc++'s, a C++ target
+# has it loaded), its program's functions, a library's by PATH:.
+expect_def "USDT probes of the process" "usrtrace probe -P $pid" "p:x/y %libstdcxx:th" "p:x/y %libstdcxx:throw"
+expect_def "functions of the program" "usrtrace probe -P $pid" "p:x/y mai" "p:x/y main"
+libstdcxx=$(awk '$6 ~ /libstdc\+\+/ { print $6; exit }' "/proc/$pid/maps")
+expect_def "functions of a library" "usrtrace probe -P $pid" "r:x/y $libstdcxx:__cxa_thr" \
+  "r:x/y $libstdcxx:__cxa_throw"
+expect_def "after --probe" "usrtrace start -P $pid --probe" "p:x/y ma" "p:x/y main"
 complete -p usrtrace >/dev/null 2>&1 || { echo "FAIL: 'complete -p usrtrace' has nothing"; failures=$((failures + 1)); }
 
 if ((failures)); then
