@@ -5,8 +5,12 @@
 //
 //   slot:  lea -128(%rsp),%rsp          the red zone (a mid-function site may
 //                                       have live data below rsp)
-//          push %rax; movabs $D,%rax; xchg %rax,(%rsp)     [rsp] = the Detour
+//          lea -8(%rsp),%rsp; mov %rax,-8(%rsp); movabs $D,%rax;
+//          mov %rax,(%rsp); mov -8(%rsp),%rax          [rsp] = the Detour
 //          jmp *0(%rip); .quad common
+//   (no `xchg` with memory: it is locked, a third of the stub's cost; the
+//   kernel puts a signal frame below the red zone, so -8(%rsp) is safe;
+//   `lea` and `mov` leave the flags as the site had them)
 //   copy:  the window's instructions, relocated; jmp *0(%rip); .quad addr+len
 //
 //   common (usrtrace_patch_detour_common, below): saves every general
@@ -45,6 +49,14 @@
 
 // The common part, shared by every slot. Its stack on entry: [rsp] = the
 // Detour*, then the 128 bytes skipped, then the site's stack.
+//
+// The flags are the site's until they are saved and again from their
+// restore on: a mid-function site may sit between a `cmp` and its `jcc`, so
+// the stack moves around them are `lea`, never `sub`/`add`. The restore is
+// `popfq` (tens of cycles) only for flags other than the arithmetic ones,
+// IF and bit 1 (a DF set by `std`, say); else OF by an `add` that
+// overflows exactly when it was set (1 + 0x7f), then the others by `sahf`,
+// which leaves OF alone.
 asm(R"(
   .text
   .p2align 4
@@ -52,7 +64,7 @@ asm(R"(
   .hidden usrtrace_patch_detour_common
   .type usrtrace_patch_detour_common, @function
 usrtrace_patch_detour_common:
-  sub $168, %rsp
+  lea -168(%rsp), %rsp
   mov %r15, 0(%rsp)
   mov %r14, 8(%rsp)
   mov %r13, 16(%rsp)
@@ -185,8 +197,22 @@ usrtrace_patch_detour_common:
   mov 168(%rsp), %rsi
   mov 8(%rsi), %rax
   mov %rax, 168(%rsp)
+  mov 144(%rsp), %rax
+  mov %rax, %rcx
+  and $-2262, %rcx
+  cmp $0x202, %rcx
+  jne 8f
+  mov %eax, %ecx
+  shr $11, %ecx
+  and $1, %ecx
+  add $0x7f, %cl
+  mov %al, %ah
+  sahf
+  jmp 9f
+8:
   pushq 144(%rsp)
   popfq
+9:
   mov 0(%rsp), %r15
   mov 8(%rsp), %r14
   mov 16(%rsp), %r13
@@ -202,7 +228,7 @@ usrtrace_patch_detour_common:
   mov 96(%rsp), %rdx
   mov 104(%rsp), %rsi
   mov 112(%rsp), %rdi
-  add $168, %rsp
+  lea 168(%rsp), %rsp
   ret $128
   .size usrtrace_patch_detour_common, . - usrtrace_patch_detour_common
 )");
@@ -600,11 +626,13 @@ int build_slot(Detour* d, uintptr_t slot, size_t room, std::string* why) {
     n += 8;
   };
   put({0x48, 0x8d, 0x64, 0x24, 0x80});  // lea -128(%rsp),%rsp
-  put({0x50});                          // push %rax
+  put({0x48, 0x8d, 0x64, 0x24, 0xf8});  // lea -8(%rsp),%rsp
+  put({0x48, 0x89, 0x44, 0x24, 0xf8});  // mov %rax,-8(%rsp)
   put({0x48, 0xb8});                    // movabs $d,%rax
   put64(reinterpret_cast<uint64_t>(d));
-  put({0x48, 0x87, 0x04, 0x24});  // xchg %rax,(%rsp)
-  put({0xff, 0x25, 0, 0, 0, 0});  // jmp *0(%rip)
+  put({0x48, 0x89, 0x04, 0x24});        // mov %rax,(%rsp)
+  put({0x48, 0x8b, 0x44, 0x24, 0xf8});  // mov -8(%rsp),%rax
+  put({0xff, 0x25, 0, 0, 0, 0});        // jmp *0(%rip)
   put64(reinterpret_cast<uint64_t>(&usrtrace_patch_detour_common));
   const size_t copy_at = n;
   bool falls_through = true;

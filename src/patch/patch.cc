@@ -21,6 +21,7 @@
 // thread may still be running a slot's copy after its site is gone.
 #include "patch/patch.h"
 
+#include "base/percpu.h"
 #include "patch/detour.h"
 #include "patch/text.h"
 
@@ -61,7 +62,7 @@ struct Site {
   detail::Detour* detour = nullptr;  // armed as a jump (never freed)
   // Hits, counted by whichever path runs the handlers; allocated by add(),
   // freed by remove() after the publish that waits out every handler.
-  std::atomic<uint64_t>* hits = nullptr;
+  base::PerCpuCounter* hits = nullptr;
   int nh = 0;
   Handler h[kMaxHandlers] = {};
   void* cookie[kMaxHandlers] = {};
@@ -250,7 +251,7 @@ void on_trap(int sig, siginfo_t* info, void* ucv) {
     if (s != nullptr) {
       Regs r;
       regs_from(uc, s->addr, &r);
-      s->hits->fetch_add(1, std::memory_order_relaxed);  // order: a statistic
+      s->hits->inc();
       for (int i = 0; i < s->nh; ++i) s->h[i](&r, s->cookie[i]);
       greg_t* g = uc->uc_mcontext.gregs;
       switch (s->run) {
@@ -491,7 +492,7 @@ int add(uintptr_t addr, uintptr_t fn_start, size_t fn_size, Handler h, void* coo
   s.addr = addr;
   s.detour = nullptr;
   s.method = Method::kInt3;
-  s.hits = new std::atomic<uint64_t>(0);
+  s.hits = new base::PerCpuCounter();
   s.h[0] = h;
   s.cookie[0] = cookie;
   s.nh = 1;
@@ -539,7 +540,7 @@ extern "C" __attribute__((visibility("hidden"))) void usrtrace_patch_detour_hit(
   g_users.fetch_add(1, std::memory_order_seq_cst);
   const Table* t = g_table.load(std::memory_order_seq_cst);
   if (const Site* s = t != nullptr ? find(t, d->win) : nullptr; s != nullptr) {
-    s->hits->fetch_add(1, std::memory_order_relaxed);  // order: a statistic
+    s->hits->inc();
     for (int i = 0; i < s->nh; ++i) s->h[i](r, s->cookie[i]);
   }
   g_users.fetch_sub(1, std::memory_order_release);
@@ -558,7 +559,7 @@ int remove(uintptr_t addr, Handler h, void* cookie, bool code_gone) {
         s.cookie[j] = s.cookie[j + 1];
       }
       --s.nh;
-      std::atomic<uint64_t>* hits = nullptr;
+      base::PerCpuCounter* hits = nullptr;
       if (s.nh == 0) {
         // The byte first: a thread that traps now finds no site and runs
         // the restored byte; then the table, whose publish waits out every
@@ -611,7 +612,7 @@ std::vector<SiteInfo> sites() {
   std::vector<SiteInfo> out;
   if (g_sites != nullptr)
     for (const Site& s : *g_sites)
-      out.push_back({s.addr, s.method, static_cast<size_t>(s.nh), s.hits->load(std::memory_order_relaxed)});
+      out.push_back({s.addr, s.method, static_cast<size_t>(s.nh), s.hits->sum()});
   return out;
 }
 

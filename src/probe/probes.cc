@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "base/mutex.h"
+#include "base/percpu.h"
 #include "base/safe_copy.h"
 #include "events/registry.h"
 #include "instance/instance.h"
@@ -69,8 +70,9 @@ struct Probe {
   // trampoline will call on_return with its site.
   std::atomic<bool> dead{false};
   std::vector<std::unique_ptr<Site>> sites;
-  bool pending = false;  // its object is not loaded
-  std::atomic<uint64_t> hits{0}, misses{0};
+  bool pending = false;      // its object is not loaded
+  base::PerCpuCounter hits;  // every hit of a thread at its sites: as hot as the hit
+  std::atomic<uint64_t> misses{0};
 };
 
 base::Mutex& mu() {
@@ -148,8 +150,7 @@ void on_return(const patch::Regs* regs, void* cookie, uint64_t func, const uint6
 void on_hit(const patch::Regs* regs, void* cookie) {
   auto* s = static_cast<Site*>(cookie);
   Probe* p = s->owner;
-  // order: relaxed; a statistic (uprobe_profile), summed when read.
-  p->hits.fetch_add(1, std::memory_order_relaxed);
+  p->hits.inc();
   if (t_in_probe) {
     p->misses.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -442,7 +443,7 @@ std::string profile_text() {
     const Resolved& w = p->sites.front()->where;
     const std::string path = w.object.empty() || p->def.sdt ? p->def.target_path() : w.object;
     snprintf(buf, sizeof buf, "  %s %-44s %15llu %15llu\n", path.c_str(), p->def.event.c_str(),
-             static_cast<unsigned long long>(p->hits.load(std::memory_order_relaxed)),
+             static_cast<unsigned long long>(p->hits.sum()),
              static_cast<unsigned long long>(p->misses.load(std::memory_order_relaxed)));
     out += buf;
   }

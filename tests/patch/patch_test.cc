@@ -314,6 +314,32 @@ TEST_F(PatchTest, BranchesCallsAndJumpsInTheWindowAreRelocated) {
 
 // call *%rsi, alone at the entry (int3) and at the window's end (detour):
 // both emulated, the callee returning to the original code.
+// A probe between an instruction that sets the flags and the branch that
+// tests them (patch_fixture_branch+3: test, then the site, js): the handler
+// sees the flags the test set and the branch still goes where they say,
+// on the detour (whose own stack moves must not touch them) as on int3.
+void flags_seen(const Regs* r, void* cookie) {
+  auto* v = static_cast<std::vector<uint64_t>*>(cookie);
+  if (v->size() < v->capacity()) v->push_back(r->flags);
+}
+TEST_F(PatchTest, TheFlagsAtAMidFunctionSiteAreThoseOfTheCode) {
+  const Fn fn = bounds_of(&patch_fixture_branch);
+  ASSERT_NE(fn.size, 0u);
+  std::vector<uint64_t> flags;
+  flags.reserve(64);
+  EXPECT_EQ(add_ok(fn, 3, flags_seen, &flags), fast());
+  long (*volatile f)(long) = patch_fixture_branch;
+  for (long x = -5; x <= 5; ++x) EXPECT_EQ(f(x), x < 0 ? -x : x + 1) << x;
+  EXPECT_EQ(remove(fn.start + 3, flags_seen, &flags), 0);
+  ASSERT_EQ(flags.size(), 11u);
+  constexpr uint64_t kSF = 0x80, kZF = 0x40;
+  for (long x = -5; x <= 5; ++x) {
+    const uint64_t fl = flags[static_cast<size_t>(x + 5)];
+    EXPECT_EQ((fl & kSF) != 0, x < 0) << x << ": flags 0x" << std::hex << fl;
+    EXPECT_EQ((fl & kZF) != 0, x == 0) << x << ": flags 0x" << std::hex << fl;
+  }
+}
+
 TEST_F(PatchTest, AnIndirectCallRunsOutOfLineEmulated) {
   const struct {
     long (*f)(long, long (*)(long));
