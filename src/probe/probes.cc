@@ -300,11 +300,13 @@ void resync_objects() USRTRACE_REQUIRES(mu()) {
       std::string why;
       if (resolve(p->def.target, &r, &pending, &why) == 0) {
         s.where = std::move(r);
+        s.semaphore = p->def.ref_ctr_offset != 0 ? data_address(s.where.object, p->def.ref_ctr_offset) : 0;
         p->pending = false;
       }
     } else if (!s.where.object.empty() && !is_loaded(s.where.object)) {
       if (s.armed) patch::remove(s.where.addr, on_hit, &s, /*code_gone=*/true);
       s.armed = false;
+      s.semaphore = 0;  // unmapped with its object: nothing to lower
       p->pending = true;
     }
   }
@@ -371,6 +373,13 @@ int add_line(std::string_view line, Error* e) USRTRACE_REQUIRES(mu()) {
       return rc;
     }
     p->pending = pending;
+    // PATH:OFFSET(REF_CTR_OFFSET): a counter raised while armed, as the
+    // kernel's uprobe raises it (a USDT semaphore named by hand).
+    if (d.ref_ctr_offset != 0 && !pending &&
+        (site->semaphore = data_address(site->where.object, d.ref_ctr_offset)) == 0) {
+      *e = {"Invalid reference counter offset", d.target_pos, EINVAL};
+      return -EINVAL;
+    }
     site->def = d;
     p->sites.push_back(std::move(site));
     p->shape = std::make_unique<EventShape>(d);

@@ -86,6 +86,18 @@ std::vector<LoadedObject> loaded_objects() {
   return out;
 }
 
+uint64_t data_address(const std::string& object, uint64_t file_offset) {
+  const std::string want = real_path(object);
+  if (want.empty() || file_offset % 2 != 0) return 0;
+  for (const LoadedObject& o : loaded_objects()) {
+    if (o.real != want) continue;
+    for (const LoadedObject::Load& l : o.loads)
+      if (l.write && file_offset >= l.offset && file_offset - l.offset + 2 <= l.filesz)
+        return o.bias + l.vaddr + (file_offset - l.offset);
+  }
+  return 0;
+}
+
 bool is_loaded(const std::string& path) {
   const std::string want = real_path(path);
   if (want.empty()) return false;

@@ -45,6 +45,11 @@ struct LoadedObject {
 // The program first. Context: control plane.
 std::vector<LoadedObject> loaded_objects();
 
+// The run-time address of a u16 at `file_offset` of the loaded `object`,
+// in its writable data (a uprobe's REF_CTR_OFFSET, a USDT semaphore); 0 if
+// it is not there or not aligned. Context: control plane.
+uint64_t data_address(const std::string& object, uint64_t file_offset);
+
 // The loaded objects whose real path is `path`'s (dl_iterate_phdr), for
 // dlopen's pending probes. Context: control plane.
 bool is_loaded(const std::string& path);

@@ -11,7 +11,8 @@
 #      line written as PATH:OFFSET(REF_CTR_OFFSET), which makes the kernel
 #      raise the semaphore.
 #   2. usrtrace: `--probe 'p:GRP/EVENT %python:gc__start gen'` and so on,
-#      the sites, semaphores and operands from the notes.
+#      the sites, semaphores and operands from the notes;
+#   3. usrtrace with the kernel's own lines, REF_CTR_OFFSET and all.
 # Both runs with ASLR off. Every event must be the kernel's, in order; the
 # generations and counts those of the workload's own output; the hits of
 # each probe the kernel's uprobe_profile.
@@ -126,6 +127,20 @@ report probe.dat >usrtrace.txt
 if ! cmp -s kernel.txt usrtrace.txt; then
   diff kernel.txt usrtrace.txt | head -20 >&2
   fail "the recorded events differ from the kernel's (kernel < > usrtrace)"
+fi
+# 3. usrtrace again, with the kernel's own lines (PATH:OFFSET(REF_CTR_OFFSET)):
+# the counter is raised as the kernel raises it, the same events recorded.
+args=()
+for e in "${probes[@]}"; do
+  # shellcheck disable=SC2086
+  args+=(--probe "$(kernel_line $e)")
+done
+setarch -R "$cli" record "${args[@]}" -o refctr.dat -- "$py" -S -E "$script" >refctr.out 2>refctr.err ||
+  { cat refctr.err >&2; fail "record with the kernel's lines"; }
+report refctr.dat >refctr.txt
+if ! cmp -s kernel.txt refctr.txt; then
+  diff kernel.txt refctr.txt | head -20 >&2
+  fail "the kernel's lines (REF_CTR_OFFSET) recorded other events in usrtrace (kernel < > usrtrace)"
 fi
 # The workload's own account: its collections are the last ones (the
 # interpreter's start collects too, before the workload turns that off).
