@@ -24,11 +24,7 @@ PerCpuCounter::~PerCpuCounter() { std::free(slots_); }
 void PerCpuCounter::inc() {
   int fallback;
   asm volatile(
-      "6:\n\t"
-      "leaq 3f(%%rip), %%rax\n\t"
-      "movq %%rax, %%fs:8(%[rseqoff])\n\t"
-      "1:\n\t"
-      "movslq %%fs:4(%[rseqoff]), %%rax\n\t"
+      USRTRACE_RSEQ_CS_BEGIN("rax")
       "cmpq %[n], %%rax\n\t"  // unsigned: -1 and -2 (unregistered) too
       "jae 5f\n\t"
       "shlq $6, %%rax\n\t"

@@ -63,6 +63,20 @@ void rseq_fence();
 // exact write path under callgrind. Never call it in a real program.
 void rseq_emulate_for_instrumentation();
 
+// The start of a critical section written in inline asm: label 6 arms it
+// (rseq->rseq_cs = the descriptor at label 3, which the trailer emits), label
+// 1 is the section's first instruction, which loads the thread's cpu_id
+// (-1 or -2 when unregistered) sign-extended into `reg`. The asm needs the
+// operand [rseqoff] (usrtrace_rseq_offset).
+// clang-format off
+#define USRTRACE_RSEQ_CS_BEGIN(reg)          \
+  "6:\n\t"                                   \
+  "leaq 3f(%%rip), %%" reg "\n\t"            \
+  "movq %%" reg ", %%fs:8(%[rseqoff])\n\t"   \
+  "1:\n\t"                                   \
+  "movslq %%fs:4(%[rseqoff]), %%" reg "\n\t"
+// clang-format on
+
 // The end of every critical section written in inline asm: its descriptor
 // (in section __rseq_cs: start label 1, post-commit label 2, abort label 4)
 // and its abort handler (in __rseq_failure, after the 4-byte signature the

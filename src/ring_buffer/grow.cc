@@ -121,11 +121,7 @@ static_assert(offsetof(GrowOp, expect) == 8 && offsetof(GrowOp, gen) == 16 &&
 // CpuBuffer unsealed); leaves the CPU in %rax. Label 5 is the failure exit.
 // clang-format off
 #define USRTRACE_GROW_SECTION_CHECKS      \
-  "6:\n\t"                                \
-  "leaq 3f(%%rip), %%rax\n\t"             \
-  "movq %%rax, %%fs:8(%[rseqoff])\n\t"    \
-  "1:\n\t"                                \
-  "movslq %%fs:4(%[rseqoff]), %%rax\n\t"  \
+  USRTRACE_RSEQ_CS_BEGIN("rax")           \
   "cmpq %%rax, 0(%[op])\n\t"              \
   "jne 5f\n\t"                            \
   "movq 16(%[op]), %%rdx\n\t"             \

@@ -48,24 +48,20 @@ static_assert(offsetof(CommitOp, cb) == 8 && offsetof(CommitOp, expect_w0) == 16
 // that the op's snapshot still holds on this CPU (op fields 0..24: cpu, cb,
 // expect_w0, expect_ts); label 5 is the failure exit. Leaves the CpuBuffer
 // in %rdx. Needs operands [op], [slots], [rseqoff] and [sealed].
-#define USRTRACE_RB_SECTION_CHECKS       \
-  "6:\n\t"                               \
-  "leaq 3f(%%rip), %%rax\n\t"            \
-  "movq %%rax, %%fs:8(%[rseqoff])\n\t"   \
-  "1:\n\t"                               \
-  "movslq %%fs:4(%[rseqoff]), %%rax\n\t" \
-  "cmpq %%rax, 0(%[op])\n\t"             \
-  "jne 5f\n\t"                           \
-  "movq (%[slots],%%rax,8), %%rdx\n\t"   \
-  "cmpq %%rdx, 8(%[op])\n\t"             \
-  "jne 5f\n\t"                           \
-  "cmpl $0, %c[sealed](%%rdx)\n\t"       \
-  "jne 5f\n\t"                           \
-  "movq (%%rdx), %%rax\n\t"              \
-  "cmpq %%rax, 16(%[op])\n\t"            \
-  "jne 5f\n\t"                           \
-  "movq 8(%%rdx), %%rax\n\t"             \
-  "cmpq %%rax, 24(%[op])\n\t"            \
+#define USRTRACE_RB_SECTION_CHECKS     \
+  USRTRACE_RSEQ_CS_BEGIN("rax")        \
+  "cmpq %%rax, 0(%[op])\n\t"           \
+  "jne 5f\n\t"                         \
+  "movq (%[slots],%%rax,8), %%rdx\n\t" \
+  "cmpq %%rdx, 8(%[op])\n\t"           \
+  "jne 5f\n\t"                         \
+  "cmpl $0, %c[sealed](%%rdx)\n\t"     \
+  "jne 5f\n\t"                         \
+  "movq (%%rdx), %%rax\n\t"            \
+  "cmpq %%rax, 16(%[op])\n\t"          \
+  "jne 5f\n\t"                         \
+  "movq 8(%%rdx), %%rax\n\t"           \
+  "cmpq %%rax, 24(%[op])\n\t"          \
   "jne 5f\n\t"
 
 // Runs the critical section for `op` on the current CPU. Returns false when
@@ -216,11 +212,7 @@ USRTRACE_NOINLINE bool rseq_switch(std::atomic<CpuBuffer*>* cpu0_slot, const Swi
 USRTRACE_NOINLINE void rseq_fix_limit(std::atomic<CpuBuffer*>* cpu0_slot, int64_t cpu, CpuBuffer* cb) {
   const uint64_t page_size = cb->page_size;
   asm volatile(
-      "6:\n\t"
-      "leaq 3f(%%rip), %%rax\n\t"
-      "movq %%rax, %%fs:8(%[rseqoff])\n\t"
-      "1:\n\t"
-      "movslq %%fs:4(%[rseqoff]), %%rax\n\t"
+      USRTRACE_RSEQ_CS_BEGIN("rax")
       "cmpq %%rax, %[cpu]\n\t"
       "jne 2f\n\t"
       "cmpq %[cb], (%[slots],%%rax,8)\n\t"
