@@ -275,7 +275,8 @@ stage3:
 
 uint32_t run(const Definition& d, uint16_t id, const RunContext& ctx, uint8_t* rec, uint32_t cap) {
   cap = std::min(cap, internal::kMaxRecord);
-  if (cap < d.fixed_size || ctx.regs == nullptr) return 0;
+  // A definition smaller than its own header and probe fields has no record.
+  if (cap < d.fixed_size || d.fixed_size < (d.is_return ? 24 : 16) || ctx.regs == nullptr) return 0;
   // The common header: the type, the rest 0 (the write path fills it). One
   // 8-byte store: a header built field by field on the stack and copied
   // stalled the load that forwards it (a third of a hit's cost).

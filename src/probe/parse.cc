@@ -467,6 +467,7 @@ int parse(std::string_view line, Definition* d, Error* e) {
         if (n.substr(0, n.find(':')) == name) return log.err(0, Err::kUsedArgName);
       d->sdt_names.emplace_back(words[i]);
     }
+    d->fixed_size = 16;  // its sites' fields come with them; the common header and __probe_ip here
     return 0;
   }
 
