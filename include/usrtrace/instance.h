@@ -96,7 +96,8 @@ class USRTRACE_EXPORT Instance {
   // Enables or disables the events whose system and name match the globs
   // ("" matches anything; set_event's "system:event" semantics). Returns
   // how many events matched (> 0), -EINVAL if none, -ENOENT on an empty
-  // handle.
+  // handle, or the errno of a dynamic probe whose site could not be armed
+  // (that event stays disabled; error_log has no line for it here).
   int set_event(std::string_view system, std::string_view event, bool enable);
 
   // Snapshots: usrtrace_snapshot_alloc() and usrtrace_snapshot() (see

@@ -111,7 +111,8 @@ USRTRACE_EXPORT int usrtrace_array_vprintk(struct usrtrace_array *tr, const char
  * match SYSTEM and EVENT (trace_array_set_clr_event()). NULL or "" matches
  * any system or any event; unlike the kernel's, both are globs ("sched",
  * "sched_*", "*"). Returns 0 as the kernel does, -EINVAL when nothing
- * matched, -ENOENT for a NULL TR.
+ * matched, -ENOENT for a NULL TR, or the -errno of a dynamic probe whose
+ * site could not be armed (that event stays disabled, as the kernel's).
  */
 USRTRACE_EXPORT int usrtrace_array_set_clr_event(struct usrtrace_array *tr, const char *system,
                                                  const char *event, bool enable);

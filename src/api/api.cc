@@ -108,7 +108,9 @@ int usrtrace_array_set_clr_event(usrtrace_array* tr, const char* system, const c
   if (!tr) return -ENOENT;
   std::string_view sys = system && *system ? system : "*";
   std::string_view ev = event && *event ? event : "*";
-  return to_instance(tr)->set_event(sys, ev, enable) > 0 ? 0 : -EINVAL;
+  const int n = to_instance(tr)->set_event(sys, ev, enable);
+  if (n < 0) return n;  // a probe's site could not be armed
+  return n > 0 ? 0 : -EINVAL;
 }
 
 void usrtrace_tracing_on(usrtrace_array* tr) {

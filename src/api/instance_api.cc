@@ -129,6 +129,7 @@ int Instance::puts(std::string_view text) {
 int Instance::set_event(std::string_view system, std::string_view event, bool enable) {
   if (!tr_) return -ENOENT;
   int n = impl(tr_)->set_event(system.empty() ? "*" : system, event.empty() ? "*" : event, enable);
+  if (n < 0) return n;  // a probe's site could not be armed
   return n > 0 ? n : -EINVAL;
 }
 

@@ -139,10 +139,11 @@ std::vector<std::string> Registry::systems() {
   return out;
 }
 
-int Registry::set_enabled(int slot, std::string_view system_glob, std::string_view name_glob, bool on) {
+int Registry::set_enabled(int slot, std::string_view system_glob, std::string_view name_glob, bool on,
+                          std::string* why) {
   const int n = set_enabled_bits(slot, system_glob, name_glob, on);
-  enable_changed();
-  return n;
+  const int rc = enable_changed(why);
+  return rc < 0 ? rc : n;
 }
 
 int Registry::set_enabled_bits(int slot, std::string_view system_glob, std::string_view name_glob, bool on) {

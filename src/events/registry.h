@@ -50,8 +50,12 @@ class Registry {
   std::vector<std::string> systems();
 
   // Sets or clears bit `slot` of `enabled` in every event whose system and
-  // name match the globs; returns how many matched. Context: control plane.
-  int set_enabled(int slot, std::string_view system_glob, std::string_view name_glob, bool on);
+  // name match the globs; returns how many matched, or -errno with *why
+  // when the enable hook failed (an event's probe could not be armed: that
+  // event is disabled again, the others keep the change, as the kernel's
+  // __ftrace_set_clr_event returns its first error). Context: control plane.
+  int set_enabled(int slot, std::string_view system_glob, std::string_view name_glob, bool on,
+                  std::string* why = nullptr);
   // Clears bit `slot` everywhere (instance removal).
   void clear_slot(int slot);
 
@@ -62,11 +66,14 @@ class Registry {
   // Called after set_enabled() and clear_slot(), and by whoever else changes
   // which events may be written (the triggers' soft mode), outside the
   // registry lock: the dynamic probes arm the sites of the events that some
-  // instance now wants, and disarm the others (src/probe). One hook.
-  // Context: control plane.
-  void set_enable_hook(void (*hook)()) { enable_hook_.store(hook, std::memory_order_release); }
-  void enable_changed() {
-    if (auto* hook = enable_hook_.load(std::memory_order_acquire)) hook();
+  // instance now wants, and disarm the others (src/probe). One hook. It
+  // returns 0, or -errno with *why (may be null) when a site could not be
+  // armed. Context: control plane.
+  using EnableHook = int (*)(std::string* why);
+  void set_enable_hook(EnableHook hook) { enable_hook_.store(hook, std::memory_order_release); }
+  int enable_changed(std::string* why = nullptr) {
+    auto* hook = enable_hook_.load(std::memory_order_acquire);
+    return hook != nullptr ? hook(why) : 0;
   }
   // Called by remove() with the removed event, outside the registry lock,
   // before the change hook (the filters and triggers of the event, and
@@ -82,7 +89,7 @@ class Registry {
   EventDesc* head_ USRTRACE_GUARDED_BY(mu_) = nullptr;
   std::atomic<const EventDesc*> by_id_[65536] = {};
   std::atomic<void (*)()> change_hook_{nullptr};
-  std::atomic<void (*)()> enable_hook_{nullptr};
+  std::atomic<EnableHook> enable_hook_{nullptr};
   std::atomic<void (*)(EventDesc*)> remove_hooks_[kRemoveHooks] = {};
   void changed();
   int set_enabled_bits(int slot, std::string_view system_glob, std::string_view name_glob, bool on);

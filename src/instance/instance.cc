@@ -351,8 +351,9 @@ void Instance::set_option(Option o, bool on) {
   });
 }
 
-int Instance::set_event(std::string_view system_glob, std::string_view event_glob, bool on) {
-  return events::Registry::get().set_enabled(slot_, system_glob, event_glob, on);
+int Instance::set_event(std::string_view system_glob, std::string_view event_glob, bool on,
+                        std::string* why) {
+  return events::Registry::get().set_enabled(slot_, system_glob, event_glob, on, why);
 }
 
 void Instance::clear_events() { events::Registry::get().set_enabled(slot_, "*", "*", false); }

@@ -176,8 +176,11 @@ class Instance {
   void set_option(Option o, bool on);
 
   // Enables or disables events matching "system:event" globs (set_event
-  // syntax; "event" alone means any system). Returns the count matched.
-  int set_event(std::string_view system_glob, std::string_view event_glob, bool on);
+  // syntax; "event" alone means any system). Returns the count matched, or
+  // -errno with *why when a dynamic probe's site could not be armed (that
+  // event stays disabled; Registry::set_enabled).
+  int set_event(std::string_view system_glob, std::string_view event_glob, bool on,
+                std::string* why = nullptr);
   void clear_events();
   bool event_enabled(uint16_t id) const;
 

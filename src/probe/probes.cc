@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -92,6 +93,8 @@ std::vector<std::unique_ptr<Probe>>& probes() USRTRACE_REQUIRES(mu()) {
 thread_local int t_holding = 0;
 thread_local bool t_resync = false;
 
+int resync(bool report, std::string* why);
+
 class USRTRACE_SCOPED_CAPABILITY Hold {
  public:
   Hold() USRTRACE_ACQUIRE(mu()) {
@@ -103,7 +106,7 @@ class USRTRACE_SCOPED_CAPABILITY Hold {
     mu().unlock();
     if (t_holding == 0 && t_resync) {
       t_resync = false;
-      sync_armed();
+      (void)resync(/*report=*/false, nullptr);
     }
   }
   Hold(const Hold&) = delete;
@@ -322,7 +325,7 @@ void on_link_map_change() {
     Hold l;
     resync_objects();
   }
-  sync_armed();
+  (void)resync(/*report=*/false, nullptr);
 }
 
 void watch_loads() {
@@ -423,7 +426,7 @@ int write_text(std::string_view text, bool dynamic, Error* e, size_t* line_at) {
   }
   // A probe defined while its event is wanted (an enable_event trigger
   // written before it) is armed now.
-  sync_armed();
+  (void)resync(/*report=*/false, nullptr);
   return rc;
 }
 
@@ -480,27 +483,57 @@ std::string sites_text() {
   return out;
 }
 
-void sync_armed() {
+namespace {
+
+// Arms the sites of the probes some instance wants, disarms the others.
+// `report` (an enable change): a probe with a site that cannot be armed
+// has its other sites disarmed and its instances' enable bits cleared
+// (the kernel's enable fails, and the event stays disabled); the first
+// failure is returned. Otherwise (the loader's hook, a definition) such a
+// site stays disarmed and dynamic_probe_sites says so, as the kernel's
+// uprobe in a file mapped later is inserted, or not, without a word.
+int resync(bool report, std::string* why) {
   if (t_holding > 0) {
     t_resync = true;
-    return;
+    return 0;
   }
+  int first = 0;
   Hold l;
   for (const auto& p : probes()) {
     if (p->pending) continue;
-    const bool want = wanted(*p->shape->desc());
+    internal::EventDesc& d = *p->shape->desc();
+    const bool want = wanted(d);
+    std::string failed;
+    int rc = 0;
     for (auto& s : p->sites) {
       if (want && !s->armed) {
-        std::string why;
-        // Nothing to log it to here: the site stays disarmed and
-        // dynamic_probe_sites says so.
-        (void)arm(*s, &why);
+        std::string w;
+        if ((rc = arm(*s, &w)) < 0) {
+          char at[32];
+          snprintf(at, sizeof at, "0x%llx", static_cast<unsigned long long>(s->where.addr));
+          failed = p->def.group + "/" + p->def.event + ": cannot arm the probe at " + at + ": " + w;
+          break;
+        }
       } else if (!want && s->armed) {
         disarm(*s);
       }
     }
+    if (rc == 0 || !report) continue;
+    for (auto& s : p->sites) disarm(*s);
+    // Only the instances' bits: an enable_event trigger's soft mode stays
+    // (the trigger is there); the site is tried again at the next change.
+    d.enabled.fetch_and(uint64_t{1} << internal::kControlBit, std::memory_order_relaxed);
+    if (first == 0) {
+      first = rc;
+      if (why != nullptr) *why = std::move(failed);
+    }
   }
+  return first;
 }
+
+}  // namespace
+
+int sync_armed(std::string* why) { return resync(/*report=*/true, why); }
 
 namespace {
 // The hook runs where the registry is changed: set_event, enable files,

@@ -41,7 +41,11 @@ std::string profile_text();
 std::string sites_text();
 
 // Re-checks which probes should be armed: called after enable bits or
-// enable_event triggers change. Context: control plane.
-void sync_armed();
+// enable_event triggers change (the registry's enable hook). A probe whose
+// site cannot be armed is disabled again in every instance, its other
+// sites disarmed, and the first such failure returned: -errno with *why
+// (may be null), as the kernel's enable write fails with the uprobe's
+// registration error. Context: control plane.
+int sync_armed(std::string* why);
 
 }  // namespace usrtrace::probe

@@ -49,8 +49,10 @@ std::vector<EventName> settable_events() {
 
 bool any(std::string_view glob) { return glob.empty() || glob == "*"; }
 
-// Applies one set_event token; returns how many events it matched.
-int apply_token(Instance& inst, std::string_view tok, bool on) {
+// Applies one set_event token; returns how many events it matched. A probe
+// event whose site could not be armed stays disabled; the first such
+// error goes to *err (-errno) and *why.
+int apply_token(Instance& inst, std::string_view tok, bool on, int* err, std::string* why) {
   std::vector<const EventName*> hit;
   const auto all = settable_events();
   const size_t colon = tok.find(':');
@@ -65,7 +67,13 @@ int apply_token(Instance& inst, std::string_view tok, bool on) {
     if (m) hit.push_back(&e);
   }
   // Outside for_each: set_event takes the registry lock itself.
-  for (const EventName* e : hit) inst.set_event(e->system, e->name, on);
+  for (const EventName* e : hit) {
+    std::string w;
+    if (int rc = inst.set_event(e->system, e->name, on, &w); rc < 0 && *err == 0) {
+      *err = rc;
+      *why = std::move(w);
+    }
+  }
   return static_cast<int>(hit.size());
 }
 
@@ -74,8 +82,11 @@ long write_set_event(Instance& inst, std::string_view s) {
     std::string_view tok = t.text;
     const bool on = tok.front() != '!';
     if (!on) tok.remove_prefix(1);
-    if (tok.empty() || apply_token(inst, tok, on) == 0)
+    int err = 0;
+    std::string why;
+    if (tok.empty() || apply_token(inst, tok, on, &err, &why) == 0)
       return fail(inst, kSub, Err::kNoSuchEvent, s, t.pos + (on ? 0 : 1), EINVAL);
+    if (err < 0) return fail_text(inst, kSub, why, s, t.pos, -err);
   }
   return static_cast<long>(s.size());
 }
@@ -205,8 +216,19 @@ std::unique_ptr<File> open_enable(Node n, int, int*) {
   f->store = [ip, sys](std::string_view s) -> long {
     bool on = false;
     if (long rc = parse_bool(*ip, s, &on); rc < 0) return rc;
-    for (const EventName& e : settable_events())
-      if (sys.empty() || e.system == sys) ip->set_event(e.system, e.name, on);
+    // Every event is set; the first whose probe could not be armed is
+    // the answer (the kernel's __ftrace_set_clr_event).
+    int err = 0;
+    std::string why;
+    for (const EventName& e : settable_events()) {
+      if (!sys.empty() && e.system != sys) continue;
+      std::string w;
+      if (int rc = ip->set_event(e.system, e.name, on, &w); rc < 0 && err == 0) {
+        err = rc;
+        why = std::move(w);
+      }
+    }
+    if (err < 0) return fail_text(*ip, kSub, why, s, 0, -err);
     return static_cast<long>(s.size());
   };
   return f;
@@ -255,7 +277,8 @@ std::unique_ptr<File> open_event_enable(Node n, int, int*) {
     bool on = false;
     if (long rc = parse_bool(*ip, s, &on); rc < 0) return rc;
     if (!lookup(sys, name)) return -ENODEV;
-    ip->set_event(sys, name, on);
+    std::string why;
+    if (int rc = ip->set_event(sys, name, on, &why); rc < 0) return fail_text(*ip, kSub, why, s, 0, -rc);
     return static_cast<long>(s.size());
   };
   return f;

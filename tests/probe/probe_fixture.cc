@@ -32,3 +32,16 @@ __attribute__((noinline)) int probe_fixture_jump(int x) {
   if (x < 0) std::longjmp(probe_fixture_env, 42);
   return x + 2;
 }
+
+// A function with a debugger's breakpoint already at its entry (another
+// tool's int3): a probe there cannot be armed. Never called.
+asm(R"(
+  .text
+  .globl probe_fixture_breakpoint
+  .type probe_fixture_breakpoint, @function
+probe_fixture_breakpoint:
+  int3
+  xorl %eax, %eax
+  ret
+  .size probe_fixture_breakpoint, . - probe_fixture_breakpoint
+)");

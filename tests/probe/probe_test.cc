@@ -324,6 +324,36 @@ TEST_F(Probes, DefinitionsListRemoveAndRefuseAsTheKernel) {
       << read("uprobe_events");
 }
 
+// A site that cannot be armed (another tool's int3 is there) fails the
+// enable write with the engine's errno, as the kernel's enable fails with
+// its uprobe's registration error; the event stays disabled, error_log
+// says why; the set_event and events/enable paths answer the same, and
+// the other events they name are enabled all the same.
+TEST_F(Probes, AnEnableWhoseSiteCannotBeArmedFailsAndStaysDisabled) {
+  ASSERT_GE(define("p:t/brk probe_fixture_breakpoint"), 0) << read("error_log");
+  ASSERT_GE(define("p:t/ok probe_fixture_add"), 0) << read("error_log");
+  EXPECT_EQ(tracefs::write_file("events/t/brk/enable", "1", false), -EBUSY);
+  EXPECT_EQ(read("events/t/brk/enable"), "0\n");
+  const std::string log = read("error_log");
+  EXPECT_NE(log.find("t/brk: cannot arm the probe at 0x"), std::string::npos) << log;
+  EXPECT_NE(log.find("there is an int3 there already"), std::string::npos) << log;
+  EXPECT_NE(read("dynamic_probe_sites").find("disarmed"), std::string::npos);
+
+  EXPECT_EQ(tracefs::write_file("set_event", "t:*", false), -EBUSY);
+  EXPECT_EQ(read("events/t/brk/enable"), "0\n");
+  EXPECT_EQ(read("events/t/ok/enable"), "1\n") << "the other event the token names is enabled";
+  tracefs::write_file("events/t/ok/enable", "0", false);
+  EXPECT_EQ(tracefs::write_file("events/t/enable", "1", false), -EBUSY);
+  EXPECT_EQ(read("events/t/ok/enable"), "1\n");
+  EXPECT_EQ(read("events/t/brk/enable"), "0\n");
+  EXPECT_EQ(g_add(2, "b"), 2 + 'b');
+  EXPECT_EQ(lines_of("ok").size(), 1u) << read("trace");
+  tracefs::write_file("events/t/enable", "0", false);
+  // Nothing left armed or enabled: both can go.
+  EXPECT_GE(define("-:t/brk"), 0);
+  EXPECT_GE(define("-:t/ok"), 0);
+}
+
 // ---- The kernel as the oracle.
 
 bool kernel_writable() { return access("/sys/kernel/tracing/uprobe_events", W_OK) == 0; }
