@@ -7,7 +7,7 @@ pkgs=(cmake ninja-build g++ clang libclang-rt-14-dev pkg-config
       libzstd-dev libelf-dev libtracecmd-dev libtracefs-dev python3 fuse3 libfuse3-dev
       clang-format clang-tidy
       uftrace go-md2man bash-completion dpkg-dev man-db libc6-dbg protobuf-compiler
-      libzydis-dev systemtap-sdt-dev libbz2-1.0 python3.11)
+      libzydis-dev systemtap-sdt-dev libbz2-1.0 python3.11 libpython3.11)
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(liblttng-ust-dev lttng-tools)
 fi

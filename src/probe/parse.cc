@@ -81,7 +81,7 @@ constexpr const char* kErrText[] = {
     "$argN index is too big",
     "$comm and immediate-string only accepts string type",
     "Too many arguments are specified",
-    "SDT probe must be %PROVIDER:NAME, both C identifiers",
+    "SDT probe must be [PATH]%PROVIDER:NAME, both C identifiers",
     "SDT probe cannot be a return probe",
     "SDT probe arguments are NAME or NAME:TYPE (arg1..argN by default)",
 };
@@ -391,17 +391,28 @@ int parse(std::string_view line, Definition* d, Error* e) {
   // (2) The target.
   const std::string_view tw = words[1];
   d->target_pos = pos[1];
-  if (tw[0] == '%') {
-    // Ours: %PROVIDER:NAME, a USDT probe (sdt.h): its sites and argument
-    // locations come from the notes when it is defined (probes.cc).
-    const size_t colon = tw.find(':');
-    if (colon == std::string_view::npos || !is_good_name(tw.substr(1, colon - 1)) ||
-        !is_good_name(tw.substr(colon + 1)))
-      return log.err(0, Err::kBadSdtName);
+  // Ours: [PATH]%PROVIDER:NAME, a USDT probe (sdt.h): its sites and
+  // argument locations come from the notes (probes.cc), of every loaded
+  // object, or of PATH's alone (loaded now or later). A '%' followed by a
+  // colon, and none before: the kernel's PATH:OFFSET%SUFFIX is not one.
+  const size_t pct = tw.find('%');
+  const bool sdt =
+      pct == 0 || (pct != std::string_view::npos && tw.find(':', pct) != std::string_view::npos &&
+                   tw.substr(0, pct).find(':') == std::string_view::npos);
+  if (sdt) {
+    const std::string_view pn = tw.substr(pct + 1);
+    const size_t colon = pn.find(':');
+    if (colon == std::string_view::npos || !is_good_name(pn.substr(0, colon)) ||
+        !is_good_name(pn.substr(colon + 1)))
+      return log.err(static_cast<int>(pct), Err::kBadSdtName);
     if (d->is_return) return log.err(0, Err::kSdtRetprobe);
+    if (pct > 0) {
+      d->target.path = std::string(tw.substr(0, pct));
+      if (int rc = check_file(d->target.path, &log); rc < 0) return rc;
+    }
     d->sdt = true;
-    d->sdt_provider = std::string(tw.substr(1, colon - 1));
-    d->sdt_name = std::string(tw.substr(colon + 1));
+    d->sdt_provider = std::string(pn.substr(0, colon));
+    d->sdt_name = std::string(pn.substr(colon + 1));
   } else if (tw.find('/') == std::string_view::npos) {
     if (int rc = parse_symbol(tw, 0, d, &log); rc < 0) return rc;  // ours: SYMBOL
   } else {
@@ -425,11 +436,12 @@ int parse(std::string_view line, Definition* d, Error* e) {
         d->ref_ctr_offset = ref;
         rest = rest.substr(0, rctr);
       }
-      const size_t pct = rest.find('%');
-      if (pct != std::string_view::npos) {
-        if (rest.substr(pct) != "%return") return log.err(at + static_cast<int>(pct), Err::kBadAddrSuffix);
+      const size_t suffix = rest.find('%');
+      if (suffix != std::string_view::npos) {
+        if (rest.substr(suffix) != "%return")
+          return log.err(at + static_cast<int>(suffix), Err::kBadAddrSuffix);
         d->is_return = true;
-        rest = rest.substr(0, pct);
+        rest = rest.substr(0, suffix);
       }
       uint64_t off;
       if (int rc = kstrtoull(rest, 0, &off); rc < 0) return log.err(at, Err::kBadUprobeOffs, -rc);
@@ -503,7 +515,7 @@ std::string Definition::text() const {
 }
 
 std::string Definition::target_path() const {
-  if (sdt) return "%" + sdt_provider + ":" + sdt_name;
+  if (sdt) return target.path + "%" + sdt_provider + ":" + sdt_name;
   return target.path.empty() ? target.symbol : target.path;
 }
 

@@ -21,7 +21,9 @@
 // kprobe's nmissed.
 #include "probe/probes.h"
 
+#include <limits.h>
 #include <link.h>
+#include <stdlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -71,7 +73,15 @@ struct Probe {
   // trampoline will call on_return with its site.
   std::atomic<bool> dead{false};
   std::vector<std::unique_ptr<Site>> sites;
-  bool pending = false;      // its object is not loaded
+  // A USDT probe's fields: its first site's definition (each site's own
+  // must give the same fields; a site whose do not is skipped).
+  Definition fields;
+  // A USDT probe: the objects whose notes were read, by real path and
+  // load bias (a library loaded again is read again), and the sites
+  // skipped there, with why (dynamic_probe_sites).
+  std::vector<std::pair<std::string, uint64_t>> seen;
+  std::vector<std::string> skipped;
+  bool pending = false;      // its object is not loaded (a USDT probe: no site is)
   base::PerCpuCounter hits;  // every hit of a thread at its sites: as hot as the hit
   std::atomic<uint64_t> misses{0};
 };
@@ -238,64 +248,162 @@ void remove_at(size_t i) USRTRACE_REQUIRES(mu()) {
   if (p->def.is_return) graveyard().push_back(std::move(p));
 }
 
-// A USDT probe's sites (sdt.h): each a definition of its own, written as
-// `p:GRP/EVENT OBJECT:0xFILEOFFSET ARGS` with the note's argument
-// locations and the definition's names, parsed as any line. Every site must
-// give the same fields (the event has one format). -ENOENT when no loaded
-// object has the probe.
-int sdt_sites_of(const Definition& d, Probe* p, Error* e) {
-  for (const SdtSite& s : sdt_sites()) {
-    if (s.provider != d.sdt_provider || s.name != d.sdt_name) continue;
-    std::string args, why;
-    if (!sdt_fetch_args(s.args, d.sdt_names, &args, &why)) {
-      *e = {why, d.target_pos, EINVAL};
-      return -EINVAL;
-    }
-    char target[64];
-    snprintf(target, sizeof target, ":0x%llx", static_cast<unsigned long long>(s.file_offset));
-    const std::string line =
-        "p:" + d.group + "/" + d.event + " " + s.object + target + (args.empty() ? "" : " ") + args;
-    auto site = std::make_unique<Site>();
-    site->owner = p;
-    site->semaphore = s.semaphore;
-    Error sub;
-    if (int rc = parse(line, &site->def, &sub); rc < 0) {
-      *e = {"SDT site " + s.object + target + ": " + sub.text, d.target_pos, sub.errnum};
-      return rc;
-    }
+// A USDT probe's site (sdt.h): a definition of its own, written as
+// `p:GRP/EVENT OBJECT:0xFILEOFFSET ARGS` with the note's argument locations
+// and the definition's names, parsed as any line, resolved when `loaded`.
+// It must give the probe's fields (the event has one format). 0, or
+// -errno with *e.
+int make_sdt_site(const Definition& d, const SdtSite& s, const Definition* fields, bool loaded,
+                  std::unique_ptr<Site>* out, Error* e) {
+  std::string args, why;
+  if (!sdt_fetch_args(s.args, d.sdt_names, &args, &why)) {
+    *e = {why, d.target_pos, EINVAL};
+    return -EINVAL;
+  }
+  char target[64];
+  snprintf(target, sizeof target, ":0x%llx", static_cast<unsigned long long>(s.file_offset));
+  const std::string line =
+      "p:" + d.group + "/" + d.event + " " + s.object + target + (args.empty() ? "" : " ") + args;
+  auto site = std::make_unique<Site>();
+  site->semaphore = s.semaphore;
+  Error sub;
+  if (int rc = parse(line, &site->def, &sub); rc < 0) {
+    *e = {"SDT site " + s.object + target + ": " + sub.text, d.target_pos, sub.errnum};
+    return rc;
+  }
+  if (loaded) {
     bool pending = false;
     if (int rc = resolve(site->def.target, &site->where, &pending, &why); rc < 0) {
       *e = {why, d.target_pos, -rc};
       return rc;
     }
-    if (!p->sites.empty()) {
-      const Definition& first = p->sites.front()->def;
-      bool same = first.args.size() == site->def.args.size();
-      for (size_t i = 0; same && i < first.args.size(); ++i)
-        same = first.args[i].type == site->def.args[i].type && first.args[i].name == site->def.args[i].name;
-      if (!same) {
-        *e = {"SDT probe's sites disagree on their arguments' types: " + site->def.text(), d.target_pos,
-              EINVAL};
-        return -EINVAL;
-      }
+  }
+  if (fields != nullptr) {
+    bool same = fields->args.size() == site->def.args.size();
+    for (size_t i = 0; same && i < fields->args.size(); ++i)
+      same = fields->args[i].type == site->def.args[i].type && fields->args[i].name == site->def.args[i].name;
+    if (!same) {
+      *e = {"SDT probe's sites disagree on their arguments' types: " + site->def.text(), d.target_pos,
+            EINVAL};
+      return -EINVAL;
     }
+  }
+  *out = std::move(site);
+  return 0;
+}
+
+bool sdt_matches(const Definition& d, const SdtSite& s) {
+  return s.provider == d.sdt_provider && s.name == d.sdt_name;
+}
+
+// Whether a USDT probe reads `o`'s notes: any object, or PATH's alone.
+bool sdt_reads(const Definition& d, const std::string& want_real, const LoadedObject& o) {
+  return d.target.path.empty() || (o.real.empty() ? o.path : o.real) == want_real;
+}
+
+std::string real_path(const std::string& path) {
+  char buf[PATH_MAX];
+  return ::realpath(path.c_str(), buf) != nullptr ? std::string(buf) : path;
+}
+
+// Adds the sites of loaded object `o` to USDT probe p (not read before).
+// At definition (`e` given) a bad site fails the definition; later (a
+// dlopen) it is skipped and dynamic_probe_sites says why.
+int add_sdt_object(Probe* p, const LoadedObject& o, Error* e) {
+  p->seen.emplace_back(o.real.empty() ? o.path : o.real, o.bias);
+  for (const SdtSite& s : sdt_sites_in(o)) {
+    if (!sdt_matches(p->def, s)) continue;
+    std::unique_ptr<Site> site;
+    Error err;
+    const Definition* fields = p->fields.event.empty() ? nullptr : &p->fields;  // none yet: this one's
+    if (int rc = make_sdt_site(p->def, s, fields, true, &site, &err); rc < 0) {
+      if (e != nullptr) {
+        *e = std::move(err);
+        return rc;
+      }
+      p->skipped.push_back(err.text);
+      continue;
+    }
+    site->owner = p;
+    if (fields == nullptr) p->fields = site->def;
     p->sites.push_back(std::move(site));
   }
-  if (p->sites.empty()) {
-    *e = {"No such SDT probe in the loaded objects (available_sdt_probes)", d.target_pos, ENOENT};
-    return -ENOENT;
-  }
   return 0;
+}
+
+// A USDT probe's sites at its definition: those of every loaded object (or
+// of PATH's). -ENOENT when none has the probe, unless PATH is given and not
+// loaded: then its file's notes give the fields, and the probe is pending
+// until dlopen loads it.
+int sdt_sites_of(Probe* p, Error* e) {
+  const Definition& d = p->def;
+  const std::string want_real = d.target.path.empty() ? "" : real_path(d.target.path);
+  bool path_loaded = false;
+  for (const LoadedObject& o : loaded_objects()) {
+    if (!sdt_reads(d, want_real, o)) continue;
+    path_loaded = true;
+    if (int rc = add_sdt_object(p, o, e); rc < 0) return rc;
+  }
+  if (!p->sites.empty()) return 0;
+  if (!d.target.path.empty() && !path_loaded) {
+    for (const SdtSite& s : sdt_file_sites(d.target.path)) {
+      if (!sdt_matches(d, s)) continue;
+      std::unique_ptr<Site> site;
+      const bool first = p->fields.event.empty();
+      if (int rc = make_sdt_site(d, s, first ? nullptr : &p->fields, false, &site, e); rc < 0) return rc;
+      if (first) p->fields = site->def;
+    }
+    if (!p->fields.event.empty()) {
+      p->pending = true;
+      return 0;
+    }
+  }
+  *e = {"No such SDT probe in " +
+            (d.target.path.empty() ? std::string("the loaded objects") : d.target.path) +
+            " (available_sdt_probes)",
+        d.target_pos, ENOENT};
+  return -ENOENT;
+}
+
+// A USDT probe after the link map changed: the sites of objects gone are
+// dropped without a write (their code is unmapped), those of objects new
+// to it added; pending while it has no site.
+void resync_sdt(Probe* p, const std::vector<LoadedObject>& objs) USRTRACE_REQUIRES(mu()) {
+  auto loaded = [&objs](const std::string& real, uint64_t bias) {
+    for (const LoadedObject& o : objs)
+      if ((o.real.empty() ? o.path : o.real) == real && o.bias == bias) return true;
+    return false;
+  };
+  for (size_t i = p->sites.size(); i-- > 0;) {
+    Site& s = *p->sites[i];
+    if (loaded(s.where.object, s.where.bias)) continue;
+    if (s.armed) patch::remove(s.where.addr, on_hit, &s, /*code_gone=*/true);
+    p->sites.erase(p->sites.begin() + static_cast<std::ptrdiff_t>(i));  // no handler runs it now
+  }
+  std::erase_if(p->seen, [&](const auto& k) { return !loaded(k.first, k.second); });
+  const std::string want_real = p->def.target.path.empty() ? "" : real_path(p->def.target.path);
+  for (const LoadedObject& o : objs) {
+    if (!sdt_reads(p->def, want_real, o)) continue;
+    const std::pair<std::string, uint64_t> key(o.real.empty() ? o.path : o.real, o.bias);
+    if (std::find(p->seen.begin(), p->seen.end(), key) == p->seen.end()) (void)add_sdt_object(p, o, nullptr);
+  }
+  p->pending = p->sites.empty();
 }
 
 // After the link map changed (dlopen, dlclose): a pending probe whose
 // object is now loaded is resolved (sync_armed then arms it if wanted); a
 // probe whose object is gone is pending again, its site forgotten without
 // a write (its code is unmapped; the address may be another object's by
-// now). USDT probes are resolved once, at definition.
+// now). A USDT probe gains the sites of the objects loaded, and loses
+// those unloaded.
 void resync_objects() USRTRACE_REQUIRES(mu()) {
+  std::vector<LoadedObject> objs;
   for (auto& p : probes()) {
-    if (p->def.sdt) continue;
+    if (p->def.sdt) {
+      if (objs.empty()) objs = loaded_objects();
+      resync_sdt(p.get(), objs);
+      continue;
+    }
     Site& s = *p->sites.front();
     if (p->pending) {
       Resolved r;
@@ -364,8 +472,9 @@ int add_line(std::string_view line, Error* e) USRTRACE_REQUIRES(mu()) {
   }
   auto p = std::make_unique<Probe>();
   if (d.sdt) {
-    if (int rc = sdt_sites_of(d, p.get(), e); rc < 0) return rc;
-    p->shape = std::make_unique<EventShape>(p->sites.front()->def);
+    p->def = d;
+    if (int rc = sdt_sites_of(p.get(), e); rc < 0) return rc;
+    p->shape = std::make_unique<EventShape>(p->fields);
   } else {
     auto site = std::make_unique<Site>();
     site->owner = p.get();
@@ -388,7 +497,8 @@ int add_line(std::string_view line, Error* e) USRTRACE_REQUIRES(mu()) {
     p->shape = std::make_unique<EventShape>(d);
   }
   p->def = std::move(d);
-  if (p->pending) watch_loads();
+  // A USDT probe also gains the sites of objects loaded later.
+  if (p->pending || p->def.sdt) watch_loads();
   events::Registry::get().add(p->shape->desc());
   publish_shape(p->shape->desc()->id, p->shape.get());
   probes().push_back(std::move(p));
@@ -452,8 +562,8 @@ std::string profile_text() {
   char buf[512];
   for (const auto& p : probes()) {
     // The kernel's "  %s %-44s %15lu\n", and the misses after it.
-    const Resolved& w = p->sites.front()->where;
-    const std::string path = w.object.empty() || p->def.sdt ? p->def.target_path() : w.object;
+    const std::string& object = p->sites.empty() ? std::string() : p->sites.front()->where.object;
+    const std::string path = object.empty() || p->def.sdt ? p->def.target_path() : object;
     snprintf(buf, sizeof buf, "  %s %-44s %15llu %15llu\n", path.c_str(), p->def.event.c_str(),
              static_cast<unsigned long long>(p->hits.sum()),
              static_cast<unsigned long long>(p->misses.load(std::memory_order_relaxed)));
@@ -479,6 +589,8 @@ std::string sites_text() {
                s->armed ? patch::method_name(s->method) : "disarmed", s->where.function.c_str());
       out += buf;
     }
+    for (const std::string& why : p->skipped)
+      out += p->def.group + "/" + p->def.event + " skipped " + why + "\n";
   }
   return out;
 }

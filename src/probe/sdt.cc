@@ -19,8 +19,6 @@
 #include <cctype>
 #include <cstring>
 
-#include "probe/targets.h"
-
 namespace usrtrace::probe {
 namespace {
 
@@ -136,6 +134,35 @@ std::vector<SdtSite> sdt_sites() {
   std::vector<SdtSite> out;
   for (const LoadedObject& o : loaded_objects()) read_object(o, &out);
   return out;
+}
+
+std::vector<SdtSite> sdt_sites_in(const LoadedObject& o) {
+  std::vector<SdtSite> out;
+  read_object(o, &out);
+  return out;
+}
+
+std::vector<SdtSite> sdt_file_sites(const std::string& path) {
+  // The object as it would be loaded at bias 0: its PT_LOAD headers.
+  LoadedObject o;
+  o.path = path;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  elf_version(EV_CURRENT);
+  if (Elf* elf = elf_begin(fd, ELF_C_READ, nullptr); elf != nullptr) {
+    size_t n = 0;
+    if (elf_getphdrnum(elf, &n) == 0) {
+      for (size_t i = 0; i < n; ++i) {
+        GElf_Phdr ph;
+        if (gelf_getphdr(elf, static_cast<int>(i), &ph) == nullptr || ph.p_type != PT_LOAD) continue;
+        o.loads.push_back({ph.p_offset, ph.p_vaddr, ph.p_filesz, ph.p_memsz, (ph.p_flags & PF_X) != 0,
+                           (ph.p_flags & PF_W) != 0});
+      }
+    }
+    elf_end(elf);
+  }
+  ::close(fd);
+  return sdt_sites_in(o);
 }
 
 bool sdt_fetch_args(std::string_view note_args, const std::vector<std::string>& names, std::string* out,

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "probe/targets.h"
+
 namespace usrtrace::probe {
 
 struct SdtSite {
@@ -24,6 +26,12 @@ struct SdtSite {
 // file's word, not ours). Context: control plane; reads the
 // objects' files (libelf).
 std::vector<SdtSite> sdt_sites();
+// Those of one loaded object.
+std::vector<SdtSite> sdt_sites_in(const LoadedObject& o);
+// Those in the notes of a file that is not loaded (a `PATH%PROVIDER:NAME`
+// probe defined before dlopen: its fields come from them): addresses as
+// linked (no bias), file offsets as they will be.
+std::vector<SdtSite> sdt_file_sites(const std::string& path);
 
 // The note's argument string as uprobe_events fetch args: "-4@%edi" is
 // `%di:s32`, "8@-24(%rbp)" `-24(%bp):u64`, "4@$5" `\5:u32`; named

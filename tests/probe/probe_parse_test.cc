@@ -400,6 +400,14 @@ TEST(ProbeParseSdt, NamesTheProbeAndItsArguments) {
   EXPECT_EQ(d.text(), "p:py/gcs %python:gc__start gen path:string");
   // The event is named after the probe unless given.
   EXPECT_EQ(must_parse("p %libstdcxx:throw").event, "throw");
+  // PATH%PROVIDER:NAME: the sites of one object's notes only (loaded now
+  // or later); the kernel's PATH:OFFSET%return is not one.
+  const Definition p = must_parse("p:py/gc /bin/sh%python:gc__start gen");
+  EXPECT_TRUE(p.sdt);
+  EXPECT_EQ(p.target.path, "/bin/sh");
+  EXPECT_EQ(p.sdt_provider, "python");
+  EXPECT_EQ(p.text(), "p:py/gc /bin/sh%python:gc__start gen");
+  EXPECT_FALSE(must_parse("p:g/e /bin/sh:0x10%return").sdt);
 }
 
 TEST(ProbeParseSdt, BadFormsAreRefusedWithACaret) {
@@ -409,9 +417,10 @@ TEST(ProbeParseSdt, BadFormsAreRefusedWithACaret) {
     size_t pos;
   };
   const Case cases[] = {
-      {"p:g/e %python", "SDT probe must be %PROVIDER:NAME, both C identifiers", 6},
-      {"p:g/e %:gc__start", "SDT probe must be %PROVIDER:NAME, both C identifiers", 6},
-      {"p:g/e %py-thon:x", "SDT probe must be %PROVIDER:NAME, both C identifiers", 6},
+      {"p:g/e %python", "SDT probe must be [PATH]%PROVIDER:NAME, both C identifiers", 6},
+      {"p:g/e %:gc__start", "SDT probe must be [PATH]%PROVIDER:NAME, both C identifiers", 6},
+      {"p:g/e %py-thon:x", "SDT probe must be [PATH]%PROVIDER:NAME, both C identifiers", 6},
+      {"p:g/e /bin/sh%py:x-y", "SDT probe must be [PATH]%PROVIDER:NAME, both C identifiers", 13},
       {"r:g/e %python:gc__start", "SDT probe cannot be a return probe", 6},
       {"p:g/e %python:gc__start a=%di", "SDT probe arguments are NAME or NAME:TYPE (arg1..argN by default)",
        24},
