@@ -615,6 +615,51 @@ int plan_detour(uintptr_t win, uintptr_t fn_start, size_t fn_size, const Code& c
   return 0;
 }
 
+int plan_pun(uintptr_t win, const Code& code, Detour* d, std::string* why) {
+  if (win < code.base || win + 5 > code.base + code.size) {
+    *why = "the code after the instruction is not known";
+    return -EINVAL;
+  }
+  const uint8_t* src = code.bytes + (win - code.base);
+  Insn insn;
+  if (!classify(make_decoder(), win, src, code.base + code.size - win, &insn, why)) return -EOPNOTSUPP;
+  if (insn.len >= 5) {
+    *why = "the instruction is long enough for a plain jump";
+    return -EINVAL;
+  }
+  *d = Detour{};
+  d->win = win;
+  d->len = insn.len;
+  d->ninsn = 1;
+  d->from[0] = 0;
+  d->ilen[0] = insn.len;
+  d->reloc[0] = insn.reloc;
+  d->disp_off[0] = insn.disp_off;
+  d->cc[0] = insn.cc;
+  d->modrm_off[0] = insn.modrm_off;
+  d->target[0] = insn.target;
+  d->pun = true;
+  std::memcpy(d->orig, src, insn.len);
+  return 0;
+}
+
+bool pun_range(const Detour* d, const uint8_t* after, uintptr_t* lo, uintptr_t* hi) {
+  const unsigned free_bytes = d->len - 1u;  // rel32's low bytes, ours to choose
+  uint32_t fixed = 0;
+  for (unsigned i = 0; i < 5u - d->len; ++i) fixed |= uint32_t{after[i]} << (8 * (free_bytes + i));
+  const int64_t first = static_cast<int32_t>(fixed);
+  const int64_t last = first + (int64_t{1} << (8 * free_bytes)) - 1;
+  const int64_t next = static_cast<int64_t>(d->win) + 5;
+  // Canonical user addresses, above the lowest the kernel maps
+  // (vm.mmap_min_addr, 64 KiB by default).
+  constexpr int64_t kMin = 1 << 16, kMax = (int64_t{1} << 47) - 4096;
+  const int64_t l = std::max(next + first, kMin), h = std::min(next + last, kMax);
+  if (l > h) return false;
+  *lo = static_cast<uintptr_t>(l);
+  *hi = static_cast<uintptr_t>(h);
+  return true;
+}
+
 int build_slot(Detour* d, uintptr_t slot, size_t room, std::string* why) {
   uint8_t buf[kDetourSlotSize] = {};
   size_t n = 0;
@@ -678,6 +723,11 @@ bool arm_detour(Detour* d, int (*poke)(uintptr_t, const uint8_t*, size_t)) {
   int32_t rel = static_cast<int32_t>(static_cast<int64_t>(d->entry) - static_cast<int64_t>(d->win + 5));
   uint8_t tail[16];
   std::memcpy(tail, &rel, 4);
+  // A punned jump writes its free bytes alone (1..len-1): the rest of its
+  // rel32 is the code after it, as the slot's address was chosen.
+  if (d->pun &&
+      std::memcmp(tail + d->len - 1, reinterpret_cast<const void*>(d->win + d->len), 5u - d->len) != 0)
+    return false;
   for (size_t i = 4; i + 1 < d->len; ++i) tail[i] = 0xcc;
   if (poke(d->win + 1, tail, d->len - 1u) != 0) return false;
   sync_cores();

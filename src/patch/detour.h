@@ -45,6 +45,12 @@ struct Detour {
   uint8_t modrm_off[kMaxWindowInsns] = {};  // kCallInd: where the ModRM byte is
   uintptr_t target[kMaxWindowInsns] = {};   // kRipRel, kJcc, kJmp, kCall: the absolute address
   uint8_t orig[24] = {};                    // the window's bytes (len <= 4 + 15)
+  // A punned jump (plan_pun): the window is the first instruction alone,
+  // len < 5, and the jump's rel32 ends in the 5 - len bytes after it, which
+  // stay as they are. span(): the bytes the jump covers, which no other
+  // site may change.
+  bool pun = false;
+  uint8_t span() const { return pun ? uint8_t{5} : len; }
 };
 static_assert(offsetof(Detour, addr) == 0 && offsetof(Detour, copy) == 8);
 
@@ -65,6 +71,19 @@ struct Code {
 };
 int plan_detour(uintptr_t win, uintptr_t fn_start, size_t fn_size, const Code& code, Detour* d,
                 std::string* why);
+// Instruction punning (E9Patch, PLDI'20): where no 5-byte window can be
+// taken (a jump of the function lands inside it, its jumps are not all
+// known, it is shorter than 5 bytes), the first instruction alone (len
+// < 5) is displaced, and the jmp written over it takes its rel32's high
+// 5 - len bytes from the code after it, unchanged: a jump to those bytes
+// still finds them, whatever the function does, and nothing past the
+// instruction is ever written. The slot must then be where such a rel32
+// points: [*lo, *hi] (pun_range). 0, or -errno with *why.
+int plan_pun(uintptr_t win, const Code& code, Detour* d, std::string* why);
+// The addresses a punned jump at d->win can reach with the code's own bytes
+// after the instruction (`after`, 5 - d->len of them) as its rel32's high
+// bytes. false when none is a canonical user address.
+bool pun_range(const Detour* d, const uint8_t* after, uintptr_t* lo, uintptr_t* hi);
 // Whether the bytes at p are endbr64 (f3 0f 1e fa).
 bool is_endbr64(uintptr_t p);
 // One instruction, decoded at `from`, re-encoded to run at `to` into out

@@ -5,12 +5,13 @@
 // (handler, cookie) pairs. The SIGTRAP handler finds sites in an
 // immutable sorted table published by pointer:
 //
-//   publish:  the patcher builds a new table, stores its pointer (release),
-//             then waits until g_users is zero before freeing the old one.
-//   read:     the handler increments g_users (acquire... seq_cst: the
-//             increment must be visible before it loads the pointer, or the
-//             patcher could see zero users while the handler still reads the
-//             old table), loads the pointer, reads, decrements (release).
+//   publish:  the patcher builds a new table, stores its pointer, then
+//             waits out the readers (synchronize_readers) before freeing
+//             the old one.
+//   read:     the handler brackets its use of the table with read_lock()
+//             and read_unlock(): SRCU's counters (see "Readers" below), an
+//             add to this CPU's slot each, no locked instruction and no
+//             line shared with the other CPUs' hits.
 //
 // Arming writes 0xCC over the first byte; disarming writes the original
 // back. x86 makes a one-byte store to code atomic for every core: a
@@ -22,6 +23,7 @@
 #include "patch/patch.h"
 
 #include "base/percpu.h"
+#include "base/rseq.h"
 #include "patch/detour.h"
 #include "patch/text.h"
 
@@ -88,7 +90,112 @@ std::vector<Prepared>* g_prepared = nullptr;  // under g_mu
 std::mutex g_mu;                       // the patcher's
 std::vector<Site>* g_sites = nullptr;  // the truth, under g_mu
 std::atomic<const Table*> g_table{nullptr};
+
+// ---- Readers: Linux's classic SRCU (kernel/rcu/srcu.c before tree SRCU,
+// `__synchronize_srcu`) on per-CPU counters (base::PerCpuCounter: an rseq
+// add to the slot of the CPU the thread runs on).
+//
+//   read_lock:    i = g_idx & 1; lock[i] += 1        [B] then the table load
+//   read_unlock:  the table's last use; unlock[i] += 1  [C]
+//   idle(i):      u = sum(unlock[i]); FENCE; l = sum(lock[i]); l == u
+//   synchronize:  FENCE; wait idle(inactive); g_idx += 1; FENCE;
+//                 wait idle(the index readers took until now); FENCE
+//
+// A reader may move CPUs between [B] and [C]: its lock is counted on one
+// slot and its unlock on another, and only the sums are compared. Once
+// the unlocks read are all matched by locks read after them, no reader that
+// used index i before the check is still inside: an unlock counted implies
+// its lock is counted (the fence between the sums); a reader whose lock was
+// not yet counted has not loaded the table, and will load the new one (the
+// fence after the unpublishing store). The flip bounds the wait: readers
+// that start during it take the other index. FENCE is the process-wide
+// barrier (membarrier PRIVATE_EXPEDITED_RSEQ, base::rseq_fence) that stands
+// in for the full barriers SRCU's readers execute at [B] and [C] (liburcu's
+// "memb" flavour): the readers themselves only need the compiler's order.
+// Where the kernel has no such membarrier (rseq_init() failed), each reader
+// executes its own seq_cst fence at [B] and [C], and FENCE is a local one.
+//
+// ThreadSanitizer knows neither rseq nor membarrier: its build counts
+// readers with one atomic counter (the protocol it can check), as this
+// engine did before.
+#if defined(__SANITIZE_THREAD__)
+#define USRTRACE_PATCH_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define USRTRACE_PATCH_TSAN 1
+#endif
+#endif
+struct Readers {
+  base::PerCpuCounter lock[2], unlock[2];
+};
+Readers* g_readers = nullptr;  // set by install(), before the first site
+bool g_fenced = false;         // FENCE is membarrier: readers need no fence of their own
+#ifdef USRTRACE_PATCH_TSAN
 std::atomic<long> g_users{0};
+#else
+std::atomic<unsigned> g_idx{0};
+#endif
+
+// Context: any thread, signal handlers too; no lock, no system call.
+inline unsigned read_lock() {
+#ifdef USRTRACE_PATCH_TSAN
+  g_users.fetch_add(1, std::memory_order_seq_cst);
+  return 0;
+#else
+  const unsigned i = g_idx.load(std::memory_order_relaxed) & 1u;
+  g_readers->lock[i].inc();
+  if (g_fenced)
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  else
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  return i;
+#endif
+}
+
+inline void read_unlock(unsigned i) {
+#ifdef USRTRACE_PATCH_TSAN
+  (void)i;
+  g_users.fetch_sub(1, std::memory_order_release);
+#else
+  if (g_fenced)
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  else
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  g_readers->unlock[i].inc();
+#endif
+}
+
+#ifndef USRTRACE_PATCH_TSAN
+void process_fence() {
+  if (g_fenced)
+    base::rseq_fence();
+  else
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+bool idle(unsigned i) {
+  const uint64_t unlocks = g_readers->unlock[i].sum();
+  process_fence();
+  return g_readers->lock[i].sum() == unlocks;
+}
+#endif
+
+// Returns once no reader that could see a table unpublished before the
+// call still reads it. Readers never block: the waits are short. Context:
+// control plane, under g_mu (one synchronizer at a time, as SRCU's mutex).
+void synchronize_readers() {
+#ifdef USRTRACE_PATCH_TSAN
+  while (g_users.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+#else
+  process_fence();
+  const unsigned cur = g_idx.load(std::memory_order_relaxed);
+  while (!idle((cur + 1) & 1u)) std::this_thread::yield();
+  g_idx.store(cur + 1, std::memory_order_relaxed);
+  process_fence();
+  while (!idle(cur & 1u)) std::this_thread::yield();
+  process_fence();
+#endif
+}
 struct sigaction g_prev_trap;
 bool g_installed = false;
 
@@ -123,6 +230,59 @@ uintptr_t alloc_slot(uintptr_t near, size_t size = kSlotSize) {
   }
   g_pages->push_back({at, (size + 31) & ~size_t{31}});
   return at;
+}
+
+// ---- Slots of punned jumps (detour.h, plan_pun): each at an address the
+// code's own bytes choose, within [lo, hi] (from one address to 16 MiB
+// wide). Regions of two pages, mapped where such a range needs one; a slot
+// goes at the lowest free address of the range in a region.
+struct PunRegion {
+  uintptr_t base;
+  std::vector<std::pair<uintptr_t, uintptr_t>> used;  // [start, end)
+};
+std::vector<PunRegion>* g_pun_regions = nullptr;
+constexpr size_t kPunRegion = 2 * kPage;
+
+uintptr_t fit_pun(PunRegion& r, uintptr_t lo, uintptr_t hi, size_t size) {
+  const uintptr_t first = std::max(lo, r.base), last = std::min(hi, r.base + kPunRegion - size);
+  if (first > last) return 0;
+  // Candidates: the range's start, and the end of every slot in it.
+  std::vector<uintptr_t> cand{first};
+  for (const auto& u : r.used)
+    if (u.second >= first && u.second <= last) cand.push_back(u.second);
+  std::sort(cand.begin(), cand.end());
+  for (uintptr_t t : cand) {
+    bool free = true;
+    for (const auto& u : r.used) free = free && (t + size <= u.first || t >= u.second);
+    if (free) {
+      r.used.emplace_back(t, t + size);
+      return t;
+    }
+  }
+  return 0;
+}
+
+uintptr_t alloc_pun(uintptr_t lo, uintptr_t hi, size_t size) {
+  if (g_pun_regions == nullptr) g_pun_regions = new std::vector<PunRegion>();
+  for (PunRegion& r : *g_pun_regions)
+    if (uintptr_t t = fit_pun(r, lo, hi, size); t != 0) return t;
+  // A new region where the range starts, else at some of its later pages
+  // (a range of several pages may be partly taken by other mappings).
+  const uintptr_t span = hi - lo;
+  for (int k = 0; k < 16; ++k) {
+    const uintptr_t at = (lo + span / 16 * static_cast<uintptr_t>(k)) & ~(kPage - 1);
+    if (k > 0 && at <= (lo & ~(kPage - 1))) continue;
+    void* p = mmap(reinterpret_cast<void*>(at), kPunRegion, PROT_READ | PROT_WRITE | PROT_EXEC,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (p == MAP_FAILED) continue;
+    if (reinterpret_cast<uintptr_t>(p) != at) {  // a kernel without MAP_FIXED_NOREPLACE
+      munmap(p, kPunRegion);
+      continue;
+    }
+    g_pun_regions->push_back({at, {}});
+    if (uintptr_t t = fit_pun(g_pun_regions->back(), lo, hi, size); t != 0) return t;
+  }
+  return 0;
 }
 
 // ---- Writing one byte of code.
@@ -244,9 +404,9 @@ void on_trap(int sig, siginfo_t* info, void* ucv) {
       g[REG_RIP] = static_cast<greg_t>(ret);
       return;
     }
-    // order: seq_cst, see the top of the file.
-    g_users.fetch_add(1, std::memory_order_seq_cst);
-    const Table* t = g_table.load(std::memory_order_seq_cst);
+    // order: the readers' protocol (read_lock), then an acquire of the table.
+    const unsigned idx = read_lock();
+    const Table* t = g_table.load(std::memory_order_acquire);
     const Site* s = t != nullptr ? find(t, at) : nullptr;
     if (s != nullptr) {
       Regs r;
@@ -269,10 +429,10 @@ void on_trap(int sig, siginfo_t* info, void* ucv) {
           g[REG_RIP] = static_cast<greg_t>(s->target);
           break;
       }
-      g_users.fetch_sub(1, std::memory_order_release);
+      read_unlock(idx);
       return;
     }
-    g_users.fetch_sub(1, std::memory_order_release);
+    read_unlock(idx);
     // A site disarmed between the trap and now: its byte is back; run it.
     if (was_site(at) &&
         reinterpret_cast<const std::atomic<uint8_t>*>(at)->load(std::memory_order_relaxed) != kInt3) {
@@ -286,6 +446,8 @@ void on_trap(int sig, siginfo_t* info, void* ucv) {
 void install() {
   if (g_installed) return;
   g_installed = true;
+  g_readers = new Readers();
+  g_fenced = base::rseq_init();
   g_sites = new std::vector<Site>();
   g_pages = new std::vector<SlotPage>();
   g_prepared = new std::vector<Prepared>();
@@ -300,9 +462,7 @@ void publish() {
   auto* t = new Table{*g_sites};
   std::sort(t->sites.begin(), t->sites.end(), [](const Site& a, const Site& b) { return a.at < b.at; });
   const Table* old = g_table.exchange(t, std::memory_order_seq_cst);
-  // A handler that loaded `old` holds g_users; one that increments after
-  // the exchange loads `t`. Handlers never block: this wait is short.
-  while (g_users.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+  synchronize_readers();
   delete old;
 }
 
@@ -377,7 +537,7 @@ bool on_boundary(uintptr_t addr, uintptr_t fn, size_t size, const uint8_t* code)
 std::vector<uint8_t> original_code(uintptr_t lo, uintptr_t hi) {
   std::vector<uint8_t> b(reinterpret_cast<const uint8_t*>(lo), reinterpret_cast<const uint8_t*>(hi));
   for (const Site& s : *g_sites) {
-    const size_t n = s.detour != nullptr ? s.detour->len : 1;
+    const size_t n = s.detour != nullptr ? s.detour->len : 1;  // a pun's bytes past len are unchanged
     for (size_t k = 0; k < n; ++k) {
       const uintptr_t a = s.at + k;
       if (a >= lo && a < hi) b[a - lo] = s.detour != nullptr ? s.detour->orig[k] : s.orig;
@@ -394,6 +554,8 @@ const char* method_name(Method m) {
       return "nop";
     case Method::kDetour:
       return "detour";
+    case Method::kPun:
+      return "pun";
     case Method::kInt3:
       break;
   }
@@ -429,7 +591,7 @@ int add(uintptr_t addr, uintptr_t fn_start, size_t fn_size, Handler h, void* coo
   // instruction alone again.
   bool near_other = false;  // then this one stays on int3 too
   for (Site& o : *g_sites) {
-    if (o.detour != nullptr && at > o.at && at < o.at + o.detour->len) {
+    if (o.detour != nullptr && at > o.at && at < o.at + o.detour->span()) {
       near_other = true;
       const detail::Detour* od = o.detour;
       detail::disarm_detour(od, poke_bytes);
@@ -468,11 +630,23 @@ int add(uintptr_t addr, uintptr_t fn_start, size_t fn_size, Handler h, void* coo
     // Where it can be, the site becomes a jump (detour.cc).
     auto* d = new detail::Detour();
     uintptr_t slot = 0;
-    const bool detour =
+    bool detour =
         detail::detour_supported() &&
         detail::plan_detour(at, fn_start, fn_size, {lo, code.data(), code.size()}, d, &p.why) == 0 &&
         (slot = alloc_slot(at, detail::kDetourSlotSize)) != 0 &&
         detail::build_slot(d, slot, detail::kDetourSlotSize, &p.why) == 0;
+    // Else a punned jump over the first instruction alone, where the code
+    // after it lets one reach a slot (detour.h, plan_pun).
+    if (!detour && detail::detour_supported()) {
+      std::string why;
+      uintptr_t plo = 0, phi = 0;
+      detour = detail::plan_pun(at, {lo, code.data(), code.size()}, d, &why) == 0 &&
+               detail::pun_range(d, here + d->len, &plo, &phi) &&
+               (slot = alloc_pun(plo, phi, detail::kDetourSlotSize)) != 0 &&
+               detail::build_slot(d, slot, detail::kDetourSlotSize, &why) == 0;
+      if (!detour)
+        p.why += "; no punned jump either: " + (why.empty() ? "no free page where it points" : why);
+    }
     if (!detour) {
       delete d;  // never published (its slot, if any, is simply not used)
       d = nullptr;
@@ -500,7 +674,7 @@ int add(uintptr_t addr, uintptr_t fn_start, size_t fn_size, Handler h, void* coo
   // A window over another probe's site: that site's bytes would be copied
   // (an int3) or overwritten (a jmp). This one stays on int3.
   for (const Site& o : *g_sites)
-    if (d != nullptr && o.at > at && o.at < at + d->len) d = nullptr;
+    if (d != nullptr && o.at > at && o.at < at + d->span()) d = nullptr;
   if (near_other) d = nullptr;
   g_sites->push_back(s);
   note_site(at);
@@ -520,7 +694,7 @@ int add(uintptr_t addr, uintptr_t fn_start, size_t fn_size, Handler h, void* coo
   publish();
   if (detail::arm_detour(d, poke_bytes)) {
     g_sites->back().detour = d;
-    g_sites->back().method = d->nop ? Method::kNop : Method::kDetour;
+    g_sites->back().method = d->nop ? Method::kNop : d->pun ? Method::kPun : Method::kDetour;
     publish();
     *how = g_sites->back().method;
     return 0;
@@ -536,14 +710,14 @@ int add(uintptr_t addr, uintptr_t fn_start, size_t fn_size, Handler h, void* coo
 // lock, no allocation, no system call.
 extern "C" __attribute__((visibility("hidden"))) void usrtrace_patch_detour_hit(Regs* r,
                                                                                 const detail::Detour* d) {
-  // order: seq_cst, as the trap's (the top of the file).
-  g_users.fetch_add(1, std::memory_order_seq_cst);
-  const Table* t = g_table.load(std::memory_order_seq_cst);
+  // order: as the trap's (Readers, at the top of the file).
+  const unsigned idx = read_lock();
+  const Table* t = g_table.load(std::memory_order_acquire);
   if (const Site* s = t != nullptr ? find(t, d->win) : nullptr; s != nullptr) {
     s->hits->inc();
     for (int i = 0; i < s->nh; ++i) s->h[i](r, s->cookie[i]);
   }
-  g_users.fetch_sub(1, std::memory_order_release);
+  read_unlock(idx);
 }
 
 int remove(uintptr_t addr, Handler h, void* cookie, bool code_gone) {

@@ -21,10 +21,15 @@ namespace usrtrace::patch {
 // How a site is armed (docs/design/patch-engine.md): kDetour, a jmp to the
 // site's slot that runs the handlers and then the displaced instructions;
 // kNop, the same over a nop of 5 bytes or more (nothing displaced runs);
-// kInt3, the trap, where a jump would cover a jump target or an instruction
-// that cannot run out of line, or while a detour is being armed.
-// method_name(): "nop", "detour", "int3".
-enum class Method : uint8_t { kNop, kDetour, kInt3 };
+// kPun, a punned jump (E9Patch's instruction punning): where no 5-byte
+// window can be taken (a jump target inside it, a jump table in the
+// function, a function under 5 bytes), the first instruction alone
+// becomes a jmp whose rel32 ends in the unchanged bytes after it, to a slot
+// at the address those bytes choose; kInt3, the trap, where neither can be
+// (no free page there, an instruction that cannot run out of line), or
+// while a detour is being armed.
+// method_name(): "nop", "detour", "pun", "int3".
+enum class Method : uint8_t { kNop, kDetour, kPun, kInt3 };
 const char* method_name(Method m);
 
 // A probe at `addr`, an instruction boundary in the process's executable

@@ -291,6 +291,12 @@ uint32_t run(const Definition& d, uint16_t id, const RunContext& ctx, uint8_t* r
   } else {
     std::memcpy(rec + 8, &ctx.regs->ip, 8);
   }
+  if (d.regs_only) {
+    // Registers only (the usual entry probe: %di, $arg1): nothing can
+    // fault and every byte of the args is stored, so no program runs.
+    for (const Arg& a : d.args) store_raw(reg_at(ctx.regs, a.fast_reg), a.type->size, rec + a.offset);
+    return d.fixed_size;
+  }
   // The args start zeroed: a fetch that faults leaves 0 and, for a string,
   // length 0 at the string area's start.
   if (d.fixed_size > fixed) std::memset(rec + fixed, 0, d.fixed_size - fixed);

@@ -499,6 +499,21 @@ int parse(std::string_view line, Definition* d, Error* e) {
     if (size > internal::kMaxRecord) return log.err(0, Err::kTooManyArgs, E2BIG);
   }
   d->fixed_size = static_cast<uint16_t>(size);
+  d->regs_only = true;
+  for (Arg& a : d->args) {
+    const FetchInsn* c = a.code;
+    // SysV's argument registers, as fetch.cc's load() reads $argN.
+    static constexpr uint8_t kArgRegs[6] = {14, 13, 12, 11, 9, 8};
+    const bool raw = c[1].op == FetchOp::kStRaw && c[2].op == FetchOp::kEnd && a.count == 0;
+    if (raw && c[0].op == FetchOp::kReg)
+      a.fast_reg = static_cast<uint8_t>(c[0].param);
+    else if (raw && c[0].op == FetchOp::kRetval)
+      a.fast_reg = 10;  // ax
+    else if (raw && c[0].op == FetchOp::kArg && !d->is_return && c[0].param < 6)
+      a.fast_reg = kArgRegs[c[0].param];
+    else
+      d->regs_only = false;
+  }
   // Its programs may read memory that is not there: the fixup must be in
   // place before they can run.
   base::install_fault_fixup();

@@ -92,6 +92,7 @@ struct Arg {
   uint16_t offset = 0;  // the field's offset in the record
   std::string data;     // \"STR"'s text
   FetchInsn code[kFetchInsnMax];
+  uint8_t fast_reg = 0;  // Definition::regs_only: the register's index in patch::Regs
   // The field's size in the record.
   uint32_t size() const { return uint32_t{type->size} * (count ? count : 1u); }
 };
@@ -115,6 +116,9 @@ struct Definition {
   std::string sdt_provider, sdt_name;
   std::vector<std::string> sdt_names;
   uint16_t fixed_size = 0;  // the record's fixed part, common header included
+  // Every arg is a register stored raw (%REG, $retval, an entry's $argN up
+  // to 6): run() copies them without running the programs.
+  bool regs_only = false;
   // Removal ('-'): "" group or event match any (dyn_event_release); the
   // words after the name must match the probe's own listing, in order.
   std::vector<std::string> removal_args;

@@ -62,6 +62,17 @@ patch_fixture_loop:
   .size patch_fixture_loop, . - patch_fixture_loop
 
   .p2align 4
+  .globl patch_fixture_short
+  .type patch_fixture_short, @function
+/* long patch_fixture_short(long x): x, in 4 bytes, then two int3 of
+ * padding (as clang pads): no 5-byte window fits in the function. */
+patch_fixture_short:
+  movq %rdi, %rax        /* +0  48 89 f8 */
+  ret                    /* +3  c3 */
+  .size patch_fixture_short, . - patch_fixture_short
+  .byte 0xcc, 0xcc
+
+  .p2align 4
   .globl patch_fixture_branch
   .type patch_fixture_branch, @function
 /* long patch_fixture_branch(long x): x < 0 ? -x : x + 1. The window at +0

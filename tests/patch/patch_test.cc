@@ -29,6 +29,7 @@ int patch_fixture_read_global(int x);
 extern int patch_fixture_global;
 long patch_fixture_mix(long a, long b, long c, long d);
 long patch_fixture_loop(long n);
+long patch_fixture_short(long x);
 long patch_fixture_branch(long x);
 long patch_fixture_call(long x);
 long patch_fixture_tail(long x);
@@ -71,6 +72,8 @@ std::vector<uint8_t> bytes_at(uintptr_t p, size_t n) {
 
 // What the detour would be, unless the environment keeps every site on int3.
 Method fast() { return getenv("USRTRACE_PROBE_INT3") != nullptr ? Method::kInt3 : Method::kDetour; }
+// The same for a punned jump.
+Method pun() { return getenv("USRTRACE_PROBE_INT3") != nullptr ? Method::kInt3 : Method::kPun; }
 
 // A handler's record of what it saw (no allocation in the handler).
 struct Seen {
@@ -229,16 +232,29 @@ TEST_F(PatchTest, ARipRelativeLoadInTheWindowStillReadsItsGlobal) {
   RecordProperty("method", method_name(how));
 }
 
-// The loop's head (+2) is a jump target inside the 5 bytes at +0: that site
-// stays on int3. At +2 the window is add + dec, and the only jump to it
-// lands on its first byte: a detour. Both at once, and both still right.
-TEST_F(PatchTest, AWindowOverAJumpTargetStaysOnInt3) {
+// The loop's head (+2) is a jump target inside the 5 bytes at +0: no
+// window can be taken there, and the entry becomes a punned jump: the
+// 2-byte xor alone is displaced, and the jmp's rel32 ends in the loop
+// head's own bytes, unchanged, so the loop's jump still finds them. At +2
+// the window is add + dec, and the only jump to it lands on its first
+// byte: a plain detour. Both at once, and both still right.
+TEST_F(PatchTest, AWindowOverAJumpTargetBecomesAPunnedJump) {
   const Fn fn = bounds_of(&patch_fixture_loop);
   ASSERT_NE(fn.size, 0u);
   const auto before = bytes_at(fn.start, fn.size);
   std::atomic<long> entries{0}, heads{0};
-  EXPECT_EQ(add_ok(fn, 0, count, &entries), Method::kInt3);
-  EXPECT_EQ(add_ok(fn, 2, count, &heads), fast());
+  EXPECT_EQ(add_ok(fn, 0, count, &entries), pun());
+  if (pun() == Method::kPun) {
+    EXPECT_EQ(bytes_at(fn.start, 1)[0], 0xe9);
+    EXPECT_EQ(bytes_at(fn.start + 2, 3), std::vector<uint8_t>(before.begin() + 2, before.begin() + 5))
+        << "the loop head's bytes are the rel32's high bytes, unchanged";
+  }
+  EXPECT_EQ(add_ok(fn, 2, count, &heads), Method::kInt3) << "inside the punned jump's 5 bytes";
+  for (const SiteInfo& s : sites()) {
+    if (s.addr == fn.start) {
+      EXPECT_EQ(s.method, Method::kInt3) << "and the entry goes back to int3";
+    }
+  }
   long (*volatile f)(long) = patch_fixture_loop;
   long calls = 0, iterations = 0;
   for (long n = 1; n <= 40; ++n) {
@@ -251,6 +267,38 @@ TEST_F(PatchTest, AWindowOverAJumpTargetStaysOnInt3) {
   EXPECT_EQ(remove(fn.start + 2, count, &heads), 0);
   EXPECT_EQ(remove(fn.start, count, &entries), 0);
   EXPECT_EQ(bytes_at(fn.start, fn.size), before);
+  // The loop head alone: a plain detour; then the entry alone: the pun.
+  entries = 0;
+  heads = 0;
+  EXPECT_EQ(add_ok(fn, 2, count, &heads), fast());
+  for (long n = 1; n <= 10; ++n) EXPECT_EQ(f(n), n * (n + 1) / 2);
+  EXPECT_EQ(heads.load(), 55);
+  EXPECT_EQ(remove(fn.start + 2, count, &heads), 0);
+  EXPECT_EQ(add_ok(fn, 0, count, &entries), pun());
+  for (long n = 1; n <= 10; ++n) EXPECT_EQ(f(n), n * (n + 1) / 2);
+  EXPECT_EQ(entries.load(), 10);
+  EXPECT_EQ(remove(fn.start, count, &entries), 0);
+  EXPECT_EQ(bytes_at(fn.start, fn.size), before);
+}
+
+// A function of 4 bytes (then padding): no 5-byte window, a punned jump
+// whose rel32 ends in the `ret` and the padding after it.
+TEST_F(PatchTest, AFunctionShorterThanAJumpGetsAPunnedJump) {
+  const Fn fn = bounds_of(&patch_fixture_short);
+  ASSERT_EQ(fn.size, 4u);
+  const auto before = bytes_at(fn.start, 6);
+  auto* seen = new Seen();
+  EXPECT_EQ(add_ok(fn, 0, record, seen), pun());
+  long (*volatile f)(long) = patch_fixture_short;
+  for (long x = 0; x < 30; ++x) EXPECT_EQ(f(x * 7), x * 7);
+  ASSERT_EQ(seen->n.load(), 30);
+  for (int i = 0; i < 30; ++i) {
+    EXPECT_EQ(seen->regs[i].di, static_cast<uint64_t>(i * 7));
+    EXPECT_EQ(seen->regs[i].ip, fn.start);
+  }
+  EXPECT_EQ(remove(fn.start, record, seen), 0);
+  EXPECT_EQ(bytes_at(fn.start, 6), before);
+  delete seen;
 }
 
 // A probe strictly inside another's detour window (a mid-function probe
@@ -261,7 +309,10 @@ TEST_F(PatchTest, AnAddressInsideAnotherSitesWindowTurnsItBackToInt3) {
   ASSERT_NE(fn.size, 0u);
   const std::vector<uint8_t> before = bytes_at(fn.start, fn.size);
   std::atomic<long> a{0}, b{0};
-  if (add_ok(fn, 0, count, &a) != Method::kDetour) GTEST_SKIP() << "no detour here (USRTRACE_PROBE_INT3)";
+  if (add_ok(fn, 0, count, &a) != Method::kDetour) {
+    EXPECT_EQ(remove(fn.start, count, &a), 0);  // not left behind for the next test
+    GTEST_SKIP() << "no detour here (USRTRACE_PROBE_INT3)";
+  }
   Method how{};
   std::string err;
   ASSERT_EQ(add(fn.start + 3, fn.start, fn.size, count, &b, &how, &err), 0) << err;
@@ -344,7 +395,7 @@ TEST_F(PatchTest, AnIndirectCallRunsOutOfLineEmulated) {
   const struct {
     long (*f)(long, long (*)(long));
     Method how;
-  } cases[] = {{patch_fixture_icall, Method::kInt3}, {patch_fixture_icall2, fast()}};
+  } cases[] = {{patch_fixture_icall, pun()}, {patch_fixture_icall2, fast()}};
   for (const auto& c : cases) {
     const Fn fn = bounds_of(c.f);
     ASSERT_NE(fn.size, 0u);

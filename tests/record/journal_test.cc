@@ -68,7 +68,10 @@ struct Recorded {
 
 // A compressed recording's journal: 2 CPUs, `batches` batches of 1 to 20
 // pages each, alternating CPUs; kept on disk (the writer is gone).
-Recorded record(const std::string& dir, int batches) {
+// `each`: every batch drained before the next is put, so that each is a
+// chunk record of its own (the compressor otherwise takes what is queued
+// when it runs, and how many records that makes depends on timing).
+Recorded record(const std::string& dir, int batches, bool each = false) {
   Recorded r;
   JournalWriter w;
   RecordOptions o;
@@ -86,6 +89,9 @@ Recorded record(const std::string& dir, int batches) {
     std::string batch;
     for (int k = 0; k < 1 + (b * 7) % 20; ++k) batch += page_of(cpu, n[cpu]++);
     EXPECT_EQ(w.put_pages(s0, cpu, batch.data(), batch.size(), &err), 0) << err;
+    if (each) {
+      EXPECT_EQ(w.drain(&err), 0) << err;
+    }
     r.pages[cpu] += batch;
   }
   EXPECT_EQ(w.drain(&err), 0) << err;
@@ -301,7 +307,7 @@ TEST(JournalCompression, TheWriterWritesWhatWasQueuedBeforeItGoes) {
 // cut are kept, and the journal ends there.
 TEST(JournalCompressionMalformed, AChunkRecordCutShortKeepsItsWholeChunks) {
   const std::string dir = temp_dir();
-  const Recorded r = record(dir, 10);
+  const Recorded r = record(dir, 10, /*each=*/true);
   const auto recs = chunk_records(r.journal);
   ASSERT_GE(recs.size(), 2u);
   const auto [at, len] = recs.back();
@@ -340,7 +346,7 @@ TEST(JournalCompressionMalformed, AChunkRecordCutShortKeepsItsWholeChunks) {
 // still never writes it decompressed: the writer checks each frame too.
 TEST(JournalCompressionMalformed, AGarbledChunkEndsTheJournalBeforeIt) {
   const std::string dir = temp_dir();
-  const Recorded r = record(dir, 10);
+  const Recorded r = record(dir, 10, /*each=*/true);
   const auto recs = chunk_records(r.journal);
   ASSERT_GE(recs.size(), 3u);
   const uint64_t at = recs[2].first;
