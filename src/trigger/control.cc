@@ -513,11 +513,31 @@ int write_trigger_once(int slot, EventDesc& ev, std::string_view cmd, Error* err
 
 int write_trigger(int slot, EventDesc& ev, std::string_view cmd, Error* err) {
   const int rc = write_trigger_once(slot, ev, cmd, err);
+  if (rc != 0) return rc;
   // enable_/disable_event triggers put their target in soft mode, or take
   // it out: a probe event's site is armed while in soft mode (src/probe).
   // Outside mu(): the hook reads soft_mode().
-  if (rc == 0) events::Registry::get().enable_changed();
-  return rc;
+  std::string why;
+  const int armed = events::Registry::get().enable_changed(&why);
+  if (armed == 0) return 0;
+  // The target is a probe whose site cannot be armed: the kernel's trigger
+  // write fails (event_enable_register_trigger enables the target, and
+  // that fails), and so does this one, the trigger taken back. Only for
+  // this trigger's own target (the failure names GRP/EVENT).
+  const std::string_view s = trim(cmd);
+  Command c;
+  Error ignored;
+  if (s.empty() || parse_command(s, &c, &ignored) < 0 || c.remove ||
+      (c.kind != Kind::kEnableEvent && c.kind != Kind::kDisableEvent))
+    return 0;
+  const std::string_view target = c.args.substr(0, c.args.find(':', c.args.find(':') + 1));
+  std::string named(target);
+  if (const size_t colon = named.find(':'); colon != std::string::npos) named[colon] = '/';
+  if (why.rfind(named + ":", 0) != 0) return 0;
+  (void)write_trigger_once(slot, ev, "!" + std::string(s), &ignored);
+  events::Registry::get().enable_changed();
+  *err = {"event trigger", why, std::string(s), c.args_pos};
+  return armed;
 }
 
 std::string trigger_text(int slot, const EventDesc& ev) {

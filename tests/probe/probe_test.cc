@@ -430,6 +430,13 @@ TEST_F(Probes, AnEnableWhoseSiteCannotBeArmedFailsAndStaysDisabled) {
   EXPECT_EQ(g_add(2, "b"), 2 + 'b');
   EXPECT_EQ(lines_of("ok").size(), 1u) << read("trace");
   tracefs::write_file("events/t/enable", "0", false);
+  // An enable_event trigger naming it (soft mode arms the site): the
+  // trigger write fails too, and the trigger is not left behind.
+  EXPECT_EQ(tracefs::write_file("events/t/ok/trigger", "enable_event:t:brk", false), -EBUSY);
+  EXPECT_EQ(read("events/t/ok/trigger").find("enable_event:t:brk"), std::string::npos)
+      << read("events/t/ok/trigger");
+  EXPECT_NE(read("error_log").find("event trigger: error: t/brk: cannot arm"), std::string::npos)
+      << read("error_log");
   // Nothing left armed or enabled: both can go.
   EXPECT_GE(define("-:t/brk"), 0);
   EXPECT_GE(define("-:t/ok"), 0);
