@@ -23,13 +23,11 @@ work=$(realpath "$1")
 cli=$(realpath "$2")
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 rw=$here/../realworld
-T=/sys/kernel/tracing
-
-skip() { echo "probe_lua: SKIP: $*"; exit 77; }
-fail() { echo "probe_lua: FAILED: $*" >&2; exit 1; }
-command -v setarch >/dev/null || skip "setarch is not installed"
-[[ -w $T/uprobe_events ]] || mount -t tracefs nodev $T 2>/dev/null || true
-[[ -w $T/uprobe_events ]] || skip "$T/uprobe_events is not writable (root, and tracefs mounted, are needed)"
+test_name=probe_lua
+group=usrtrace_probe_lua
+# shellcheck source=kernel_uprobes.sh
+. "$here/kernel_uprobes.sh"
+kernel_uprobes_open
 
 (cd "$rw/sources" && sha256sum --quiet -c SHA256SUMS) || fail "sources/ do not match SHA256SUMS"
 src=$work/src
@@ -38,16 +36,6 @@ if [[ ! -d $src/lua-5.4.4 ]]; then
   tar -xzf "$rw/sources/lua-5.4.4.tar.gz" -C "$src"
 fi
 
-# The kernel's uprobes stay defined if this script dies: remove ours.
-group=usrtrace_probe_lua
-cleanup() {
-  if [[ -e $T/events/$group/enable ]]; then echo 0 >"$T/events/$group/enable"; fi
-  local l
-  for l in $(grep -o "^[pr]:$group/[a-z_0-9]*" "$T/uprobe_events" 2>/dev/null || true); do
-    echo "-:${l#*:}" >>"$T/uprobe_events" || true
-  done
-}
-trap cleanup EXIT
 
 # offset LUA SYMBOL [+N]: SYMBOL's file offset (+N), as uprobe_events takes it.
 offset() {
@@ -118,7 +106,7 @@ check_build() {
   )
   local events=(str2num str2num_ret str2num_mid concat resize fmt)
   # 1. The kernel.
-  cleanup
+  kernel_uprobes_cleanup
   for l in "${defs[@]}"; do
     echo "$l" >>"$T/uprobe_events" || { tail -3 "$T/error_log" >&2; fail "$name: the kernel refused '$l'"; }
   done
@@ -131,7 +119,7 @@ check_build() {
   # "(%lx)" and "(%lx <- %lx)", FUNC, RET. Compared in the second form.
   grep -v '^#' "$T/trace" | sed -E 's/^.*: ([a-z_0-9]+): /\1: /; s/\(0x([0-9a-f]+) <- 0x([0-9a-f]+)\)/(\2 <- \1)/; s/^([a-z_0-9]+: )\(0x([0-9a-f]+)\)/\1(\2)/' >"$d/kernel.txt"
   cp "$T/uprobe_profile" "$d/kernel.profile"
-  cleanup
+  kernel_uprobes_cleanup
   [[ -s $d/kernel.txt ]] || fail "$name: the kernel recorded nothing"
 
   # 2. usrtrace, the same lines.

@@ -26,27 +26,16 @@ mkdir -p "$1"
 work=$(realpath "$1")
 cli=$(realpath "$2")
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-T=/sys/kernel/tracing
 py=/usr/bin/python3.11
 script=$here/sdt_workload.py
 
-skip() { echo "probe_python_sdt: SKIP: $*"; exit 77; }
-fail() { echo "probe_python_sdt: FAILED: $*" >&2; exit 1; }
-command -v setarch >/dev/null || skip "setarch is not installed"
+test_name=probe_python_sdt
+group=usrtrace_sdt
+# shellcheck source=kernel_uprobes.sh
+. "$here/kernel_uprobes.sh"
 [[ -x $py ]] || skip "$py is not installed"
 readelf -n "$py" | grep -q 'Name: function__entry' || skip "$py has no USDT probes"
-[[ -w $T/uprobe_events ]] || mount -t tracefs nodev $T 2>/dev/null || true
-[[ -w $T/uprobe_events ]] || skip "$T/uprobe_events is not writable (root, and tracefs mounted, are needed)"
-
-group=usrtrace_sdt
-cleanup() {
-  if [[ -e $T/events/$group/enable ]]; then echo 0 >"$T/events/$group/enable"; fi
-  local l
-  for l in $(grep -o "^[pr]:$group/[a-z_0-9]*" "$T/uprobe_events" 2>/dev/null || true); do
-    echo "-:${l#*:}" >>"$T/uprobe_events" || true
-  done
-}
-trap cleanup EXIT
+kernel_uprobes_open
 
 # kernel_line EVENT NOTE: the kernel's line for the note NOTE of python,
 # from readelf's words (not from usrtrace's reading of the note).
@@ -99,7 +88,7 @@ report() { "$cli" report -i "$1" | grep -v '^cpus=' | sed -E 's/^.*: ([a-z_0-9]+
 cd "$work"
 probes=("fentry function__entry" "gcs gc__start" "gcd gc__done")
 # 1. The kernel.
-cleanup
+kernel_uprobes_cleanup
 for e in "${probes[@]}"; do
   # shellcheck disable=SC2086
   l=$(kernel_line $e) || fail "reading $py's notes"
@@ -111,7 +100,7 @@ setarch -R "$py" -S -E "$script" >alone.out || fail "python failed"
 echo 0 >"$T/events/$group/enable"
 kernel_text >kernel.txt
 cp "$T/uprobe_profile" kernel.profile
-cleanup
+kernel_uprobes_cleanup
 grep -q '^gcs: ' kernel.txt || fail "the kernel recorded no collection"
 
 # 2. usrtrace.
