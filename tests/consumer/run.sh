@@ -23,7 +23,7 @@ echo "--- find_package"
 "$work/find_package/consumer"
 "$work/find_package/consumer_static"
 "$work/find_package/consumer_c"
-if readelf -d "$work/find_package/consumer_static" | grep -q 'libusrtrace\.so'; then
+if readelf -d "$work/find_package/consumer_static" | grep 'libusrtrace\.so' >/dev/null; then
   echo "consumer_static needs libusrtrace.so"; exit 1
 fi
 
@@ -42,7 +42,7 @@ static_libs=$(pkg-config --libs --static usrtrace | sed 's/-lusrtrace\b/-l:libus
 "$cc" -std=c11 -o "$work/pc_c_static" "$consumer/main_c.c" $(pkg-config --cflags --static usrtrace) $static_libs
 for p in pc_shared pc_static pc_c_shared pc_c_static; do "$work/$p"; done
 for p in pc_static pc_c_static; do
-  if readelf -d "$work/$p" | grep -q 'libusrtrace\.so'; then echo "$p needs libusrtrace.so"; exit 1; fi
+  if readelf -d "$work/$p" | grep 'libusrtrace\.so' >/dev/null; then echo "$p needs libusrtrace.so"; exit 1; fi
 done
 
 echo "--- the installed command records a command with the installed runtime"

@@ -128,7 +128,7 @@ if [[ -n ${inside:-} ]]; then
   g++ -std=c++20 -o pc_static consumer/main.cc $(pkg-config --cflags --static usrtrace) $static_libs
   ./pc_shared
   ./pc_static
-  if readelf -d pc_static | grep -q 'libusrtrace\.so'; then echo "pc_static needs libusrtrace.so"; false; fi
+  if readelf -d pc_static | grep 'libusrtrace\.so' >/dev/null; then echo "pc_static needs libusrtrace.so"; false; fi
   echo "package_test: the installed packages work without the build and source trees"
   exit 0
 fi

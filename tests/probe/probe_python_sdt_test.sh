@@ -34,7 +34,7 @@ group=usrtrace_sdt
 # shellcheck source=kernel_uprobes.sh
 . "$here/kernel_uprobes.sh"
 [[ -x $py ]] || skip "$py is not installed"
-readelf -n "$py" | grep -q 'Name: function__entry' || skip "$py has no USDT probes"
+readelf -n "$py" | grep 'Name: function__entry' >/dev/null || skip "$py has no USDT probes"
 kernel_uprobes_open
 
 # kernel_line EVENT NOTE: the kernel's line for the note NOTE of python,

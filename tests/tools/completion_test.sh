@@ -58,12 +58,20 @@ complete_line() {
   _usrtrace usrtrace "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD - 1]}"
 }
 # expect NAME LINE WORD...: each WORD is among the completions of LINE.
+# offers WORD: whether COMPREPLY holds it. A loop, not `printf | grep -q`:
+# under pipefail, grep -q leaving at the first match can make printf die of
+# SIGPIPE, and the pipeline fail although the word is there.
+offers() {
+  local c
+  for c in "${COMPREPLY[@]}"; do [[ $c == "$1" ]] && return 0; done
+  return 1
+}
 expect() {
   local name=$1 line=$2 w
   shift 2
   complete_line "$line"
   for w in "$@"; do
-    if ! printf '%s\n' "${COMPREPLY[@]}" | grep -qxF -- "$w"; then
+    if ! offers "$w"; then
       echo "FAIL $name: '$line' does not offer '$w' (got: ${COMPREPLY[*]})"
       failures=$((failures + 1))
       return
@@ -103,7 +111,7 @@ expect_def() {
   COMPREPLY=()
   _usrtrace usrtrace "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD - 1]}"
   for w in "$@"; do
-    if ! printf '%s\n' "${COMPREPLY[@]}" | grep -qxF -- "'$w"; then
+    if ! offers "'$w"; then
       echo "FAIL $name: '$line' does not offer \"'$w\" (got: ${COMPREPLY[*]:0:5})"
       failures=$((failures + 1))
       return
