@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <new>
 
+#include "base/rseq.h"
+
 namespace usrtrace::base {
 
 PerCpuCounter::PerCpuCounter() {
@@ -18,6 +20,28 @@ PerCpuCounter::PerCpuCounter() {
 }
 
 PerCpuCounter::~PerCpuCounter() { std::free(slots_); }
+
+void PerCpuCounter::inc() {
+  int fallback;
+  asm volatile(
+      USRTRACE_RSEQ_CS_BEGIN("rax")
+      "cmpq %[n], %%rax\n\t"  // unsigned: -1 and -2 (unregistered) too
+      "jae 5f\n\t"
+      "shlq $6, %%rax\n\t"
+      "incq (%[slots],%%rax)\n\t"  // commit
+      "2:\n\t"
+      "movl $0, %[fb]\n\t"
+      "jmp 9f\n\t"
+      "5:\n\t"
+      "movl $1, %[fb]\n\t"
+      "9:\n\t" USRTRACE_RSEQ_CS_TRAILER("rax")
+      : [fb] "=&r"(fallback)
+      : [slots] "r"(slots_), [n] "r"(n_), [rseqoff] "r"(usrtrace_rseq_offset)
+      : "rax", "cc", "memory");
+  // order: relaxed; a statistic (the patch engine's reader counts get
+  // their order from its fences).
+  if (fallback) __atomic_fetch_add(&slots_[n_ * kStride], 1, __ATOMIC_RELAXED);
+}
 
 uint64_t PerCpuCounter::sum() const {
   uint64_t s = 0;

@@ -11,8 +11,6 @@
 
 #include <cstdint>
 
-#include "base/rseq.h"
-
 namespace usrtrace::base {
 
 class PerCpuCounter {
@@ -23,28 +21,10 @@ class PerCpuCounter {
   PerCpuCounter& operator=(const PerCpuCounter&) = delete;
 
   // Context: any thread, signal handlers too; no lock, no system call.
-  // Inline: the probe dispatch's reader counts and hits take four a hit.
-  void inc() {
-    int fallback;
-    asm volatile(
-        USRTRACE_RSEQ_CS_BEGIN("rax")
-        "cmpq %[n], %%rax\n\t"  // unsigned: -1 and -2 (unregistered) too
-        "jae 5f\n\t"
-        "shlq $6, %%rax\n\t"
-        "incq (%[slots],%%rax)\n\t"  // commit
-        "2:\n\t"
-        "movl $0, %[fb]\n\t"
-        "jmp 9f\n\t"
-        "5:\n\t"
-        "movl $1, %[fb]\n\t"
-        "9:\n\t" USRTRACE_RSEQ_CS_TRAILER("rax")
-        : [fb] "=&r"(fallback)
-        : [slots] "r"(slots_), [n] "r"(n_), [rseqoff] "r"(usrtrace_rseq_offset)
-        : "rax", "cc", "memory");
-    // order: relaxed; a statistic (the patch engine's reader counts get
-    // their order from its fences).
-    if (fallback) __atomic_fetch_add(&slots_[n_ * kStride], 1, __ATOMIC_RELAXED);
-  }
+  // Out of line: its rseq descriptor (section __rseq_cs) must point into
+  // one copy of the code, and an inline function's copies are COMDAT that
+  // the linker discards but for one (an -O0 build then fails to link).
+  void inc();
   // The sum: exact once the increments it should see have returned.
   // Context: any thread.
   uint64_t sum() const;
