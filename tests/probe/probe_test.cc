@@ -133,6 +133,9 @@ TEST_F(Probes, APendingProbeIsArmedWhenDlopenLoadsItsLibrary) {
   ASSERT_GE(define("r:bz/ver " + lib + ":BZ2_bzlibVersion v=+0($retval):string"), 0) << read("error_log");
   ASSERT_GE(define("p:bz/comp " + lib + ":BZ2_bzBuffToBuffCompress len=%cx:u32 block=%r8:s32"), 0)
       << read("error_log");
+  // BZ2_bzflush is `xor %eax,%eax; ret`, 3 bytes: no 5-byte jump fits, a
+  // punned one does (its rel32 ends in the padding after it).
+  ASSERT_GE(define("p:bz/flush " + lib + ":BZ2_bzflush f=%di:x64"), 0) << read("error_log");
   EXPECT_NE(read("dynamic_probe_sites").find("bz/ver pending"), std::string::npos)
       << read("dynamic_probe_sites");
   ASSERT_GE(tracefs::write_file("events/bz/enable", "1", false), 0);
@@ -143,6 +146,10 @@ TEST_F(Probes, APendingProbeIsArmedWhenDlopenLoadsItsLibrary) {
     const std::string sites = read("dynamic_probe_sites");
     EXPECT_EQ(sites.find("pending"), std::string::npos) << sites;
     EXPECT_EQ(sites.find("disarmed"), std::string::npos) << sites;
+    EXPECT_TRUE(std::regex_search(sites, std::regex("bz/flush 0x[0-9a-f]+ pun BZ2_bzflush"))) << sites;
+    auto flush = reinterpret_cast<int (*)(void*)>(dlsym(h, "BZ2_bzflush"));
+    ASSERT_TRUE(flush != nullptr);
+    EXPECT_EQ(flush(reinterpret_cast<void*>(0x1234)), 0);
     auto ver = reinterpret_cast<const char* (*)()>(dlsym(h, "BZ2_bzlibVersion"));
     auto comp = reinterpret_cast<int (*)(char*, unsigned*, char*, unsigned, int, int, int)>(
         dlsym(h, "BZ2_bzBuffToBuffCompress"));
@@ -164,6 +171,9 @@ TEST_F(Probes, APendingProbeIsArmedWhenDlopenLoadsItsLibrary) {
   const auto vers = lines_of("ver"), comps = lines_of("comp");
   ASSERT_EQ(vers.size(), 4u) << read("trace");
   for (const std::string& v : vers) EXPECT_NE(v.find(" v=\"" + version + "\""), std::string::npos) << v;
+  const auto flushes = lines_of("flush");
+  ASSERT_EQ(flushes.size(), 2u) << read("trace");
+  for (const std::string& l : flushes) EXPECT_NE(l.find(" f=0x1234"), std::string::npos) << l;
   ASSERT_EQ(comps.size(), 4u) << read("trace");
   for (size_t i = 0; i < comps.size(); ++i)
     EXPECT_NE(comps[i].find(i % 2 == 0 ? " len=100 block=1" : " len=1000 block=3"), std::string::npos)
