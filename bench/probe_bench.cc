@@ -3,6 +3,10 @@
 // (bench/README.md):
 //
 //   BM_Unprobed           probe_bench_target(i), nothing armed: the baseline
+//   BM_EventWrite         the call and a typed event with the probe's record
+//                         (ip, x), compiled in: the ideal a probe can reach
+//   BM_PatchEmptyHandler  the patch engine alone: the function's slot
+//                         (detour) with an empty handler
 //   BM_ProbeRecorded      `p:bench/hit probe_bench_target x=%di:s32`, enabled:
 //                         a hit, its fetch and the record (detour)
 //   BM_ProbeFilteredOut   the same with the filter "x < 0" (every record fails)
@@ -11,10 +15,12 @@
 //                         skipped otherwise)
 //
 // The targets: BM_ProbeRecorded <= 50 ns and >= 20x below
-// BM_KernelUprobe. This engine arms every site with int3 (src/patch): a
-// hit is a signal delivered to the thread, handled in the process, which
-// sets the floor (docs/design/patch-engine.md). Single thread, pinned to
-// the first CPU of the process.
+// BM_KernelUprobe. The site is a detour (a jmp to its slot, no trap:
+// docs/design/patch-engine.md); the int3 fallback is the same binary run
+// with USRTRACE_PROBE_INT3=1. Single thread, pinned to the first CPU of the
+// process. Run with --benchmark_enable_random_interleaving and repetitions
+// (bench/run.sh does): this machine's speed drifts by tens of percent over
+// seconds, and interleaved medians keep the ratios.
 #include <benchmark/benchmark.h>
 #include <elf.h>
 #include <fcntl.h>
@@ -27,10 +33,18 @@
 #include <string>
 
 #include "instance/instance.h"
+#include "patch/patch.h"
 #include "pin.h"
+#include "symbols/symbols.h"
 #include "tracefs/tracefs.h"
+#include "usrtrace/event.h"
 
 extern "C" int probe_bench_target(int x);
+
+// The same record as the probe's (common header, __probe_ip, x), written by
+// code compiled into the program: the ideal a probe is measured against.
+USRTRACE_EVENT(bench, typed, (uint64_t, ip)(int32_t, x), "ip=%llx x=%d",
+               static_cast<unsigned long long>(REC->ip), REC->x)
 
 namespace {
 
@@ -66,6 +80,42 @@ void BM_Unprobed(benchmark::State& state) {
   Pin pin;
   int i = 0;
   for (auto _ : state) g_sink = probe_bench_target(i++);
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()));
+}
+// The engine alone: the site's slot and an empty handler.
+void empty_handler(const usrtrace::patch::Regs*, void*) {}
+void BM_PatchEmptyHandler(benchmark::State& state) {
+  Pin pin;
+  namespace patch = usrtrace::patch;
+  const auto at = reinterpret_cast<uintptr_t>(&probe_bench_target);
+  // The function's bounds, as a probe has them from the symbol table.
+  uint64_t size = 0;
+  for (const usrtrace::symbols::Symbol& sym : usrtrace::symbols::load_process_symbols())
+    if (sym.addr == at && sym.name == "probe_bench_target") size = sym.size;
+  if (size == 0) return state.SkipWithError("no symbol for the target");
+  patch::Method how{};
+  std::string err;
+  if (patch::add(at, at, size, empty_handler, nullptr, &how, &err) < 0)
+    return state.SkipWithError(err.c_str());
+  int i = 0;
+  for (auto _ : state) g_sink = probe_bench_target(i++);
+  patch::remove(at, empty_handler, nullptr);
+  state.SetLabel(patch::method_name(how));
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()));
+}
+void BM_EventWrite(benchmark::State& state) {
+  Pin pin;
+  Instance* top = Instance::top();
+  if (!top) return state.SkipWithError("no rseq");
+  top->buffer().reset();
+  top->set_event("bench", "typed", true);
+  const auto ip = reinterpret_cast<uint64_t>(&probe_bench_target);
+  int i = 0;
+  for (auto _ : state) {
+    g_sink = probe_bench_target(i);
+    trace_bench_typed(ip, i++);
+  }
+  top->set_event("bench", "typed", false);
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()));
 }
 void BM_ProbeRecorded(benchmark::State& s) { run_ours(s, nullptr); }
@@ -128,6 +178,8 @@ void BM_KernelUprobe(benchmark::State& state) {
 }
 
 BENCHMARK(BM_Unprobed);
+BENCHMARK(BM_EventWrite);
+BENCHMARK(BM_PatchEmptyHandler);
 BENCHMARK(BM_ProbeRecorded);
 BENCHMARK(BM_ProbeFilteredOut);
 BENCHMARK(BM_KernelUprobe);

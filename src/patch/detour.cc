@@ -7,16 +7,23 @@
 //                                       have live data below rsp)
 //          lea -8(%rsp),%rsp; mov %rax,-8(%rsp); movabs $D,%rax;
 //          mov %rax,(%rsp); mov -8(%rsp),%rax          [rsp] = the Detour
-//          jmp *0(%rip); .quad common
+//          call *common(%rip)
+//          lea 136(%rsp),%rsp           the Detour and the red zone
+//   copy:  the window's instructions, relocated; jmp *0(%rip); .quad addr+len
+//   common: .quad usrtrace_patch_detour_common[_entry]
 //   (no `xchg` with memory: it is locked, a third of the stub's cost; the
 //   kernel puts a signal frame below the red zone, so -8(%rsp) is safe;
-//   `lea` and `mov` leave the flags as the site had them)
-//   copy:  the window's instructions, relocated; jmp *0(%rip); .quad addr+len
+//   `lea` and `mov` leave the flags as the site had them. A `call` paired
+//   with common's `ret`, not a jmp there and a `ret $128` to the copy: an
+//   unpaired ret is mispredicted, and so is every ret of the thread after
+//   it, its return stack being one off: 20 ns of a hit, bench/README.md)
 //
 //   common (usrtrace_patch_detour_common, below): saves every general
 //   register and the flags into a Regs (pt_regs order), the vector state
-//   with xsave, calls usrtrace_patch_detour_hit(regs, D), restores, then
-//   `ret $128` to the copy: the stack is exactly as at the site again.
+//   with xsave, calls usrtrace_patch_detour_hit(regs, D), restores, and
+//   returns to the stub, which runs the copy with the stack exactly as at
+//   the site again. usrtrace_patch_detour_common_entry, for a site at a
+//   function's entry, differs in the flags alone (lahf/seto, no pushfq).
 //
 // Arming (text_poke_bp's order; the site is already armed with int3, whose
 // handler runs the probe and the first instruction out of line):
@@ -48,7 +55,8 @@
 #include "patch/text.h"
 
 // The common part, shared by every slot. Its stack on entry: [rsp] = the
-// Detour*, then the 128 bytes skipped, then the site's stack.
+// return address into the stub, [rsp + 8] = the Detour*, then the 128 bytes
+// skipped, then the site's stack.
 //
 // The flags are the site's until they are saved and again from their
 // restore on: a mid-function site may sit between a `cmp` and its `jcc`, so
@@ -57,13 +65,16 @@
 // IF and bit 1 (a DF set by `std`, say); else OF by an `add` that
 // overflows exactly when it was set (1 + 0x7f), then the others by `sahf`,
 // which leaves OF alone.
+//
+// The save: at a function's entry (the _entry variant) the ABI has DF
+// clear, and nothing here changes IF, TF or AC, so the arithmetic flags are
+// all there is to keep: `lahf` and `seto`, a quarter of a `pushfq` here.
+// Elsewhere `pushfq` keeps them all, and `cld` gives the handlers the DF
+// clear that their C code assumes (a site inside a std..cld region: the
+// restore's popfq sets it again).
 asm(R"(
   .text
-  .p2align 4
-  .globl usrtrace_patch_detour_common
-  .hidden usrtrace_patch_detour_common
-  .type usrtrace_patch_detour_common, @function
-usrtrace_patch_detour_common:
+  .macro usrtrace_save_gprs
   lea -168(%rsp), %rsp
   mov %r15, 0(%rsp)
   mov %r14, 8(%rsp)
@@ -80,14 +91,41 @@ usrtrace_patch_detour_common:
   mov %rdx, 96(%rsp)
   mov %rsi, 104(%rsp)
   mov %rdi, 112(%rsp)
+  .endm
+
+  .p2align 4
+  .globl usrtrace_patch_detour_common_entry
+  .hidden usrtrace_patch_detour_common_entry
+  .type usrtrace_patch_detour_common_entry, @function
+usrtrace_patch_detour_common_entry:
+  usrtrace_save_gprs
+  lahf
+  seto %al
+  movzbl %al, %ecx
+  shl $11, %ecx
+  movzbl %ah, %eax
+  or %ecx, %eax
+  or $0x200, %eax
+  mov %rax, 144(%rsp)
+  jmp 1f
+  .size usrtrace_patch_detour_common_entry, . - usrtrace_patch_detour_common_entry
+
+  .p2align 4
+  .globl usrtrace_patch_detour_common
+  .hidden usrtrace_patch_detour_common
+  .type usrtrace_patch_detour_common, @function
+usrtrace_patch_detour_common:
+  usrtrace_save_gprs
   pushfq
   popq 144(%rsp)
+  cld
+1:
   movq $0, 120(%rsp)
   movq $0, 136(%rsp)
   movq $0, 160(%rsp)
-  lea 304(%rsp), %rax
+  lea 312(%rsp), %rax
   mov %rax, 152(%rsp)
-  mov 168(%rsp), %rsi
+  mov 176(%rsp), %rsi
   mov (%rsi), %rax
   mov %rax, 128(%rsp)
   mov %rsp, %rbx
@@ -194,9 +232,6 @@ usrtrace_patch_detour_common:
   xrstor64 (%rsp)
 7:
   mov %rbx, %rsp
-  mov 168(%rsp), %rsi
-  mov 8(%rsi), %rax
-  mov %rax, 168(%rsp)
   mov 144(%rsp), %rax
   mov %rax, %rcx
   and $-2262, %rcx
@@ -229,12 +264,13 @@ usrtrace_patch_detour_common:
   mov 104(%rsp), %rsi
   mov 112(%rsp), %rdi
   lea 168(%rsp), %rsp
-  ret $128
+  ret
   .size usrtrace_patch_detour_common, . - usrtrace_patch_detour_common
 )");
 
 extern "C" {
 void usrtrace_patch_detour_common();
+void usrtrace_patch_detour_common_entry();
 // Set once by detour_supported(), before any slot can run.
 __attribute__((visibility("hidden"))) uint64_t usrtrace_patch_xsave_size = 0;
 __attribute__((visibility("hidden"))) uint32_t usrtrace_patch_xsave_mask = 0;
@@ -660,7 +696,7 @@ bool pun_range(const Detour* d, const uint8_t* after, uintptr_t* lo, uintptr_t* 
   return true;
 }
 
-int build_slot(Detour* d, uintptr_t slot, size_t room, std::string* why) {
+int build_slot(Detour* d, uintptr_t slot, size_t room, bool df_clear, std::string* why) {
   uint8_t buf[kDetourSlotSize] = {};
   size_t n = 0;
   auto put = [&](std::initializer_list<uint8_t> bytes) {
@@ -677,8 +713,9 @@ int build_slot(Detour* d, uintptr_t slot, size_t room, std::string* why) {
   put64(reinterpret_cast<uint64_t>(d));
   put({0x48, 0x89, 0x04, 0x24});        // mov %rax,(%rsp)
   put({0x48, 0x8b, 0x44, 0x24, 0xf8});  // mov -8(%rsp),%rax
-  put({0xff, 0x25, 0, 0, 0, 0});        // jmp *0(%rip)
-  put64(reinterpret_cast<uint64_t>(&usrtrace_patch_detour_common));
+  const size_t call_at = n;
+  put({0xff, 0x15, 0, 0, 0, 0});                 // call *common(%rip), below the copy
+  put({0x48, 0x8d, 0xa4, 0x24, 0x88, 0, 0, 0});  // lea 136(%rsp),%rsp
   const size_t copy_at = n;
   bool falls_through = true;
   for (int i = 0; i < d->ninsn && !d->nop; ++i) {
@@ -691,7 +728,7 @@ int build_slot(Detour* d, uintptr_t slot, size_t room, std::string* why) {
     insn.modrm_off = d->modrm_off[i];
     insn.target = d->target[i];
     const size_t k = emit(insn, d->orig + d->from[i], d->win + d->from[i], slot + n, i == d->ninsn - 1,
-                          buf + n, room - n - 14, why);
+                          buf + n, room - n - 22, why);
     if (k == 0) return -EOPNOTSUPP;
     n += k;
     falls_through = insn.reloc != Reloc::kCall && insn.reloc != Reloc::kCallInd && insn.reloc != Reloc::kJmp;
@@ -700,12 +737,17 @@ int build_slot(Detour* d, uintptr_t slot, size_t room, std::string* why) {
     put({0xff, 0x25, 0, 0, 0, 0});  // jmp *0(%rip)
     put64(d->win + d->len);
   }
+  const auto disp = static_cast<int32_t>(n - (call_at + 6));
+  std::memcpy(buf + call_at + 2, &disp, 4);
+  put64(df_clear ? reinterpret_cast<uint64_t>(&usrtrace_patch_detour_common_entry)
+                 : reinterpret_cast<uint64_t>(&usrtrace_patch_detour_common));
   if (n > room) {
     *why = "slot too small";
     return -ENOSPC;
   }
   d->copy = slot + copy_at;
   d->entry = slot;
+  d->df_clear = df_clear;
   std::memcpy(reinterpret_cast<void*>(slot), buf, n);
   __builtin___clear_cache(reinterpret_cast<char*>(slot), reinterpret_cast<char*>(slot + n));
   return 0;

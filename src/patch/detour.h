@@ -50,6 +50,11 @@ struct Detour {
   // stay as they are. span(): the bytes the jump covers, which no other
   // site may change.
   bool pun = false;
+  bool df_clear = false;  // build_slot's df_clear: a function's entry
+  // The site at `win` in the patcher's published table (patch.cc's Site),
+  // or nullptr: set by each publish, so that a hit finds its handlers
+  // without a search. Read and written through std::atomic_ref.
+  const void* live = nullptr;
   uint8_t span() const { return pun ? uint8_t{5} : len; }
 };
 static_assert(offsetof(Detour, addr) == 0 && offsetof(Detour, copy) == 8);
@@ -93,7 +98,11 @@ bool is_endbr64(uintptr_t p);
 // reach. Context: control plane.
 size_t relocate(uintptr_t from, uintptr_t to, bool last, uint8_t* out, size_t room, std::string* why);
 // Writes the slot at `slot` (room bytes): entry stub and relocated window.
-int build_slot(Detour* d, uintptr_t slot, size_t room, std::string* why);
+// `df_clear`: the site is a function's entry, where the ABI has the
+// direction flag clear, so the slot saves the flags with lahf/seto (a
+// pushfq costs four times as much here) and Regs::flags shows the
+// arithmetic ones, IF and bit 1 alone.
+int build_slot(Detour* d, uintptr_t slot, size_t room, bool df_clear, std::string* why);
 // With byte 0 already int3: the sweep, then the jump. false: left on int3.
 bool arm_detour(Detour* d, int (*poke)(uintptr_t, const uint8_t*, size_t));
 // Back to int3 over the original bytes after byte 0.

@@ -461,6 +461,15 @@ void install() {
 void publish() {
   auto* t = new Table{*g_sites};
   std::sort(t->sites.begin(), t->sites.end(), [](const Site& a, const Site& b) { return a.at < b.at; });
+  // Each slot's site in the new table, as find() would give it: a jump
+  // written by arm_detour finds its site before the site records the
+  // detour, and a slot left over from code since unloaded finds whatever
+  // site is at its address now, as the trap does.
+  for (const Prepared& p : *g_prepared)
+    if (p.detour != nullptr)
+      // order: release, before the table's exchange; the readers' order is
+      // the table's (Readers, above).
+      std::atomic_ref<const void*>(p.detour->live).store(find(t, p.at), std::memory_order_release);
   const Table* old = g_table.exchange(t, std::memory_order_seq_cst);
   synchronize_readers();
   delete old;
@@ -630,11 +639,13 @@ int add(uintptr_t addr, uintptr_t fn_start, size_t fn_size, Handler h, void* coo
     // Where it can be, the site becomes a jump (detour.cc).
     auto* d = new detail::Detour();
     uintptr_t slot = 0;
+    // A function's entry: the ABI clears the direction flag at every call.
+    const bool entry = fn_size != 0 && addr == fn_start;
     bool detour =
         detail::detour_supported() &&
         detail::plan_detour(at, fn_start, fn_size, {lo, code.data(), code.size()}, d, &p.why) == 0 &&
         (slot = alloc_slot(at, detail::kDetourSlotSize)) != 0 &&
-        detail::build_slot(d, slot, detail::kDetourSlotSize, &p.why) == 0;
+        detail::build_slot(d, slot, detail::kDetourSlotSize, entry, &p.why) == 0;
     // Else a punned jump over the first instruction alone, where the code
     // after it lets one reach a slot (detour.h, plan_pun).
     if (!detour && detail::detour_supported()) {
@@ -643,7 +654,7 @@ int add(uintptr_t addr, uintptr_t fn_start, size_t fn_size, Handler h, void* coo
       detour = detail::plan_pun(at, {lo, code.data(), code.size()}, d, &why) == 0 &&
                detail::pun_range(d, here + d->len, &plo, &phi) &&
                (slot = alloc_pun(plo, phi, detail::kDetourSlotSize)) != 0 &&
-               detail::build_slot(d, slot, detail::kDetourSlotSize, &why) == 0;
+               detail::build_slot(d, slot, detail::kDetourSlotSize, entry, &why) == 0;
       if (!detour)
         p.why += "; no punned jump either: " + (why.empty() ? "no free page where it points" : why);
     }
@@ -712,8 +723,9 @@ extern "C" __attribute__((visibility("hidden"))) void usrtrace_patch_detour_hit(
                                                                                 const detail::Detour* d) {
   // order: as the trap's (Readers, at the top of the file).
   const unsigned idx = read_lock();
-  const Table* t = g_table.load(std::memory_order_acquire);
-  if (const Site* s = t != nullptr ? find(t, d->win) : nullptr; s != nullptr) {
+  // order: acquire pairs with publish()'s release, as the table's load.
+  const auto* s = static_cast<const Site*>(__atomic_load_n(&d->live, __ATOMIC_ACQUIRE));
+  if (s != nullptr) {
     s->hits->inc();
     for (int i = 0; i < s->nh; ++i) s->h[i](r, s->cookie[i]);
   }

@@ -149,6 +149,65 @@ patch_fixture_nop:
   leaq 5(%rdi), %rax
   ret
   .size patch_fixture_nop, . - patch_fixture_nop
+
+  .p2align 4
+  .globl patch_fixture_flags_entry
+  .type patch_fixture_flags_entry, @function
+/* long patch_fixture_flags_entry(void): CF | OF << 1, as its caller left
+ * them (patch_fixture_flags_call): the flags at a function's entry. */
+patch_fixture_flags_entry:
+  setc %al                    /* +0  0f 92 c0 */
+  seto %cl                    /* +3  0f 90 c1 */
+  movzbl %al, %eax
+  movzbl %cl, %ecx
+  leal (%rax,%rcx,2), %eax
+  ret
+  .size patch_fixture_flags_entry, . - patch_fixture_flags_entry
+
+  .p2align 4
+  .globl patch_fixture_flags_call
+  .type patch_fixture_flags_call, @function
+/* long patch_fixture_flags_call(long mode): sets CF (mode bit 0) and OF
+ * (bit 1), then tail-calls patch_fixture_flags_entry. */
+patch_fixture_flags_call:
+  cmpl $1, %edi
+  je 1f
+  cmpl $2, %edi
+  je 2f
+  cmpl $3, %edi
+  je 3f
+  xorl %eax, %eax             /* CF 0, OF 0 */
+  jmp patch_fixture_flags_entry
+1:
+  xorl %eax, %eax
+  stc                         /* CF 1, OF 0 */
+  jmp patch_fixture_flags_entry
+2:
+  movb $0x7f, %al
+  addb $1, %al                /* CF 0, OF 1 */
+  jmp patch_fixture_flags_entry
+3:
+  movb $0x7f, %al
+  addb $1, %al
+  stc                         /* CF 1, OF 1 */
+  jmp patch_fixture_flags_entry
+  .size patch_fixture_flags_call, . - patch_fixture_flags_call
+
+  .p2align 4
+  .globl patch_fixture_backward
+  .type patch_fixture_backward, @function
+/* void patch_fixture_backward(char* buf, long n): moves buf[0..n) to
+ * buf[1..n+1) with std; rep movsb; cld, which is right only if the copy
+ * runs backward: the site at +1 is inside the std..cld region. */
+patch_fixture_backward:
+  std                         /* +0  fd */
+  leaq (%rdi,%rsi), %rdi      /* +1  48 8d 3c 37: dst, the last byte */
+  movq %rsi, %rcx             /* +5 */
+  leaq -1(%rdi), %rsi         /* src, the last byte */
+  rep movsb
+  cld
+  ret
+  .size patch_fixture_backward, . - patch_fixture_backward
   .popsection
 )");
 // clang-format on

@@ -38,6 +38,9 @@ long patch_fixture_nop(long x);
 long patch_fixture_icall(long x, long (*f)(long));
 long patch_fixture_icall2(long x, long (*f)(long));
 long patch_fixture_cet(long a, long b);
+long patch_fixture_flags_entry();
+long patch_fixture_flags_call(long mode);
+void patch_fixture_backward(char* buf, long n);
 }
 int patch_fixture_throw(int x);
 int patch_fixture_catch(int x);
@@ -389,6 +392,61 @@ TEST_F(PatchTest, TheFlagsAtAMidFunctionSiteAreThoseOfTheCode) {
     EXPECT_EQ((fl & kSF) != 0, x < 0) << x << ": flags 0x" << std::hex << fl;
     EXPECT_EQ((fl & kZF) != 0, x == 0) << x << ": flags 0x" << std::hex << fl;
   }
+}
+
+// At a function's entry the slot saves the flags with lahf/seto, not
+// pushfq (detour.h, build_slot's df_clear): CF and OF, which the caller
+// left (patch_fixture_flags_call sets each way, then tail-calls the entry),
+// reach the handler and are back for the function, which returns them.
+TEST_F(PatchTest, TheFlagsAtAFunctionsEntryReachTheHandlerAndTheFunction) {
+  const Fn fn = bounds_of(&patch_fixture_flags_entry);
+  ASSERT_NE(fn.size, 0u);
+  std::vector<uint64_t> flags;
+  flags.reserve(64);
+  EXPECT_EQ(add_ok(fn, 0, flags_seen, &flags), fast());
+  long (*volatile f)(long) = patch_fixture_flags_call;
+  for (long mode = 0; mode < 4; ++mode) EXPECT_EQ(f(mode), mode);
+  EXPECT_EQ(remove(fn.start, flags_seen, &flags), 0);
+  ASSERT_EQ(flags.size(), 4u);
+  constexpr uint64_t kCF = 0x1, kOF = 0x800, kIF = 0x200;
+  for (long mode = 0; mode < 4; ++mode) {
+    const uint64_t fl = flags[static_cast<size_t>(mode)];
+    EXPECT_EQ((fl & kCF) != 0, (mode & 1) != 0) << mode << ": flags 0x" << std::hex << fl;
+    EXPECT_EQ((fl & kOF) != 0, (mode & 2) != 0) << mode << ": flags 0x" << std::hex << fl;
+    EXPECT_NE(fl & kIF, 0u);
+  }
+}
+
+// Inside a std..cld region (patch_fixture_backward+1, mid-function): the
+// handler sees DF set in the site's flags, runs itself with DF clear (the
+// ABI its C code assumes: a backward memcpy would corrupt it), and the
+// code after the site still copies backward.
+struct DfSeen {
+  std::atomic<int> n{0};
+  uint64_t site_flags = 0, handler_flags = 0;
+};
+void df_seen(const Regs* r, void* cookie) {
+  auto* s = static_cast<DfSeen*>(cookie);
+  uint64_t mine = 0;
+  asm volatile("pushfq; popq %0" : "=r"(mine));
+  s->site_flags = r->flags;
+  s->handler_flags = mine;
+  s->n.fetch_add(1);
+}
+TEST_F(PatchTest, ADirectionFlagSetAtTheSiteIsClearInTheHandlerAndBackAfter) {
+  const Fn fn = bounds_of(&patch_fixture_backward);
+  ASSERT_NE(fn.size, 0u);
+  DfSeen seen;
+  EXPECT_EQ(add_ok(fn, 1, df_seen, &seen), fast());
+  void (*volatile f)(char*, long) = patch_fixture_backward;
+  char buf[16] = "abcdefgh";
+  f(buf, 8);
+  EXPECT_EQ(remove(fn.start + 1, df_seen, &seen), 0);
+  EXPECT_STREQ(buf, "aabcdefgh");
+  constexpr uint64_t kDF = 0x400;
+  ASSERT_EQ(seen.n.load(), 1);
+  EXPECT_NE(seen.site_flags & kDF, 0u) << std::hex << seen.site_flags;
+  EXPECT_EQ(seen.handler_flags & kDF, 0u) << std::hex << seen.handler_flags;
 }
 
 TEST_F(PatchTest, AnIndirectCallRunsOutOfLineEmulated) {
