@@ -437,6 +437,19 @@ bool rel32(uintptr_t target, uintptr_t next, int32_t* out, std::string* why) {
   return true;
 }
 
+// An emulated call's push of its original return address `ret`, which no
+// immediate push can hold: lea -8(%rsp),%rsp; movl $lo,(%rsp);
+// movl $hi,4(%rsp) (lea and mov leave the flags alone). kPushRetLen bytes.
+constexpr size_t kPushRetLen = 20;
+void push_return(uint64_t ret, uint8_t* out) {
+  const uint32_t lo = static_cast<uint32_t>(ret), hi = static_cast<uint32_t>(ret >> 32);
+  const uint8_t code[kPushRetLen] = {0x48, 0x8d, 0x64, 0x24, 0xf8, 0xc7, 0x04, 0x24, 0, 0,
+                                     0,    0,    0xc7, 0x44, 0x24, 0x04, 0,    0,    0, 0};
+  std::memcpy(out, code, sizeof code);
+  std::memcpy(out + 8, &lo, 4);
+  std::memcpy(out + 16, &hi, 4);
+}
+
 // Writes `insn` (its bytes at src), decoded at `from`, to run at `to`. Its
 // length there, or 0.
 size_t emit(const Insn& insn, const uint8_t* src, uintptr_t from, uintptr_t to, bool last, uint8_t* out,
@@ -463,46 +476,34 @@ size_t emit(const Insn& insn, const uint8_t* src, uintptr_t from, uintptr_t to, 
       out[0] = 0xe9;
       std::memcpy(out + 1, &r, 4);
       return 5;
-    case Reloc::kCallInd: {
-      if (!last) {
-        *why = "a call before the window's end (its return address would be inside it)";
-        return 0;
-      }
-      // lea -8(%rsp),%rsp; movl $lo,(%rsp); movl $hi,4(%rsp); jmp *r/m
-      if (room < 20u + insn.len) break;
-      const uint64_t ret = from + insn.len;
-      const uint32_t lo = static_cast<uint32_t>(ret), hi = static_cast<uint32_t>(ret >> 32);
-      const uint8_t code[20] = {0x48, 0x8d, 0x64, 0x24, 0xf8, 0xc7, 0x04, 0x24, 0, 0,
-                                0,    0,    0xc7, 0x44, 0x24, 0x04, 0,    0,    0, 0};
-      std::memcpy(out, code, sizeof code);
-      std::memcpy(out + 8, &lo, 4);
-      std::memcpy(out + 16, &hi, 4);
-      std::memcpy(out + 20, src, insn.len);
-      uint8_t& modrm = out[20 + insn.modrm_off];
-      modrm = static_cast<uint8_t>((modrm & ~0x38) | (4 << 3));
-      if (insn.disp_off != 0) {
-        if (!rel32(insn.target, to + 20 + insn.len, &r, why)) return 0;
-        std::memcpy(out + 20 + insn.disp_off, &r, 4);
-      }
-      return 20u + insn.len;
-    }
+    case Reloc::kCallInd:
     case Reloc::kCall: {
       if (!last) {
         *why = "a call before the window's end (its return address would be inside it)";
         return 0;
       }
-      // lea -8(%rsp),%rsp; movl $lo,(%rsp); movl $hi,4(%rsp); jmp target
-      if (room < 25 || !rel32(insn.target, to + 25, &r, why)) break;
-      const uint64_t ret = from + insn.len;
-      const uint32_t lo = static_cast<uint32_t>(ret), hi = static_cast<uint32_t>(ret >> 32);
-      const uint8_t code[20] = {0x48, 0x8d, 0x64, 0x24, 0xf8, 0xc7, 0x04, 0x24, 0, 0,
-                                0,    0,    0xc7, 0x44, 0x24, 0x04, 0,    0,    0, 0};
-      std::memcpy(out, code, sizeof code);
-      std::memcpy(out + 8, &lo, 4);
-      std::memcpy(out + 16, &hi, 4);
-      out[20] = 0xe9;
-      std::memcpy(out + 21, &r, 4);
-      return 25;
+      // The original return address pushed, then the call as a jump: the
+      // callee returns to the code after the window.
+      const bool ind = insn.reloc == Reloc::kCallInd;
+      const size_t jlen = ind ? insn.len : 5;
+      const uintptr_t next = to + kPushRetLen + jlen;
+      if (room < kPushRetLen + jlen) break;
+      push_return(from + insn.len, out);
+      uint8_t* j = out + kPushRetLen;
+      if (ind) {
+        std::memcpy(j, src, insn.len);
+        uint8_t& modrm = j[insn.modrm_off];
+        modrm = static_cast<uint8_t>((modrm & ~0x38) | (4 << 3));  // call *r/m (/2) -> jmp *r/m (/4)
+        if (insn.disp_off != 0) {
+          if (!rel32(insn.target, next, &r, why)) return 0;
+          std::memcpy(j + insn.disp_off, &r, 4);
+        }
+      } else {
+        if (!rel32(insn.target, next, &r, why)) return 0;
+        j[0] = 0xe9;
+        std::memcpy(j + 1, &r, 4);
+      }
+      return kPushRetLen + jlen;
     }
   }
   if (why->empty()) *why = "no room in the slot";
