@@ -13,6 +13,10 @@
 //   BM_KernelUprobe       the kernel's uprobe on the same function, the same
 //                         argument fetched, enabled (root and tracefs needed;
 //                         skipped otherwise)
+//   BM_EventWriteThreads, BM_ProbeRecordedThreads
+//                         BM_EventWrite and BM_ProbeRecorded on 1 and 2
+//                         threads, each pinned to a CPU of its own: the
+//                         rate should double
 //
 // The targets: BM_ProbeRecorded <= 50 ns and >= 20x below
 // BM_KernelUprobe. The site is a detour (a jmp to its slot, no trap:
@@ -121,6 +125,42 @@ void BM_EventWrite(benchmark::State& state) {
 void BM_ProbeRecorded(benchmark::State& s) { run_ours(s, nullptr); }
 void BM_ProbeFilteredOut(benchmark::State& s) { run_ours(s, "x < 0"); }
 
+// Several threads on their own CPUs hitting one probe (or writing the
+// typed event): the per-hit cost should not grow with them. The site
+// table's readers are per-CPU counters (SRCU, src/patch/patch.cc), so no
+// line is shared between the threads' hits but the event's own. Set up and
+// torn down once around all the threads (Setup/Teardown).
+void probe_setup(const benchmark::State&) {
+  Instance::top()->buffer().reset();
+  define("p:bench/hit probe_bench_target x=%di:s32");
+  tracefs::write_file("events/bench/hit/enable", "1", false);
+}
+void probe_teardown(const benchmark::State&) {
+  tracefs::write_file("events/bench/hit/enable", "0", false);
+  define("-:bench/hit");
+}
+void event_setup(const benchmark::State&) {
+  Instance::top()->buffer().reset();
+  Instance::top()->set_event("bench", "typed", true);
+}
+void event_teardown(const benchmark::State&) { Instance::top()->set_event("bench", "typed", false); }
+void BM_ProbeRecordedThreads(benchmark::State& state) {
+  Pin pin(usrtrace::bench::nth_cpu(static_cast<size_t>(state.thread_index())));
+  int i = 0;
+  for (auto _ : state) benchmark::DoNotOptimize(probe_bench_target(i++));
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()));
+}
+void BM_EventWriteThreads(benchmark::State& state) {
+  Pin pin(usrtrace::bench::nth_cpu(static_cast<size_t>(state.thread_index())));
+  const auto ip = reinterpret_cast<uint64_t>(&probe_bench_target);
+  int i = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(probe_bench_target(i));
+    trace_bench_typed(ip, i++);
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()));
+}
+
 // The file offset of `fn` in this program, as uprobe_events takes it.
 bool file_offset(const void* fn, std::string* path, unsigned long* off) {
   char buf[PATH_MAX];
@@ -183,6 +223,18 @@ BENCHMARK(BM_PatchEmptyHandler);
 BENCHMARK(BM_ProbeRecorded);
 BENCHMARK(BM_ProbeFilteredOut);
 BENCHMARK(BM_KernelUprobe);
+BENCHMARK(BM_EventWriteThreads)
+    ->Setup(event_setup)
+    ->Teardown(event_teardown)
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
+BENCHMARK(BM_ProbeRecordedThreads)
+    ->Setup(probe_setup)
+    ->Teardown(probe_teardown)
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
 
 }  // namespace
 

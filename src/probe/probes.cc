@@ -186,10 +186,7 @@ void on_hit(const patch::Regs* regs, void* cookie) {
 bool wanted(const internal::EventDesc& d) {
   const uint64_t instances =
       d.enabled.load(std::memory_order_relaxed) & ~(uint64_t{1} << internal::kControlBit);
-  if (instances != 0) return true;
-  for (int slot = 0; slot < instance::kMaxInstances; ++slot)
-    if (trigger::soft_mode(slot, d)) return true;
-  return false;
+  return instances != 0 || trigger::soft_mode_any(d);
 }
 
 // A USDT semaphore: the program tests it (non-zero) before it prepares a

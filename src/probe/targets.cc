@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
 
 #include "symbols/symbols.h"
 
@@ -33,14 +35,37 @@ std::string base_name(const std::string& p) {
   return slash == std::string::npos ? p : p.substr(slash + 1);
 }
 
+// The kallsyms form ("ns::f(int)") of each C++ function of `syms`, "" for
+// the others and for a clone (its .cold part, a constprop), which is not
+// the function. Computed once per symbol table (symbols::process_symbols
+// keeps one until an object comes or goes): demangling every symbol on
+// each definition cost 10 ms with libstdc++ loaded.
+std::shared_ptr<const std::vector<std::string>> kallsyms_names(
+    const std::shared_ptr<const std::vector<symbols::Symbol>>& syms) {
+  static std::mutex mu;
+  static std::shared_ptr<const std::vector<symbols::Symbol>> of;
+  static std::shared_ptr<const std::vector<std::string>> names;
+  std::lock_guard<std::mutex> l(mu);
+  if (of != syms) {
+    auto v = std::make_shared<std::vector<std::string>>(syms->size());
+    for (size_t i = 0; i < syms->size(); ++i) {
+      const symbols::Symbol& sym = (*syms)[i];
+      if ((sym.type == 't' || sym.type == 'T') && sym.name.rfind("_Z", 0) == 0 &&
+          sym.name.find('.') == std::string::npos)
+        (*v)[i] = symbols::kallsyms_name(sym.name);
+    }
+    of = syms;
+    names = std::move(v);
+  }
+  return names;
+}
+
 // A symbol's name as the user may spell it: the table's (mangled) name, or
-// the demangled one in kallsyms form ("ns::f(int)"), or the demangled name
-// up to its parameters ("ns::f").
-bool name_matches(const symbols::Symbol& s, std::string_view want) {
+// the demangled one in kallsyms form (`k`, from kallsyms_names), or the
+// demangled name up to its parameters ("ns::f").
+bool name_matches(const symbols::Symbol& s, const std::string& k, std::string_view want) {
   if (s.name == want) return true;
-  // A clone of a C++ function (its .cold part, a constprop) is not it.
-  if (s.name.rfind("_Z", 0) != 0 || s.name.find('.') != std::string::npos) return false;
-  const std::string k = symbols::kallsyms_name(s.name);
+  if (k.empty()) return false;
   if (k == want) return true;
   const size_t paren = k.find('(');
   return paren != std::string::npos && std::string_view(k).substr(0, paren) == want;
@@ -124,7 +149,8 @@ int resolve(const Target& t, Resolved* out, bool* pending, std::string* why) {
       return -ENOENT;
     }
   }
-  const std::vector<symbols::Symbol> syms = symbols::load_process_symbols();
+  const std::shared_ptr<const std::vector<symbols::Symbol>> kept = symbols::process_symbols();
+  const std::vector<symbols::Symbol>& syms = *kept;
   Resolved r;
   if (t.symbol.empty()) {
     // PATH:OFFSET: a file offset, into an executable PT_LOAD segment.
@@ -148,8 +174,10 @@ int resolve(const Target& t, Resolved* out, bool* pending, std::string* why) {
   } else {
     const symbols::Symbol* found = nullptr;
     const std::string module = obj != nullptr ? (obj == &objs.front() ? "" : base_name(obj->path)) : "";
-    for (const symbols::Symbol& s : syms) {
-      if ((s.type != 't' && s.type != 'T') || !name_matches(s, t.symbol)) continue;
+    const std::shared_ptr<const std::vector<std::string>> knames = kallsyms_names(kept);
+    for (size_t i = 0; i < syms.size(); ++i) {
+      const symbols::Symbol& s = syms[i];
+      if ((s.type != 't' && s.type != 'T') || !name_matches(s, (*knames)[i], t.symbol)) continue;
       if (obj != nullptr && s.module != module) continue;
       if (found != nullptr && found->addr != s.addr) {
         *why = "the symbol " + t.symbol + " is in more than one object (" +

@@ -10,10 +10,12 @@
 #include <algorithm>
 #include <cinttypes>
 #include <climits>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 
 namespace usrtrace::symbols {
 namespace {
@@ -248,6 +250,47 @@ std::vector<Symbol> load_process_symbols() {
                   [](const Symbol& a, const Symbol& b) { return a.addr == b.addr && a.name == b.name; }),
       syms.end());
   return syms;
+}
+
+namespace {
+
+// What the loaded objects' symbols depend on: the loader's counts of
+// objects loaded and unloaded so far (dl_phdr_info's dlpi_adds and
+// dlpi_subs, the same in every call's info), and the debug file directory.
+struct SymbolsKey {
+  unsigned long long adds = 0, subs = 0;
+  std::string debug_dir;
+  bool operator==(const SymbolsKey&) const = default;
+};
+SymbolsKey symbols_key() {
+  SymbolsKey k;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t size, void* p) {
+        auto* key = static_cast<SymbolsKey*>(p);
+        if (size >= offsetof(dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) {
+          key->adds = info->dlpi_adds;
+          key->subs = info->dlpi_subs;
+        }
+        return 1;
+      },
+      &k);
+  if (const char* d = getenv("USRTRACE_DEBUG_FILE_DIRECTORY")) k.debug_dir = d;
+  return k;
+}
+
+}  // namespace
+
+std::shared_ptr<const std::vector<Symbol>> process_symbols() {
+  static std::mutex mu;
+  static SymbolsKey key;
+  static std::shared_ptr<const std::vector<Symbol>> kept;
+  std::lock_guard<std::mutex> l(mu);
+  SymbolsKey now = symbols_key();
+  if (kept == nullptr || now.adds == 0 || !(now == key)) {
+    kept = std::make_shared<const std::vector<Symbol>>(load_process_symbols());
+    key = std::move(now);
+  }
+  return kept;
 }
 
 std::string demangle(const std::string& name) {

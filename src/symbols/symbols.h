@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,12 @@ struct Symbol {
 // duplicates dropped.
 // Context: control plane; allocates, opens files.
 std::vector<Symbol> load_process_symbols();
+// The same, read again only when an object was loaded or unloaded since
+// (the loader's dlpi_adds/dlpi_subs) or the debug file directory changed:
+// defining a thousand probes reads the symbol tables once, not a thousand
+// times (40 ms each with libpython loaded). Context: control plane; takes a
+// lock of its own around the read.
+std::shared_ptr<const std::vector<Symbol>> process_symbols();
 
 // C++ names demangled ("ns::f(int, char)"); other names as they are.
 std::string demangle(const std::string& name);

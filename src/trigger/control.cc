@@ -579,6 +579,15 @@ bool soft_mode(int slot, const EventDesc& ev) {
   return c && c->soft[slot] > 0;
 }
 
+bool soft_mode_any(const EventDesc& ev) {
+  base::MutexLock l(&mu());
+  const EventControl* c = ev.control.load(std::memory_order_acquire);
+  if (c == nullptr) return false;
+  for (int slot = 0; slot < instance::kMaxInstances; ++slot)
+    if (c->soft[slot] > 0) return true;
+  return false;
+}
+
 void clear_slot(int slot) {
   {
     base::MutexLock l(&mu());

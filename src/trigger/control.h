@@ -96,6 +96,9 @@ std::string hist_text(int slot, const internal::EventDesc& ev);
 // The enable file shows "0*"/"1*" while enable_/disable_event triggers name
 // the event in the slot (the kernel's soft mode).
 bool soft_mode(int slot, const internal::EventDesc& ev);
+// Whether `ev` is in soft mode in some instance: soft_mode() of every slot,
+// under one lock (the dynamic probes ask it of each probe on every change).
+bool soft_mode_any(const internal::EventDesc& ev);
 // Other parts that enable or disable `ev` on a hit (set_ftrace_filter's
 // enable_event/disable_event commands) hold its soft mode too: +1 / -1.
 void hold_soft_mode(int slot, internal::EventDesc& ev, int delta);
