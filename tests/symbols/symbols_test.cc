@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "symbols/resolver.h"
@@ -68,6 +69,34 @@ TEST(Symbols, NoDebugFileOrAnotherBuildsNamesNothingStatic) {
     EXPECT_TRUE(exported);
     dlclose(h);
   }
+}
+
+// process_symbols() keeps one table while the set of loaded objects stays
+// the same, and reads a new one when an object comes (its functions are
+// there) or goes (they are not), and when the debug file directory changes.
+bool has_module(const std::vector<Symbol>& syms, const std::string& module) {
+  for (const Symbol& s : syms)
+    if (s.module == module) return true;
+  return false;
+}
+TEST(Symbols, TheKeptTableChangesWhenAnObjectComesOrGoes) {
+  using usrtrace::symbols::process_symbols;
+  const auto first = process_symbols();
+  EXPECT_EQ(process_symbols(), first);
+  EXPECT_FALSE(has_module(*first, "libdebuglink_dso.so"));
+  void* h = dlopen(DEBUGLINK_DSO, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr) << dlerror();
+  const auto loaded = process_symbols();
+  EXPECT_NE(loaded, first);
+  EXPECT_TRUE(has_module(*loaded, "libdebuglink_dso.so"));
+  EXPECT_EQ(process_symbols(), loaded);
+  setenv("USRTRACE_DEBUG_FILE_DIRECTORY", "/nonexistent", 1);
+  const auto other_dir = process_symbols();
+  unsetenv("USRTRACE_DEBUG_FILE_DIRECTORY");
+  EXPECT_NE(other_dir, loaded);
+  dlclose(h);
+  const auto unloaded = process_symbols();
+  EXPECT_FALSE(has_module(*unloaded, "libdebuglink_dso.so"));
 }
 
 }  // namespace
