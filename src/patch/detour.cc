@@ -748,7 +748,6 @@ int build_slot(Detour* d, uintptr_t slot, size_t room, bool df_clear, std::strin
   }
   d->copy = slot + copy_at;
   d->entry = slot;
-  d->df_clear = df_clear;
   std::memcpy(reinterpret_cast<void*>(slot), buf, n);
   __builtin___clear_cache(reinterpret_cast<char*>(slot), reinterpret_cast<char*>(slot + n));
   return 0;

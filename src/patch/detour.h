@@ -50,10 +50,10 @@ struct Detour {
   // stay as they are. span(): the bytes the jump covers, which no other
   // site may change.
   bool pun = false;
-  bool df_clear = false;  // build_slot's df_clear: a function's entry
   // The site at `win` in the patcher's published table (patch.cc's Site),
   // or nullptr: set by each publish, so that a hit finds its handlers
-  // without a search. Read and written through std::atomic_ref.
+  // without a search. Written with std::atomic_ref (release), read with
+  // __atomic_load_n (acquire) through the hit's const Detour*.
   const void* live = nullptr;
   uint8_t span() const { return pun ? uint8_t{5} : len; }
 };
