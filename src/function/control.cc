@@ -133,17 +133,30 @@ const std::vector<Func>& funcs_locked() USRTRACE_REQUIRES(g_mu) {
   const std::vector<uint64_t> patchable = patch::patchable_functions();
   const std::string prog = program_name();
   const Ranges ranges = loaded_ranges();
-  for (symbols::Symbol& s : symbols::load_process_symbols()) {
+  std::vector<symbols::Symbol> syms = symbols::load_process_symbols();
+  // Functions with a compiler hook (patchable, or calling the entry hook),
+  // and the objects that have any: their other functions were left out by
+  // the build (notrace), the others' are plain (plain.cc).
+  std::vector<bool> hooked(syms.size(), false);
+  std::set<std::string> built = runtime_modules();
+  for (size_t i = 0; i < syms.size(); ++i) {
+    const symbols::Symbol& s = syms[i];
     if (s.type != 't' && s.type != 'T') continue;
-    if (!std::binary_search(patchable.begin(), patchable.end(), s.addr) &&
-        !(s.instrumented && calls_entry_hook(s, ranges)))
-      continue;
+    hooked[i] = std::binary_search(patchable.begin(), patchable.end(), s.addr) ||
+                (s.instrumented && calls_entry_hook(s, ranges));
+    if (hooked[i]) built.insert(s.module);
+  }
+  for (size_t i = 0; i < syms.size(); ++i) {
+    symbols::Symbol& s = syms[i];
+    if (s.type != 't' && s.type != 'T') continue;
+    const bool plain = !hooked[i] && s.size != 0 && !built.count(s.module) && s.name != "_start";
+    if (!hooked[i] && !plain) continue;
     std::string name = symbols::kallsyms_name(s.name);
     if (internal_name(name)) continue;
     if (!out->empty() && out->back().addr == s.addr) continue;  // aliases: the first name
     std::string module = std::move(s.module);
     if (module.empty()) module = prog;
-    out->push_back({s.addr, std::move(name), std::move(s.name), std::move(module)});
+    out->push_back({s.addr, std::move(name), std::move(s.name), std::move(module), s.size, plain});
   }
   g_funcs = out;
   return *out;
@@ -327,6 +340,7 @@ void rebuild_locked() USRTRACE_REQUIRES(g_mu) {
   // already patched trace as asked.
   if (int rc = patch::apply(patch_set, &why); rc < 0)
     fprintf(stderr, "usrtrace: function: patching failed (%s): %s\n", strerror(-rc), why.c_str());
+  arm_plain_locked(funcs, wanted);
 }
 
 namespace {
@@ -577,9 +591,17 @@ std::string enabled_functions() {
   for (const Func& f : funcs_locked()) {
     const Site* s = t->find(f.addr);
     if (s == nullptr || (s->trace & ~kProfileBit) == 0) continue;
-    out += f.name + " (" + std::to_string(__builtin_popcountll(s->trace & ~kProfileBit)) + ")\n";
+    out += f.name + " (" + std::to_string(__builtin_popcountll(s->trace & ~kProfileBit)) + ")";
+    // A plain function: how the patch engine took its entry.
+    if (f.plain) out += std::string("\tpatch:") + plain_method_locked(f.addr);
+    out += '\n';
   }
   return out;
+}
+
+std::string refused_functions() {
+  base::MutexLock l(&g_mu);
+  return plain_refused_locked();
 }
 
 void options_changed() {

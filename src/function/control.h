@@ -92,6 +92,10 @@ std::string available_filter_functions();
 // enabled_functions: the functions some instance traces, with the number of
 // instances ("name (N)").
 std::string enabled_functions();
+// refused_functions: the plain functions (code built with no tracing flag)
+// a filter selects and the patch engine could not take, or left on int3
+// (a signal per call), "name [module]\twhy", one per line.
+std::string refused_functions();
 
 // function_profile_enabled: times every function the top instance's
 // set_ftrace_filter/set_ftrace_notrace select (whatever its tracer), per CPU

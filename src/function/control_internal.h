@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,8 @@ struct Func {
   std::string name;     // kallsyms form: demangled, no blanks
   std::string mangled;  // as in the symbol table
   std::string module;   // shared object's file name; the program's for the main executable
+  uint64_t size = 0;    // from the symbol table
+  bool plain = false;   // no compiler hook: traced through the patch engine (plain.cc)
 };
 
 // One write's glob, applied in order: add (or remove) what it matches.
@@ -76,6 +79,22 @@ uint64_t function_table_reads();
 bool matches(const Op& op, const Func& f);
 // Publishes the site table and patch set for the current configuration.
 void rebuild_locked() USRTRACE_REQUIRES(g_mu);
+
+// ---- plain.cc
+// The objects whose functions are never plain sites: usrtrace's runtime, the
+// objects it needs (transitively) and the dynamic loader; "" is the main
+// program.
+std::set<std::string> runtime_modules();
+// Arms exactly the plain functions among `wanted` (sorted addresses) through
+// the patch engine, in one batch; forgets the sites of unloaded objects.
+void arm_plain_locked(const std::vector<Func>& funcs, const std::vector<uint64_t>& wanted)
+    USRTRACE_REQUIRES(g_mu);
+// "ADDR METHOD" per armed plain function, and "NAME [MODULE]\tWHY" per
+// function the engine refused (or left on int3: "int3: WHY").
+std::string plain_sites_locked() USRTRACE_REQUIRES(g_mu);
+std::string plain_refused_locked() USRTRACE_REQUIRES(g_mu);
+// The method of an armed plain function ("" if not armed).
+const char* plain_method_locked(uint64_t fn) USRTRACE_REQUIRES(g_mu);
 
 // ---- commands.cc
 // The ':' that ends a token's function glob, skipping C++'s "::".

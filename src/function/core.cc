@@ -292,7 +292,8 @@ USRTRACE_ALWAYS_INLINE void pop_record(ShadowStack* ss, uint64_t tsc, writers::T
 
 // What an entry records; true when it pushed a frame. Between enter/exit.
 USRTRACE_ALWAYS_INLINE bool entry_locked(uint64_t fn, uint64_t parent, uint64_t* slot, uint64_t sp,
-                                         bool patched, writers::ThreadState& t) {
+                                         uint64_t redirect, writers::ThreadState& t) {
+  const bool patched = redirect != 0;
   const SiteTable* tab = g_table.load(std::memory_order_acquire);
   if (USRTRACE_UNLIKELY(tab == nullptr)) return false;
   const Site* s = tab->find(fn);
@@ -353,7 +354,7 @@ USRTRACE_ALWAYS_INLINE bool entry_locked(uint64_t fn, uint64_t parent, uint64_t*
       if (!irqs_on(__builtin_ctzll(m))) g &= ~(uint64_t{1} << __builtin_ctzll(m));
   const uint64_t started = start & ~ss->graph_on, notraced = notrace & ~ss->notrace_on;
   if (g == 0 && started == 0 && notraced == 0 && !prof && !mark) return false;
-  uint64_t flags = (patched ? kFrameRedirected : 0) | (in_signal ? kFrameInSignal : 0);
+  uint64_t flags = redirect | (in_signal ? kFrameInSignal : 0);
   if (prof) {
     if (const Profile* p = g_profile.load(std::memory_order_acquire); p != nullptr)
       flags |= kFrameProfiled | uint64_t{p->gen} << 32;
@@ -474,7 +475,7 @@ enum class Fast : uint8_t { kDone, kUntraced, kSlow };
 // An entry: kDone (recorded, frame pushed), kUntraced (the function is not
 // traced: nothing to do) or kSlow.
 USRTRACE_ALWAYS_INLINE Fast fast_entry(uint32_t fast, uint64_t fn, uint64_t parent, uint64_t ret,
-                                       uint64_t* slot, bool patched) {
+                                       uint64_t* slot, uint64_t redirect) {
   writers::ThreadState* ws = fast_thread();
   // Signal handlers (their calls are marked) take the general path.
   if (ws == nullptr || USRTRACE_UNLIKELY(parent == g_sigreturn.load(std::memory_order_relaxed)))
@@ -502,7 +503,7 @@ USRTRACE_ALWAYS_INLINE Fast fast_entry(uint32_t fast, uint64_t fn, uint64_t pare
   f.mask = bit;
   f.started = 0;
   f.notraced = 0;
-  f.flags = patched ? kFrameRedirected : 0;
+  f.flags = redirect;
   std::atomic_signal_fence(std::memory_order_seq_cst);
   ss->depth++;
   std::atomic_signal_fence(std::memory_order_seq_cst);
@@ -595,7 +596,7 @@ USRTRACE_ALWAYS_INLINE void hold_unrecorded(uint64_t fn, uint64_t sp) {
 USRTRACE_NOINLINE void instrumented_entry_slow(uint64_t fn, uint64_t parent, uint64_t sp) {
   Guard g;
   if (!g.enter()) return;
-  if (!entry_locked(fn, parent, nullptr, sp, false, *g.t)) hold_unrecorded(fn, sp);
+  if (!entry_locked(fn, parent, nullptr, sp, 0, *g.t)) hold_unrecorded(fn, sp);
 }
 
 USRTRACE_NOINLINE void instrumented_exit_slow(ShadowStack* ss, uint64_t fn, uint64_t sp) {
@@ -619,7 +620,7 @@ USRTRACE_NOINLINE void instrumented_exit_slow(ShadowStack* ss, uint64_t fn, uint
 
 void instrumented_entry(uint64_t fn, uint64_t parent, uint64_t sp) {
   if (const uint32_t fast = g_fast.load(std::memory_order_relaxed); fast != 0) {
-    const Fast r = fast_entry(fast, fn, parent, 0, reinterpret_cast<uint64_t*>(sp), false);
+    const Fast r = fast_entry(fast, fn, parent, 0, reinterpret_cast<uint64_t*>(sp), 0);
     if (r != Fast::kSlow) return;
   }
   instrumented_entry_slow(fn, parent, sp);
@@ -635,14 +636,25 @@ void instrumented_exit(uint64_t fn, uint64_t sp) {
   instrumented_exit_slow(ss, fn, sp);
 }
 
-bool patched_entry(uint64_t fn, uint64_t parent, uint64_t* slot) {
+namespace {
+USRTRACE_ALWAYS_INLINE bool redirected_entry(uint64_t fn, uint64_t parent, uint64_t* slot,
+                                             uint64_t redirect) {
   if (const uint32_t fast = g_fast.load(std::memory_order_relaxed); fast != 0) {
-    const Fast r = fast_entry(fast, fn, parent, *slot, slot, true);
+    const Fast r = fast_entry(fast, fn, parent, *slot, slot, redirect);
     if (r != Fast::kSlow) return r == Fast::kDone;
   }
   Guard g;
   if (!g.enter()) return false;
-  return entry_locked(fn, parent, slot, 0, true, *g.t);
+  return entry_locked(fn, parent, slot, 0, redirect, *g.t);
+}
+}  // namespace
+
+bool patched_entry(uint64_t fn, uint64_t parent, uint64_t* slot) {
+  return redirected_entry(fn, parent, slot, kFrameRedirected);
+}
+
+bool plain_entry(uint64_t fn, uint64_t parent, uint64_t* slot) {
+  return redirected_entry(fn, parent, slot, kFrameRedirected | kFrameFullSave);
 }
 
 uint64_t patched_return(uint64_t* slot) {
@@ -651,7 +663,8 @@ uint64_t patched_return(uint64_t* slot) {
       fast != 0 && ss != nullptr && ss->depth > 0) {
     const ShadowFrame& top = ss->frames[ss->depth - 1];
     const uint64_t ret = top.ret;
-    if (top.slot == slot && fast_exit(fast, ss, top, kFrameRedirected)) return ret;
+    if (top.slot == slot && fast_exit(fast, ss, top, kFrameRedirected | (top.flags & kFrameFullSave)))
+      return ret;
   }
   // Reached only through a redirected slot, so there is a frame for it:
   // pop the frames above it (left by longjmp), then it. No nesting check: the
@@ -680,6 +693,14 @@ uint64_t patched_return(uint64_t* slot) {
   (void)!write(2, kMsg, sizeof kMsg - 1);
   abort();
 }
+
+namespace {
+// The return hook a redirected frame's slot holds: the one that keeps every
+// register, for a plain function's frame (kFrameFullSave).
+uint64_t hook_for(uint64_t flags) {
+  return (flags & kFrameFullSave) != 0 ? patch::full_return_hook_address() : patch::return_hook_address();
+}
+}  // namespace
 
 // Both walk the frames from the top down: a function entered by a tail call
 // from a traced function shares its caller's slot, and its frame's `ret` is
@@ -716,7 +737,7 @@ void unwind_stack_end() {
   for (uint32_t i = 0; i < ss->depth; ++i) {
     ShadowFrame& f = ss->frames[i];
     if ((f.flags & kFrameWalked) == 0) continue;
-    *f.slot = patch::return_hook_address();
+    *f.slot = hook_for(f.flags);
     f.flags = (f.flags & ~uint64_t{kFrameWalked}) | kFrameRedirected;
   }
 }
@@ -738,7 +759,7 @@ void shadow_rehook(uint64_t sp) {
   for (uint32_t i = 0; i < ss->depth; ++i) {
     ShadowFrame& f = ss->frames[i];
     if ((f.flags & kFrameUnhooked) == 0) continue;
-    *f.slot = patch::return_hook_address();
+    *f.slot = hook_for(f.flags);
     f.flags = (f.flags & ~uint64_t{kFrameUnhooked}) | kFrameRedirected;
   }
 }

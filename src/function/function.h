@@ -46,6 +46,7 @@ inline constexpr uint32_t kFrameProfiled = 4;    // the function profiler times 
 inline constexpr uint32_t kFrameWalked = 8;      // restored while the thread walks its stack
 inline constexpr uint32_t kFrameCpuTime = 16;    // `cputime` is set (some tracer has sleep-time off)
 inline constexpr uint32_t kFrameInSignal = 32;   // a signal handler's call, or one it made
+inline constexpr uint32_t kFrameFullSave = 64;   // a plain function's: *slot holds the full return hook
 
 // ---- Entry points of the instrumentation. Context: any thread, signal
 // handlers included; no lock, no allocation (but the thread's first traced
@@ -57,6 +58,10 @@ inline constexpr uint32_t kFrameInSignal = 32;   // a signal handler's call, or 
 // frame holding *slot and the trampoline must store the return hook's
 // address into *slot.
 bool patched_entry(uint64_t fn, uint64_t parent, uint64_t* slot);
+// The same for a plain function's entry (plain.cc): the hook to store is
+// the full one (full_return_hook_address), since the caller may keep
+// values in call-clobbered registers across the call (gcc's -fipa-ra).
+bool plain_entry(uint64_t fn, uint64_t parent, uint64_t* slot);
 // The return hook, reached with the stack pointer just above `slot` (the
 // slot that held the return address). Pops the frames down to and
 // including the one for `slot` (frames above it were left by longjmp or an
@@ -98,6 +103,9 @@ namespace patch {
 int sweep_signal();
 // The return hook's address, what a redirected slot holds.
 uint64_t return_hook_address();
+// The return hook of plain functions (trampoline.cc): it keeps every
+// register but rsp and rip, the flags and the whole vector state.
+uint64_t full_return_hook_address();
 // The entry addresses of every patchable function of the loaded objects
 // (from each object's __patchable_function_entries section), sorted.
 std::vector<uint64_t> patchable_functions();

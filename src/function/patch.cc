@@ -635,6 +635,9 @@ uint64_t stub_for(uint64_t fn) {
 namespace usrtrace::function::patch {
 
 uint64_t return_hook_address() { return reinterpret_cast<uint64_t>(&usrtrace_function_return_hook); }
+uint64_t full_return_hook_address() {
+  return reinterpret_cast<uint64_t>(&usrtrace_function_full_return_hook);
+}
 
 }  // namespace usrtrace::function::patch
 

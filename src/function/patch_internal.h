@@ -11,6 +11,7 @@
 // from libusrtrace.so. Neither is a C function: only their addresses are used.
 extern "C" void usrtrace_function_trampoline();
 extern "C" void usrtrace_function_return_hook();
+extern "C" void usrtrace_function_full_return_hook();
 
 namespace usrtrace::function::patch::internal {
 

@@ -311,5 +311,170 @@ usrtrace_function_return_hook:
     jmp *%r11
     .cfi_endproc
     .size usrtrace_function_return_hook, .-usrtrace_function_return_hook
+
+/* The full return hook, for plain functions (plain.cc): code built with
+ * no tracing flag. Its callers may keep values in call-clobbered registers
+ * across a call whose callee they know leaves them alone (gcc's
+ * interprocedural register allocation, -fipa-ra, on at -O2; off only for
+ * callees with patchable entries), so every register but rsp and rip
+ * comes back as the function left it: the general ones, the flags, and
+ * the whole vector state, saved as the patch engine's stub saves it
+ * (usrtrace_patch_vec_mode: xmm0-15, ymm0-15, or xsave of all of it;
+ * src/patch/detour.cc sets it when the first site is planned, before any
+ * plain function can be armed).
+ *
+ * The frame, down from rbp = slot (the dead slot holds the saved rbp):
+ *   -8 the flags, -16 rax, -24 rcx, -32 rdx, -40 rsi, -48 rdi, -56 r8,
+ *   -64 r9, -72 r10, -80 r11, -88 where to return; then the vector state,
+ *   64-aligned below. The last jump reads where to return from 96 bytes
+ *   below the restored rsp: inside the red zone, which the kernel leaves
+ *   alone when it delivers a signal.
+ */
+    .globl usrtrace_function_full_return_hook
+    .hidden usrtrace_function_full_return_hook
+    .type usrtrace_function_full_return_hook, @function
+    .p2align 4
+    .cfi_startproc
+    .cfi_def_cfa rsp, 0
+    .cfi_undefined rip
+    nop
+usrtrace_function_full_return_hook:
+    pushq %rbp
+    .cfi_adjust_cfa_offset 8
+    .cfi_offset rbp, -8
+    movq %rsp, %rbp
+    .cfi_def_cfa_register rbp
+    pushfq
+    pushq %rax
+    pushq %rcx
+    pushq %rdx
+    pushq %rsi
+    pushq %rdi
+    pushq %r8
+    pushq %r9
+    pushq %r10
+    pushq %r11
+    subq $8, %rsp
+    cld
+    movq usrtrace_patch_xsave_size(%rip), %rax
+    subq %rax, %rsp
+    andq $-64, %rsp
+    movl usrtrace_patch_vec_mode(%rip), %eax
+    cmpl $1, %eax
+    je 2f
+    ja 3f
+    movdqu %xmm0, 0(%rsp)
+    movdqu %xmm1, 16(%rsp)
+    movdqu %xmm2, 32(%rsp)
+    movdqu %xmm3, 48(%rsp)
+    movdqu %xmm4, 64(%rsp)
+    movdqu %xmm5, 80(%rsp)
+    movdqu %xmm6, 96(%rsp)
+    movdqu %xmm7, 112(%rsp)
+    movdqu %xmm8, 128(%rsp)
+    movdqu %xmm9, 144(%rsp)
+    movdqu %xmm10, 160(%rsp)
+    movdqu %xmm11, 176(%rsp)
+    movdqu %xmm12, 192(%rsp)
+    movdqu %xmm13, 208(%rsp)
+    movdqu %xmm14, 224(%rsp)
+    movdqu %xmm15, 240(%rsp)
+    jmp 4f
+2:
+    vmovdqu %ymm0, 0(%rsp)
+    vmovdqu %ymm1, 32(%rsp)
+    vmovdqu %ymm2, 64(%rsp)
+    vmovdqu %ymm3, 96(%rsp)
+    vmovdqu %ymm4, 128(%rsp)
+    vmovdqu %ymm5, 160(%rsp)
+    vmovdqu %ymm6, 192(%rsp)
+    vmovdqu %ymm7, 224(%rsp)
+    vmovdqu %ymm8, 256(%rsp)
+    vmovdqu %ymm9, 288(%rsp)
+    vmovdqu %ymm10, 320(%rsp)
+    vmovdqu %ymm11, 352(%rsp)
+    vmovdqu %ymm12, 384(%rsp)
+    vmovdqu %ymm13, 416(%rsp)
+    vmovdqu %ymm14, 448(%rsp)
+    vmovdqu %ymm15, 480(%rsp)
+    vzeroupper
+    jmp 4f
+3:
+    movq $0, 512(%rsp)              /* the xsave header: xsave64 writes only the components it saves */
+    movq $0, 520(%rsp)
+    movq $0, 528(%rsp)
+    movq $0, 536(%rsp)
+    movq $0, 544(%rsp)
+    movq $0, 552(%rsp)
+    movq $0, 560(%rsp)
+    movq $0, 568(%rsp)
+    movl usrtrace_patch_xsave_mask(%rip), %eax
+    xorl %edx, %edx
+    xsave64 (%rsp)
+4:
+    movq %rbp, %rdi                 /* slot = rsp at entry - 8 = rbp */
+    call _ZN8usrtrace8function14patched_returnEPm@PLT
+    movq %rax, -88(%rbp)
+    movl usrtrace_patch_vec_mode(%rip), %eax
+    cmpl $1, %eax
+    je 5f
+    ja 6f
+    movdqu 0(%rsp), %xmm0
+    movdqu 16(%rsp), %xmm1
+    movdqu 32(%rsp), %xmm2
+    movdqu 48(%rsp), %xmm3
+    movdqu 64(%rsp), %xmm4
+    movdqu 80(%rsp), %xmm5
+    movdqu 96(%rsp), %xmm6
+    movdqu 112(%rsp), %xmm7
+    movdqu 128(%rsp), %xmm8
+    movdqu 144(%rsp), %xmm9
+    movdqu 160(%rsp), %xmm10
+    movdqu 176(%rsp), %xmm11
+    movdqu 192(%rsp), %xmm12
+    movdqu 208(%rsp), %xmm13
+    movdqu 224(%rsp), %xmm14
+    movdqu 240(%rsp), %xmm15
+    jmp 7f
+5:
+    vmovdqu 0(%rsp), %ymm0
+    vmovdqu 32(%rsp), %ymm1
+    vmovdqu 64(%rsp), %ymm2
+    vmovdqu 96(%rsp), %ymm3
+    vmovdqu 128(%rsp), %ymm4
+    vmovdqu 160(%rsp), %ymm5
+    vmovdqu 192(%rsp), %ymm6
+    vmovdqu 224(%rsp), %ymm7
+    vmovdqu 256(%rsp), %ymm8
+    vmovdqu 288(%rsp), %ymm9
+    vmovdqu 320(%rsp), %ymm10
+    vmovdqu 352(%rsp), %ymm11
+    vmovdqu 384(%rsp), %ymm12
+    vmovdqu 416(%rsp), %ymm13
+    vmovdqu 448(%rsp), %ymm14
+    vmovdqu 480(%rsp), %ymm15
+    jmp 7f
+6:
+    movl usrtrace_patch_xsave_mask(%rip), %eax
+    xorl %edx, %edx
+    xrstor64 (%rsp)
+7:
+    leaq -80(%rbp), %rsp
+    popq %r11
+    popq %r10
+    popq %r9
+    popq %r8
+    popq %rdi
+    popq %rsi
+    popq %rdx
+    popq %rcx
+    popq %rax
+    popfq
+    popq %rbp
+    .cfi_def_cfa rsp, 0
+    .cfi_restore rbp
+    jmp *-96(%rsp)
+    .cfi_endproc
+    .size usrtrace_function_full_return_hook, .-usrtrace_function_full_return_hook
     .popsection
 )");

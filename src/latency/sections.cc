@@ -16,7 +16,9 @@
 //   end:   s = start; [barrier] depth = d - 1; [barrier] if d == 1: report
 //     The start is read while this section still holds depth >= 1, so no
 //     handler can have replaced it.
+#include <pthread.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -118,7 +120,37 @@ struct ThreadSections {
   uintptr_t sig_ip;
   bool sig_off;
 };
-__attribute__((tls_model("initial-exec"))) thread_local ThreadSections t_sec;
+// Mapped at the thread's first section (or first watched signal block) and
+// unmapped as it exits: the TLS block stays a pointer, so that
+// libusrtrace's initial-exec TLS fits what glibc keeps for a library loaded
+// late (attaching to a running process, docs/guide/attach.md).
+__attribute__((tls_model("initial-exec"))) thread_local ThreadSections* t_sec = nullptr;
+__attribute__((tls_model("initial-exec"))) thread_local bool t_sec_gone = false;
+pthread_key_t g_sec_key;
+pthread_once_t g_sec_once = PTHREAD_ONCE_INIT;
+
+void free_sections(void* p) {
+  t_sec = nullptr;
+  t_sec_gone = true;
+  munmap(p, sizeof(ThreadSections));
+}
+
+// The thread's sections, mapped on first use (zero-filled: none open);
+// nullptr when they cannot be. Async-signal-safe (see patch/ret.cc's stack()).
+USRTRACE_NOINLINE ThreadSections* map_sections() {
+  if (t_sec_gone) return nullptr;
+  pthread_once(&g_sec_once, [] { pthread_key_create(&g_sec_key, free_sections); });
+  void* p = mmap(nullptr, sizeof(ThreadSections), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  t_sec = static_cast<ThreadSections*>(p);
+  pthread_setspecific(g_sec_key, p);
+  return t_sec;
+}
+
+inline ThreadSections* sections() {
+  ThreadSections* s = t_sec;
+  return USRTRACE_LIKELY(s != nullptr) ? s : map_sections();
+}
 
 // "section NAME", the reason line of a kind's max trace.
 struct KindWhat {
@@ -178,9 +210,13 @@ KindImpl* register_kind(const char* name, int* err) {
 void signals_changed(uint64_t before, uint64_t after, uintptr_t ip) {
   using namespace detail;  // NOLINT
   const uint64_t slots = g_sigsoff_slots.load(std::memory_order_relaxed);
-  ThreadSections& s = t_sec;
-  if (!s.sig_off) {
+  ThreadSections* sp = t_sec;
+  if (sp == nullptr || !sp->sig_off) {
     if (slots == 0 || (after & ~before) == 0) return;
+    if (sp == nullptr && (sp = map_sections()) == nullptr) return;
+  }
+  ThreadSections& s = *sp;
+  if (!s.sig_off) {
     s.sig_base = before;
     s.sig_ip = ip;
     s.sig_start = clock::rdtsc();
@@ -214,7 +250,9 @@ USRTRACE_EXPORT uint64_t usrtrace_section_begin(usrtrace_section_kind* kind) {
   using namespace usrtrace::latency::detail;  // NOLINT
   if (kind == nullptr || kind->watched.load(std::memory_order_relaxed) == 0) return 0;
   const auto* k = static_cast<const KindImpl*>(kind);
-  ThreadSections& s = t_sec;
+  ThreadSections* sp = sections();
+  if (sp == nullptr) return 0;
+  ThreadSections& s = *sp;
   const uint64_t now = usrtrace::clock::rdtsc();
   const uintptr_t ip = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
   const uint32_t d = s.depth[k->id];
@@ -238,7 +276,9 @@ USRTRACE_EXPORT void usrtrace_section_end(usrtrace_section_kind* kind, uint64_t 
   using namespace usrtrace::latency::detail;  // NOLINT
   if (kind == nullptr || token == 0) return;
   const auto* k = static_cast<const KindImpl*>(kind);
-  ThreadSections& s = t_sec;
+  ThreadSections* sp = t_sec;
+  if (sp == nullptr) return;  // an end without its begin
+  ThreadSections& s = *sp;
   const uint32_t d = s.depth[k->id];
   const uint32_t ad = s.any_depth;
   if (d == 0 || ad == 0) return;  // an end without its begin

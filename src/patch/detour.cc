@@ -50,6 +50,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "patch/detour.h"
 #include "patch/text.h"
@@ -283,40 +284,62 @@ __attribute__((visibility("hidden"))) uint32_t usrtrace_patch_vec_mode = 0;
 namespace usrtrace::patch::detail {
 namespace {
 
-// ---- The sweep's fixup (text.h): a thread stopped strictly inside the
-// window being armed goes to the same instruction of the copy. The window is
-// the one published in g_sweep_d, set before the sweep and left there (a
-// late signal moves a thread into the copy of the last window armed: correct
-// at any time, since copies are never freed and run what the window held).
-std::atomic<const Detour*> g_sweep_d{nullptr};
+// ---- The sweep's fixup (text.h): a thread stopped strictly inside a
+// window being armed goes to the same instruction of its copy. The windows
+// are those of the last batch (arm_detours), published in g_sweep as two
+// sorted arrays, by window and by the int3 path's copy. A late signal (a
+// thread that blocked the sweep's signal past its sweep) moves a thread
+// into the copy of a window of the last batch armed: correct at any time,
+// since copies are never freed and run what the window held.
+//
+// A set is freed only after a later sweep in which every thread answered:
+// the signal is not SA_NODEFER, so each thread's answer to that sweep comes
+// after any handler it was running, the one that read the old set included.
+struct SweepSet {
+  std::vector<const Detour*> by_win;  // sorted by win
+  std::vector<const Detour*> by_xol;  // those with an int3 copy, sorted by xol
+};
+std::atomic<const SweepSet*> g_sweep{nullptr};
+std::vector<const SweepSet*> g_sweep_retired;  // under the caller's patch lock
 
-// Context: the sweep's signal handler; async-signal-safe.
+// Context: the sweep's signal handler; async-signal-safe (no allocation:
+// binary searches over published arrays).
 bool sweep_fixup(ucontext_t* uc) {
-  // order: acquire pairs with arm_detour's release, made before the sweep's
-  // generation is published (text.cc), so a handler acking this sweep sees d.
-  const Detour* d = g_sweep_d.load(std::memory_order_acquire);
-  if (d == nullptr) return false;
+  // order: acquire pairs with arm_detours' release, made before the sweep's
+  // generation is published (text.cc), so a handler answering this sweep
+  // sees the set.
+  const SweepSet* set = g_sweep.load(std::memory_order_acquire);
+  if (set == nullptr) return false;
   const auto rip = static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]);
   greg_t* ip = &uc->uc_mcontext.gregs[REG_RIP];
-  if (rip > d->win && rip < d->win + d->len) {
-    for (int i = 0; i < d->ninsn; ++i)
-      if (d->win + d->from[i] == rip) {
-        const uintptr_t to = d->copy + d->to[i];
-        *ip = static_cast<greg_t>(to);
-        return true;
-      }
+  // The last window that starts before rip.
+  auto w = std::lower_bound(set->by_win.begin(), set->by_win.end(), rip,
+                            [](const Detour* d, uintptr_t a) { return d->win < a; });
+  if (w != set->by_win.begin()) {
+    const Detour* d = *--w;
+    if (rip > d->win && rip < d->win + d->len) {
+      for (int i = 0; i < d->ninsn; ++i)
+        if (d->win + d->from[i] == rip) {
+          *ip = static_cast<greg_t>(d->copy + d->to[i]);
+          return true;
+        }
+    }
   }
-  // In the int3 path's copy of the first instruction, whose jump back
-  // would land in the window being rewritten: to the same point of the
-  // window's copy.
-  if (d->xol != 0 && rip == d->xol) {
-    *ip = static_cast<greg_t>(d->copy);
-    return true;
-  }
-  if (d->xol != 0 && d->ninsn > 1 && rip == d->xol + d->xol_len) {
-    const uintptr_t to = d->copy + d->to[1];
-    *ip = static_cast<greg_t>(to);
-    return true;
+  // In the int3 path's copy of a first instruction, whose jump back would
+  // land in the window being rewritten: to the same point of the window's
+  // copy. The copy at or before rip.
+  auto x = std::upper_bound(set->by_xol.begin(), set->by_xol.end(), rip,
+                            [](uintptr_t a, const Detour* d) { return a < d->xol; });
+  if (x != set->by_xol.begin()) {
+    const Detour* d = *--x;
+    if (rip == d->xol) {
+      *ip = static_cast<greg_t>(d->copy);
+      return true;
+    }
+    if (d->ninsn > 1 && rip == d->xol + d->xol_len) {
+      *ip = static_cast<greg_t>(d->copy + d->to[1]);
+      return true;
+    }
   }
   return false;
 }
@@ -753,30 +776,65 @@ int build_slot(Detour* d, uintptr_t slot, size_t room, bool df_clear, std::strin
   return 0;
 }
 
-// [B] [C] [D], with byte 0 already int3 and synced. false: left on int3.
-bool arm_detour(Detour* d, int (*poke)(uintptr_t, const uint8_t*, size_t)) {
+// [B] [C] [D] for a batch, with byte 0 of each window already int3.
+void arm_detours(Detour* const* ds, size_t n, bool* ok, PokeMany poke) {
+  std::fill(ok, ok + n, false);
+  if (n == 0) return;
   sync_cores();
   add_sweep_fixup(sweep_fixup);
+  auto* set = new SweepSet;
+  set->by_win.assign(ds, ds + n);
+  std::sort(set->by_win.begin(), set->by_win.end(),
+            [](const Detour* a, const Detour* b) { return a->win < b->win; });
+  for (const Detour* d : set->by_win)
+    if (d->xol != 0) set->by_xol.push_back(d);
+  std::sort(set->by_xol.begin(), set->by_xol.end(),
+            [](const Detour* a, const Detour* b) { return a->xol < b->xol; });
   // order: release, for the fixup's acquire (the sweep's own release of its
   // generation comes after this store).
-  g_sweep_d.store(d, std::memory_order_release);
+  if (const SweepSet* old = g_sweep.exchange(set, std::memory_order_acq_rel); old != nullptr)
+    g_sweep_retired.push_back(old);
   std::string why;
-  if (!sweep_threads(&why)) return false;
-  int32_t rel = static_cast<int32_t>(static_cast<int64_t>(d->entry) - static_cast<int64_t>(d->win + 5));
-  uint8_t tail[16];
-  std::memcpy(tail, &rel, 4);
-  // A punned jump writes its free bytes alone (1..len-1): the rest of its
-  // rel32 is the code after it, as the slot's address was chosen.
-  if (d->pun &&
-      std::memcmp(tail + d->len - 1, reinterpret_cast<const void*>(d->win + d->len), 5u - d->len) != 0)
-    return false;
-  for (size_t i = 4; i + 1 < d->len; ++i) tail[i] = 0xcc;
-  if (poke(d->win + 1, tail, d->len - 1u) != 0) return false;
+  if (!sweep_threads(&why)) return;
+  for (const SweepSet* old : g_sweep_retired) delete old;  // every handler that read them is done
+  g_sweep_retired.clear();
+  // [C]: bytes 1..4 the jump's offset, the rest of the window int3.
+  std::vector<CodeWrite> w;
+  std::vector<size_t> of;  // w[k] is ds[of[k]]'s
+  for (size_t i = 0; i < n; ++i) {
+    const Detour* d = ds[i];
+    const int32_t rel =
+        static_cast<int32_t>(static_cast<int64_t>(d->entry) - static_cast<int64_t>(d->win + 5));
+    CodeWrite c;
+    c.at = d->win + 1;
+    c.n = static_cast<uint8_t>(d->len - 1u);
+    std::memcpy(c.b, &rel, 4);
+    // A punned jump writes its free bytes alone (1..len-1): the rest of its
+    // rel32 is the code after it, as the slot's address was chosen.
+    if (d->pun &&
+        std::memcmp(c.b + d->len - 1, reinterpret_cast<const void*>(d->win + d->len), 5u - d->len) != 0)
+      continue;
+    for (size_t k = 4; k + 1 < d->len; ++k) c.b[k] = 0xcc;
+    w.push_back(c);
+    of.push_back(i);
+  }
+  poke(w.data(), w.size());
   sync_cores();
-  const uint8_t jmp = 0xe9;
-  if (poke(d->win, &jmp, 1) != 0) return false;
+  // [D]: byte 0 the jmp, where [C] was written.
+  std::vector<CodeWrite> jumps;
+  std::vector<size_t> jof;
+  for (size_t k = 0; k < w.size(); ++k) {
+    if (w[k].rc != 0) continue;
+    CodeWrite c;
+    c.at = ds[of[k]]->win;
+    c.n = 1;
+    c.b[0] = 0xe9;
+    jumps.push_back(c);
+    jof.push_back(of[k]);
+  }
+  poke(jumps.data(), jumps.size());
   sync_cores();
-  return true;
+  for (size_t k = 0; k < jumps.size(); ++k) ok[jof[k]] = jumps[k].rc == 0;
 }
 
 // Back to int3 over the original bytes 1..len-1 ([A]' [C]'); patch.cc

@@ -103,8 +103,21 @@ size_t relocate(uintptr_t from, uintptr_t to, bool last, uint8_t* out, size_t ro
 // pushfq costs four times as much here) and Regs::flags shows the
 // arithmetic ones, IF and bit 1 alone.
 int build_slot(Detour* d, uintptr_t slot, size_t room, bool df_clear, std::string* why);
-// With byte 0 already int3: the sweep, then the jump. false: left on int3.
-bool arm_detour(Detour* d, int (*poke)(uintptr_t, const uint8_t*, size_t));
+// One write of code, `n` bytes at `at`: the arming's steps write many at
+// once (patch.cc's poke_many: the pages of a run of writes are made
+// writable once). `rc`: 0, or -errno when it could not be written.
+struct CodeWrite {
+  uintptr_t at = 0;
+  uint8_t n = 0;
+  uint8_t b[24] = {};
+  int rc = 0;
+};
+using PokeMany = void (*)(CodeWrite* w, size_t n);
+// With byte 0 of each window already int3: one sweep for all of them, then
+// the jumps ([B] [C] [D], each step once for the whole batch). ok[i]: false
+// when ds[i] was left on int3 (its bytes after the first may have changed:
+// the caller puts them back).
+void arm_detours(Detour* const* ds, size_t n, bool* ok, PokeMany poke);
 // Back to int3 over the original bytes after byte 0.
 void disarm_detour(const Detour* d, int (*poke)(uintptr_t, const uint8_t*, size_t));
 

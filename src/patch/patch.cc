@@ -39,9 +39,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 
 namespace usrtrace::patch {
 namespace {
@@ -85,7 +87,10 @@ struct Prepared {
   detail::Detour* detour;  // nullptr: int3 only
   std::string why;         // why int3 only
 };
-std::vector<Prepared>* g_prepared = nullptr;  // under g_mu
+// Under g_mu. A deque: pointers to its elements stay valid as it grows;
+// g_prepared_at finds an address's (several, when its code changed).
+std::deque<Prepared>* g_prepared = nullptr;
+std::unordered_multimap<uintptr_t, Prepared*>* g_prepared_at = nullptr;
 
 std::mutex g_mu;                       // the patcher's
 std::vector<Site>* g_sites = nullptr;  // the truth, under g_mu
@@ -199,8 +204,12 @@ void synchronize_readers() {
 struct sigaction g_prev_trap;
 bool g_installed = false;
 
-// ---- Slots: 32 bytes each, in RWX pages near the code they copy (a
-// relocated rip-relative operand must reach its target from the slot).
+// ---- Slots: 64 bytes (the int3 path's copy) or kDetourSlotSize, in RWX
+// regions near the code they copy (a relocated rip-relative operand must
+// reach its target from the slot). Regions of 64 KiB: map_near() steps a
+// megabyte per mapping it tries, so arming a large binary's tens of
+// thousands of functions must take few of them (with one page each, the
+// thousandth mapping tried a thousand addresses first).
 struct SlotPage {
   uintptr_t base;
   size_t used;
@@ -208,24 +217,27 @@ struct SlotPage {
 std::vector<SlotPage>* g_pages = nullptr;
 constexpr size_t kSlotSize = 64;  // an emulated indirect call: 20 + 15, then the jump back
 constexpr size_t kPage = 4096;
+constexpr size_t kSlotRegion = 16 * kPage;
 
 uintptr_t alloc_slot(uintptr_t near, size_t size = kSlotSize) {
-  for (SlotPage& p : *g_pages) {
-    const intptr_t d = static_cast<intptr_t>(p.base) - static_cast<intptr_t>(near);
-    if (p.used + size <= kPage && d > -(1l << 30) && d < (1l << 30)) {
-      const uintptr_t s = p.base + p.used;
-      p.used += (size + 31) & ~size_t{31};
+  // The newest regions first: the older ones are usually full.
+  for (auto p = g_pages->rbegin(); p != g_pages->rend(); ++p) {
+    const intptr_t d = static_cast<intptr_t>(p->base) - static_cast<intptr_t>(near);
+    if (p->used + size <= kSlotRegion && d > -(1l << 30) &&
+        d < (1l << 30) - static_cast<intptr_t>(kSlotRegion)) {
+      const uintptr_t s = p->base + p->used;
+      p->used += (size + 31) & ~size_t{31};
       return s;
     }
   }
-  // A new page, the nearest free one (text.h); within 1 GiB, so that a
+  // A new region, the nearest free one (text.h); within 1 GiB, so that a
   // rip-relative operand's target near the site is within reach of the slot.
   std::string why;
-  const uintptr_t at = map_near(near, near + 1, kPage, PROT_READ | PROT_WRITE | PROT_EXEC, &why);
+  const uintptr_t at = map_near(near, near + 1, kSlotRegion, PROT_READ | PROT_WRITE | PROT_EXEC, &why);
   if (at == 0) return 0;
   const intptr_t d = static_cast<intptr_t>(at) - static_cast<intptr_t>(near);
-  if (d <= -(1l << 30) || d >= (1l << 30)) {
-    munmap(reinterpret_cast<void*>(at), kPage);
+  if (d <= -(1l << 30) || d >= (1l << 30) - static_cast<intptr_t>(kSlotRegion)) {
+    munmap(reinterpret_cast<void*>(at), kSlotRegion);
     return 0;
   }
   g_pages->push_back({at, (size + 31) & ~size_t{31}});
@@ -450,7 +462,8 @@ void install() {
   g_fenced = base::rseq_init();
   g_sites = new std::vector<Site>();
   g_pages = new std::vector<SlotPage>();
-  g_prepared = new std::vector<Prepared>();
+  g_prepared = new std::deque<Prepared>();
+  g_prepared_at = new std::unordered_multimap<uintptr_t, Prepared*>();
   struct sigaction sa {};
   sa.sa_sigaction = on_trap;
   sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK | SA_NODEFER;
@@ -542,10 +555,15 @@ bool on_boundary(uintptr_t addr, uintptr_t fn, size_t size, const uint8_t* code)
 }
 
 // The bytes of [lo, hi) as they were before any probe: the code, with every
-// site's original bytes put back. Under g_mu.
-std::vector<uint8_t> original_code(uintptr_t lo, uintptr_t hi) {
+// site's original bytes put back. `by_at`: g_sites' indexes sorted by
+// `at`. Under g_mu.
+std::vector<uint8_t> original_code(uintptr_t lo, uintptr_t hi, const std::vector<size_t>& by_at) {
   std::vector<uint8_t> b(reinterpret_cast<const uint8_t*>(lo), reinterpret_cast<const uint8_t*>(hi));
-  for (const Site& s : *g_sites) {
+  // A site's bytes start at most 23 bytes (Detour::orig) before hi's window.
+  auto i = std::lower_bound(by_at.begin(), by_at.end(), lo > 24 ? lo - 24 : 0,
+                            [](size_t k, uintptr_t a) { return (*g_sites)[k].at < a; });
+  for (; i != by_at.end() && (*g_sites)[*i].at < hi; ++i) {
+    const Site& s = (*g_sites)[*i];
     const size_t n = s.detour != nullptr ? s.detour->len : 1;  // a pun's bytes past len are unchanged
     for (size_t k = 0; k < n; ++k) {
       const uintptr_t a = s.at + k;
@@ -553,6 +571,34 @@ std::vector<uint8_t> original_code(uintptr_t lo, uintptr_t hi) {
     }
   }
   return b;
+}
+
+// Writes each w[i], making each run of adjacent pages the writes touch
+// writable once: an mprotect pair per run, not per write (detour.h's
+// PokeMany). The text stays executable throughout: other threads keep
+// running it.
+void poke_many(detail::CodeWrite* w, size_t n) {
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return w[a].at < w[b].at; });
+  for (size_t i = 0; i < n;) {
+    const uintptr_t first = w[order[i]].at & ~(kPage - 1);
+    uintptr_t last = (w[order[i]].at + w[order[i]].n - 1) & ~(kPage - 1);
+    size_t j = i + 1;
+    for (; j < n && (w[order[j]].at & ~(kPage - 1)) <= last + kPage; ++j)
+      last = std::max(last, (w[order[j]].at + w[order[j]].n - 1) & ~(kPage - 1));
+    const size_t span = last - first + kPage;
+    int rc = 0;
+    if (mprotect(reinterpret_cast<void*>(first), span, PROT_READ | PROT_WRITE | PROT_EXEC) != 0) rc = -errno;
+    for (size_t k = i; k < j; ++k) {
+      detail::CodeWrite& c = w[order[k]];
+      c.rc = rc;
+      if (rc == 0)
+        for (size_t b = 0; b < c.n; ++b) usrtrace::patch::poke(c.at + b, c.b[b]);
+    }
+    if (rc == 0) mprotect(reinterpret_cast<void*>(first), span, PROT_READ | PROT_EXEC);
+    i = j;
+  }
 }
 
 }  // namespace
@@ -571,150 +617,300 @@ const char* method_name(Method m) {
   return "int3";
 }
 
-int add(uintptr_t addr, uintptr_t fn_start, size_t fn_size, Handler h, void* cookie, Method* how,
-        std::string* err) {
-  std::lock_guard<std::mutex> l(g_mu);
-  install();
-  *how = Method::kInt3;
-  for (Site& s : *g_sites) {
-    if (s.addr != addr) continue;
-    if (s.nh == kMaxHandlers) {
-      *err = "more than " + std::to_string(kMaxHandlers) + " probes on one address";
-      return -EBUSY;
-    }
-    s.h[s.nh] = h;
-    s.cookie[s.nh] = cookie;
-    ++s.nh;
-    publish();
-    return 0;
+namespace {
+
+// g_sites' indexes sorted by `at`.
+std::vector<size_t> sites_by_at() {
+  std::vector<size_t> v(g_sites->size());
+  for (size_t i = 0; i < v.size(); ++i) v[i] = i;
+  std::sort(v.begin(), v.end(), [](size_t a, size_t b) { return (*g_sites)[a].at < (*g_sites)[b].at; });
+  return v;
+}
+
+// The site whose detour window holds `at` strictly inside, or -1.
+long detour_around(uintptr_t at, const std::vector<size_t>& by_at) {
+  auto i = std::lower_bound(by_at.begin(), by_at.end(), at,
+                            [](size_t k, uintptr_t a) { return (*g_sites)[k].at < a; });
+  // Windows are at most 19 bytes: the sites starting up to 19 bytes before.
+  while (i != by_at.begin()) {
+    --i;
+    const Site& o = (*g_sites)[*i];
+    if (o.at + 20 <= at) break;
+    if (o.detour != nullptr && at > o.at && at < o.at + o.detour->span()) return static_cast<long>(*i);
   }
-  // An endbr64 stays where it is (an indirect branch to addr must still
-  // find it) and the site is the instruction after it: it changes no
-  // register, so the handlers see the state at addr all the same.
-  const uintptr_t at = detail::is_endbr64(addr) ? addr + 4 : addr;
-  // Inside another probe's jump window (a mid-function probe a few bytes
-  // after an entry probe): that probe goes back to int3, which runs one
-  // instruction at a time and so reaches this one. Its int3 at byte 0
-  // first, then the original bytes under it, synced (disarm_detour); a
-  // thread in its copy finishes there; its int3 path runs its first
-  // instruction alone again.
-  bool near_other = false;  // then this one stays on int3 too
-  for (Site& o : *g_sites) {
-    if (o.detour != nullptr && at > o.at && at < o.at + o.detour->span()) {
-      near_other = true;
-      const detail::Detour* od = o.detour;
-      detail::disarm_detour(od, poke_bytes);
-      if (o.run == Run::kSlot && od->xol != 0) o.slot = od->xol;
-      o.detour = nullptr;
-      o.method = Method::kInt3;
-      publish();
-    }
-  }
-  if (reinterpret_cast<const uint8_t*>(at)[0] == kInt3) {
-    *err = "there is an int3 there already (a debugger's breakpoint, or another tool's probe)";
-    return -EBUSY;
-  }
+  return -1;
+}
+
+// The plan for one new site: what an earlier add() here prepared, if the
+// code is still the same, else a new one. 0 or -errno with *err.
+int plan_site(const Request& r, uintptr_t at, const std::vector<size_t>& by_at, Prepared** out,
+              std::string* err) {
   // The original code around the site (other probes' bytes put back): the
   // function when its bounds are known, else the window's most.
-  const uintptr_t lo = fn_size != 0 ? std::min(fn_start, at) : at;
-  const uintptr_t hi = std::max(fn_size != 0 ? fn_start + fn_size : at, at + sizeof(Prepared::bytes));
-  const std::vector<uint8_t> code = original_code(lo, hi);
+  const uintptr_t lo = r.fn_size != 0 ? std::min(r.fn_start, at) : at;
+  const uintptr_t hi = std::max(r.fn_size != 0 ? r.fn_start + r.fn_size : at, at + sizeof(Prepared::bytes));
+  const std::vector<uint8_t> code = original_code(lo, hi, by_at);
   const uint8_t* here = code.data() + (at - lo);
-  if (fn_size != 0 && !on_boundary(addr, fn_start, fn_size, code.data() + (fn_start - lo))) {
+  if (r.fn_size != 0 && !on_boundary(r.addr, r.fn_start, r.fn_size, code.data() + (r.fn_start - lo))) {
     *err = "Probe point is not an instruction boundary";
     return -EILSEQ;
   }
-  // Planned and written from the code as it is, before any byte changes; or
-  // what an earlier add() here planned, if the code is still the same.
-  Prepared* prep = nullptr;
-  for (Prepared& p : *g_prepared)
-    if (p.at == at && std::memcmp(p.bytes, here, sizeof p.bytes) == 0) prep = &p;
-  if (prep == nullptr) {
-    Prepared p{};
-    p.at = at;
-    std::memcpy(p.bytes, here, sizeof p.bytes);
-    p.site.addr = addr;
-    p.site.at = at;
-    if (int rc = prepare(&p.site, err); rc < 0) return rc;
-    // Where it can be, the site becomes a jump (detour.cc).
-    auto* d = new detail::Detour();
-    uintptr_t slot = 0;
-    // A function's entry: the ABI clears the direction flag at every call.
-    const bool entry = fn_size != 0 && addr == fn_start;
-    bool detour =
-        detail::detour_supported() &&
-        detail::plan_detour(at, fn_start, fn_size, {lo, code.data(), code.size()}, d, &p.why) == 0 &&
-        (slot = alloc_slot(at, detail::kDetourSlotSize)) != 0 &&
-        detail::build_slot(d, slot, detail::kDetourSlotSize, entry, &p.why) == 0;
-    // Else a punned jump over the first instruction alone, where the code
-    // after it lets one reach a slot (detour.h, plan_pun).
-    if (!detour && detail::detour_supported()) {
-      std::string why;
-      uintptr_t plo = 0, phi = 0;
-      detour = detail::plan_pun(at, {lo, code.data(), code.size()}, d, &why) == 0 &&
-               detail::pun_range(d, here + d->len, &plo, &phi) &&
-               (slot = alloc_pun(plo, phi, detail::kDetourSlotSize)) != 0 &&
-               detail::build_slot(d, slot, detail::kDetourSlotSize, entry, &why) == 0;
-      if (!detour)
-        p.why += "; no punned jump either: " + (why.empty() ? "no free page where it points" : why);
+  auto [b, e] = g_prepared_at->equal_range(at);
+  for (auto it = b; it != e; ++it)
+    if (std::memcmp(it->second->bytes, here, sizeof(Prepared::bytes)) == 0) {
+      *out = it->second;
+      return 0;
     }
-    if (!detour) {
-      delete d;  // never published (its slot, if any, is simply not used)
-      d = nullptr;
-    } else {
-      d->addr = addr;
-      d->xol = p.site.run == Run::kSlot ? p.site.slot : 0;
-      d->xol_len = p.site.xol_len;
-    }
-    p.detour = d;
-    g_prepared->push_back(p);
-    prep = &g_prepared->back();
+  Prepared p{};
+  p.at = at;
+  std::memcpy(p.bytes, here, sizeof p.bytes);
+  p.site.addr = r.addr;
+  p.site.at = at;
+  if (int rc = prepare(&p.site, err); rc < 0) return rc;
+  // Where it can be, the site becomes a jump (detour.cc).
+  auto* d = new detail::Detour();
+  uintptr_t slot = 0;
+  // A function's entry: the ABI clears the direction flag at every call.
+  const bool entry = r.fn_size != 0 && r.addr == r.fn_start;
+  bool detour =
+      detail::detour_supported() &&
+      detail::plan_detour(at, r.fn_start, r.fn_size, {lo, code.data(), code.size()}, d, &p.why) == 0 &&
+      (slot = alloc_slot(at, detail::kDetourSlotSize)) != 0 &&
+      detail::build_slot(d, slot, detail::kDetourSlotSize, entry, &p.why) == 0;
+  // Else a punned jump over the first instruction alone, where the code
+  // after it lets one reach a slot (detour.h, plan_pun).
+  if (!detour && detail::detour_supported()) {
+    std::string why;
+    uintptr_t plo = 0, phi = 0;
+    detour = detail::plan_pun(at, {lo, code.data(), code.size()}, d, &why) == 0 &&
+             detail::pun_range(d, here + d->len, &plo, &phi) &&
+             (slot = alloc_pun(plo, phi, detail::kDetourSlotSize)) != 0 &&
+             detail::build_slot(d, slot, detail::kDetourSlotSize, entry, &why) == 0;
+    if (!detour) p.why += "; no punned jump either: " + (why.empty() ? "no free page where it points" : why);
   }
-  if (prep->detour == nullptr && getenv("USRTRACE_PATCH_DEBUG") != nullptr)
-    fprintf(stderr, "usrtrace patch: 0x%lx stays on int3: %s\n", static_cast<unsigned long>(addr),
-            prep->why.c_str());
-  Site s = prep->site;
-  s.addr = addr;
-  s.detour = nullptr;
-  s.method = Method::kInt3;
-  s.hits = new base::PerCpuCounter();
-  s.h[0] = h;
-  s.cookie[0] = cookie;
-  s.nh = 1;
-  detail::Detour* d = prep->detour;
-  // A window over another probe's site: that site's bytes would be copied
-  // (an int3) or overwritten (a jmp). This one stays on int3.
-  for (const Site& o : *g_sites)
-    if (d != nullptr && o.at > at && o.at < at + d->span()) d = nullptr;
-  if (near_other) d = nullptr;
-  g_sites->push_back(s);
-  note_site(at);
-  // The table first: a thread that traps finds its site.
-  publish();
-  if (int rc = write_byte(at, kInt3); rc < 0) {
-    delete g_sites->back().hits;
-    g_sites->pop_back();
-    publish();
-    *err = std::string("cannot write the code: ") + strerror(-rc);
-    return rc;
+  if (!detour) {
+    delete d;  // never published (its slot, if any, is simply not used)
+    d = nullptr;
+  } else {
+    d->addr = r.addr;
+    d->xol = p.site.run == Run::kSlot ? p.site.slot : 0;
+    d->xol_len = p.site.xol_len;
   }
-  if (d == nullptr) return 0;
-  // From now on the int3 path runs the whole window's copy, so that no
-  // thread returns into the window while its bytes change.
-  if (g_sites->back().run == Run::kSlot) g_sites->back().slot = d->copy;
-  publish();
-  if (detail::arm_detour(d, poke_bytes)) {
-    g_sites->back().detour = d;
-    g_sites->back().method = d->nop ? Method::kNop : d->pun ? Method::kPun : Method::kDetour;
-    publish();
-    *how = g_sites->back().method;
-    return 0;
-  }
-  // Left on int3 (a thread did not answer the sweep): the bytes after the
-  // first are the original ones again; the copy stays the int3 path's.
-  poke_bytes(at + 1, d->orig + 1, d->len - 1u);
-  sync_cores();
+  p.detour = d;
+  g_prepared->push_back(p);
+  *out = &g_prepared->back();
+  g_prepared_at->emplace(at, *out);
   return 0;
+}
+
+}  // namespace
+
+std::vector<Outcome> add_many(const std::vector<Request>& reqs) {
+  std::lock_guard<std::mutex> l(g_mu);
+  install();
+  std::vector<Outcome> out(reqs.size());
+  std::unordered_map<uintptr_t, size_t> by_addr;  // live sites, and the batch's new ones, by addr
+  for (size_t i = 0; i < g_sites->size(); ++i) by_addr.emplace((*g_sites)[i].addr, i);
+  std::vector<size_t> by_at = sites_by_at();
+  const size_t old_n = g_sites->size();
+  bool changed = false;
+  // The new sites, appended to a copy of the list that the first publish
+  // below makes the truth; their detours, planned.
+  std::vector<Site> fresh;
+  std::vector<detail::Detour*> planned;
+  std::vector<size_t> fresh_req;  // the request that made each
+  std::vector<std::string> why;   // why each would stay on int3
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const Request& r = reqs[i];
+    Outcome& o = out[i];
+    if (auto it = by_addr.find(r.addr); it != by_addr.end()) {
+      Site& s = it->second < old_n ? (*g_sites)[it->second] : fresh[it->second - old_n];
+      if (s.nh == kMaxHandlers) {
+        o.rc = -EBUSY;
+        o.err = "more than " + std::to_string(kMaxHandlers) + " probes on one address";
+        continue;
+      }
+      s.h[s.nh] = r.h;
+      s.cookie[s.nh] = r.cookie;
+      ++s.nh;
+      o.how = s.method;
+      changed = true;
+      continue;
+    }
+    // An endbr64 stays where it is (an indirect branch to addr must still
+    // find it) and the site is the instruction after it: it changes no
+    // register, so the handlers see the state at addr all the same.
+    const uintptr_t at = detail::is_endbr64(r.addr) ? r.addr + 4 : r.addr;
+    // Inside another probe's jump window (a mid-function probe a few bytes
+    // after an entry probe): that probe goes back to int3, which runs one
+    // instruction at a time and so reaches this one. Its int3 at byte 0
+    // first, then the original bytes under it, synced (disarm_detour); a
+    // thread in its copy finishes there; its int3 path runs its first
+    // instruction alone again.
+    bool near_other = false;  // then this one stays on int3 too
+    for (long k; (k = detour_around(at, by_at)) >= 0;) {
+      near_other = true;
+      Site& os = (*g_sites)[static_cast<size_t>(k)];
+      const detail::Detour* od = os.detour;
+      detail::disarm_detour(od, poke_bytes);
+      if (os.run == Run::kSlot && od->xol != 0) os.slot = od->xol;
+      os.detour = nullptr;
+      os.method = Method::kInt3;
+      publish();
+    }
+    if (reinterpret_cast<const uint8_t*>(at)[0] == kInt3) {
+      o.rc = -EBUSY;
+      o.err = "there is an int3 there already (a debugger's breakpoint, or another tool's probe)";
+      continue;
+    }
+    Prepared* prep = nullptr;
+    if ((o.rc = plan_site(r, at, by_at, &prep, &o.err)) < 0) continue;
+    if (prep->detour == nullptr && getenv("USRTRACE_PATCH_DEBUG") != nullptr)
+      fprintf(stderr, "usrtrace patch: 0x%lx stays on int3: %s\n", static_cast<unsigned long>(r.addr),
+              prep->why.c_str());
+    Site s = prep->site;
+    s.addr = r.addr;
+    s.detour = nullptr;
+    s.method = Method::kInt3;
+    s.hits = new base::PerCpuCounter();
+    s.h[0] = r.h;
+    s.cookie[0] = r.cookie;
+    s.nh = 1;
+    by_addr.emplace(r.addr, old_n + fresh.size());
+    fresh.push_back(s);
+    why.push_back(near_other ? "inside another probe's jump" : prep->detour == nullptr ? prep->why : "");
+    planned.push_back(near_other ? nullptr : prep->detour);
+    fresh_req.push_back(i);
+  }
+  if (fresh.empty()) {
+    if (changed) publish();
+    return out;
+  }
+
+  // A window over another probe's site (live or new): that site's bytes
+  // would be copied (an int3) or overwritten (a jmp). Such a site stays on
+  // int3.
+  std::vector<uintptr_t> ats;
+  for (size_t k : by_at) ats.push_back((*g_sites)[k].at);
+  for (const Site& s : fresh) ats.push_back(s.at);
+  std::sort(ats.begin(), ats.end());
+  for (size_t k = 0; k < fresh.size(); ++k) {
+    const detail::Detour* d = planned[k];
+    if (d == nullptr) continue;
+    auto next = std::upper_bound(ats.begin(), ats.end(), fresh[k].at);
+    if (next != ats.end() && *next < fresh[k].at + d->span()) {
+      planned[k] = nullptr;
+      why[k] = "another probe's site inside its jump";
+    }
+  }
+
+  // [A]: the table first, so that a thread that traps finds its site; then
+  // every new site's int3.
+  for (const Site& s : fresh) {
+    g_sites->push_back(s);
+    note_site(s.at);
+  }
+  publish();
+  std::vector<detail::CodeWrite> traps(fresh.size());
+  for (size_t k = 0; k < fresh.size(); ++k) {
+    traps[k].at = fresh[k].at;
+    traps[k].n = 1;
+    traps[k].b[0] = kInt3;
+  }
+  poke_many(traps.data(), traps.size());
+  // Those that could not be written go; the others are armed (int3).
+  std::vector<size_t> live(fresh.size());  // each new site's index in g_sites, or SIZE_MAX
+  bool dropped = false;
+  for (size_t k = 0, at = old_n; k < fresh.size(); ++k) {
+    if (traps[k].rc == 0) {
+      live[k] = at++;
+      continue;
+    }
+    live[k] = SIZE_MAX;
+    Outcome& o = out[fresh_req[k]];
+    o.rc = traps[k].rc;
+    o.err = std::string("cannot write the code: ") + strerror(-traps[k].rc);
+    // The handlers of later requests on this address went with it.
+    for (size_t i = fresh_req[k] + 1; i < reqs.size(); ++i)
+      if (reqs[i].addr == fresh[k].addr && out[i].rc == 0) out[i] = o;
+    dropped = true;
+  }
+  if (dropped) {
+    std::vector<base::PerCpuCounter*> gone;
+    std::vector<Site> kept(g_sites->begin(), g_sites->begin() + static_cast<std::ptrdiff_t>(old_n));
+    for (size_t k = 0; k < fresh.size(); ++k) {
+      if (live[k] != SIZE_MAX) {
+        kept.push_back((*g_sites)[old_n + k]);
+      } else {
+        gone.push_back((*g_sites)[old_n + k].hits);
+      }
+    }
+    *g_sites = std::move(kept);
+    publish();
+    for (base::PerCpuCounter* c : gone) delete c;  // no handler can count on them now
+  }
+
+  // From now on the int3 path runs the whole window's copy, so that no
+  // thread returns into a window while its bytes change; then [B] [C] [D]
+  // for all of them at once.
+  std::vector<detail::Detour*> arm;
+  std::vector<size_t> arm_site, arm_fresh;
+  for (size_t k = 0; k < fresh.size(); ++k) {
+    if (live[k] == SIZE_MAX || planned[k] == nullptr) continue;
+    Site& s = (*g_sites)[live[k]];
+    if (s.run == Run::kSlot) s.slot = planned[k]->copy;
+    arm.push_back(planned[k]);
+    arm_site.push_back(live[k]);
+    arm_fresh.push_back(k);
+  }
+  if (!arm.empty()) {
+    publish();
+    std::unique_ptr<bool[]> ok(new bool[arm.size()]);
+    detail::arm_detours(arm.data(), arm.size(), ok.get(), poke_many);
+    // Left on int3 (a thread did not answer the sweep): the bytes after the
+    // first are the original ones again; the copy stays the int3 path's.
+    std::vector<detail::CodeWrite> back;
+    for (size_t k = 0; k < arm.size(); ++k) {
+      Site& s = (*g_sites)[arm_site[k]];
+      if (!ok[k]) why[arm_fresh[k]] = "a thread did not answer the sweep";
+      if (ok[k]) {
+        s.detour = arm[k];
+        s.method = arm[k]->nop ? Method::kNop : arm[k]->pun ? Method::kPun : Method::kDetour;
+        continue;
+      }
+      detail::CodeWrite c;
+      c.at = arm[k]->win + 1;
+      c.n = static_cast<uint8_t>(arm[k]->len - 1u);
+      std::memcpy(c.b, arm[k]->orig + 1, c.n);
+      back.push_back(c);
+    }
+    if (!back.empty()) {
+      poke_many(back.data(), back.size());
+      sync_cores();
+    }
+    publish();
+  }
+  for (size_t k = 0; k < fresh.size(); ++k)
+    if (live[k] != SIZE_MAX) {
+      out[fresh_req[k]].how = (*g_sites)[live[k]].method;
+      if (out[fresh_req[k]].how == Method::kInt3) out[fresh_req[k]].why = why[k];
+    }
+  // Requests that joined a new site's address later in the batch.
+  for (size_t i = 0; i < reqs.size(); ++i)
+    if (out[i].rc == 0)
+      if (auto it = by_addr.find(reqs[i].addr); it != by_addr.end() && it->second >= old_n) {
+        const size_t k = it->second - old_n;
+        if (live[k] != SIZE_MAX) out[i].how = (*g_sites)[live[k]].method;
+      }
+  return out;
+}
+
+int add(uintptr_t addr, uintptr_t fn_start, size_t fn_size, Handler h, void* cookie, Method* how,
+        std::string* err) {
+  std::vector<Outcome> o = add_many({{addr, fn_start, fn_size, h, cookie}});
+  *how = o[0].how;
+  if (o[0].rc < 0) *err = o[0].err;
+  return o[0].rc;
 }
 
 // Detour hits (the common stub's call). Context: the hit's thread; no
@@ -763,6 +959,101 @@ int remove(uintptr_t addr, Handler h, void* cookie, bool code_gone) {
     }
   }
   return -ENOENT;
+}
+
+void remove_many(const std::vector<Removal>& rs, bool code_gone) {
+  std::lock_guard<std::mutex> l(g_mu);
+  if (g_sites == nullptr || rs.empty()) return;
+  std::unordered_map<uintptr_t, size_t> by_addr;
+  for (size_t i = 0; i < g_sites->size(); ++i) by_addr.emplace((*g_sites)[i].addr, i);
+  std::vector<bool> drop(g_sites->size(), false);
+  bool changed = false;
+  for (const Removal& r : rs) {
+    auto it = by_addr.find(r.addr);
+    if (it == by_addr.end()) continue;
+    Site& s = (*g_sites)[it->second];
+    for (int k = 0; k < s.nh; ++k) {
+      if (s.h[k] != r.h || s.cookie[k] != r.cookie) continue;
+      for (int j = k; j + 1 < s.nh; ++j) {
+        s.h[j] = s.h[j + 1];
+        s.cookie[j] = s.cookie[j + 1];
+      }
+      --s.nh;
+      drop[it->second] = s.nh == 0;
+      changed = true;
+      break;
+    }
+  }
+  if (!changed) return;
+  // The bytes first, as remove() does, each step once for the batch: the
+  // detours back to int3 over their original bytes ([A]' [C]'), then every
+  // first byte. A thread that traps now finds its site still published
+  // (the table goes last) or, after, none and the restored byte.
+  if (!code_gone) {
+    std::vector<detail::CodeWrite> w;
+    auto add = [&w](uintptr_t at, const uint8_t* b, size_t n) {
+      detail::CodeWrite c;
+      c.at = at;
+      c.n = static_cast<uint8_t>(n);
+      std::memcpy(c.b, b, n);
+      w.push_back(c);
+    };
+    static constexpr uint8_t kTrap[1] = {kInt3};
+    for (size_t i = 0; i < drop.size(); ++i)
+      if (drop[i] && (*g_sites)[i].detour != nullptr) add((*g_sites)[i].at, kTrap, 1);
+    if (!w.empty()) {
+      poke_many(w.data(), w.size());
+      sync_cores();
+      w.clear();
+      for (size_t i = 0; i < drop.size(); ++i)
+        if (const detail::Detour* d = (*g_sites)[i].detour; drop[i] && d != nullptr)
+          add(d->win + 1, d->orig + 1, d->len - 1u);
+      poke_many(w.data(), w.size());
+      sync_cores();
+      w.clear();
+    }
+    for (size_t i = 0; i < drop.size(); ++i)
+      if (drop[i]) add((*g_sites)[i].at, &(*g_sites)[i].orig, 1);
+    poke_many(w.data(), w.size());
+  }
+  std::vector<base::PerCpuCounter*> gone;
+  std::vector<Site> kept;
+  kept.reserve(g_sites->size());
+  for (size_t i = 0; i < drop.size(); ++i) {
+    if (drop[i]) {
+      gone.push_back((*g_sites)[i].hits);
+    } else {
+      kept.push_back((*g_sites)[i]);
+    }
+  }
+  *g_sites = std::move(kept);
+  publish();
+  for (base::PerCpuCounter* c : gone) delete c;  // no handler can count on them now
+}
+
+std::vector<uintptr_t> stale_sites() {
+  std::lock_guard<std::mutex> l(g_mu);
+  std::vector<uintptr_t> out;
+  if (g_sites == nullptr || g_sites->empty()) return out;
+  std::vector<std::pair<uintptr_t, uintptr_t>> code;  // the loaded objects' executable ranges
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* arg) {
+        auto* r = static_cast<std::vector<std::pair<uintptr_t, uintptr_t>>*>(arg);
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          if (ph.p_type == PT_LOAD && (ph.p_flags & PF_X))
+            r->emplace_back(info->dlpi_addr + ph.p_vaddr, info->dlpi_addr + ph.p_vaddr + ph.p_memsz);
+        }
+        return 0;
+      },
+      &code);
+  for (const Site& s : *g_sites) {
+    bool mapped = false;
+    for (const auto& [lo, hi] : code) mapped |= s.at >= lo && s.at < hi;
+    const uint8_t armed = s.detour != nullptr ? 0xe9 : kInt3;
+    if (!mapped || *reinterpret_cast<const volatile uint8_t*>(s.at) != armed) out.push_back(s.addr);
+  }
+  return out;
 }
 
 int watch_loads(void (*hook)(), std::string* err) {

@@ -42,11 +42,38 @@ const char* method_name(Method m);
 // Context: control plane (the engine's lock; mprotect).
 int add(uintptr_t addr, uintptr_t fn_start, size_t fn_size, Handler h, void* cookie, Method* how,
         std::string* err);
+// Many probes at once, as add() each, with every step of the arming done
+// once for the whole batch (one publish, one int3 pass, one sweep, one
+// pass per jump step, the pages of neighbouring sites made writable
+// together): the function tracers arm tens of thousands of entries so.
+// One Outcome per request, in order. Context: control plane.
+struct Request {
+  uintptr_t addr;
+  uintptr_t fn_start;
+  size_t fn_size;
+  Handler h;
+  void* cookie;
+};
+struct Outcome {
+  int rc = 0;  // 0, or -errno with err
+  Method how = Method::kInt3;
+  std::string err;
+  std::string why;  // how == kInt3: why not a jump (a jump target in the window, ...)
+};
+std::vector<Outcome> add_many(const std::vector<Request>& reqs);
 // Removes the pair; the last one disarms the site (its first byte back).
 // Returns once no handler of the pair can still run. `code_gone`: the
 // site's object was unloaded (dlclose), so nothing is written there (the
 // address may hold another object's code by now). Context: control plane.
 int remove(uintptr_t addr, Handler h, void* cookie, bool code_gone = false);
+// Many removals at once, as remove() each (pairs not found are skipped),
+// each step of the disarming once for the batch. Context: control plane.
+struct Removal {
+  uintptr_t addr;
+  Handler h;
+  void* cookie;
+};
+void remove_many(const std::vector<Removal>& rs, bool code_gone = false);
 
 // Calls `hook` each time the dynamic loader changed the link map (dlopen,
 // dlclose), on the thread that changed it, before dlopen returns: the
@@ -79,6 +106,13 @@ void unhook_returns();
 // live) hook their returns again, so their `ret` runs. Context: the thread
 // itself (__cxa_begin_catch's interposer).
 void rehook_returns(uint64_t sp);
+
+// The sites whose code is no longer what the engine wrote there: their
+// object was unloaded (the address is in no loaded object now), or
+// unloaded and another (or the same) loaded there since (the first byte
+// is not the int3 or jmp armed there). The caller removes them with
+// code_gone. Context: control plane.
+std::vector<uintptr_t> stale_sites();
 
 struct SiteInfo {
   uintptr_t addr;

@@ -15,7 +15,10 @@
 // function tracers' shadow_rehook does). A new hook drops entries at or
 // below its own slot: a call reusing that stack means those frames are gone
 // (longjmp), and a loop of longjmps must not fill the stack.
+#include <pthread.h>
+#include <sys/mman.h>
 #include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -128,7 +131,37 @@ struct ReturnStack {
   Entry e[kReturnDepth];
 };
 
-constinit __attribute__((tls_model("initial-exec"))) thread_local ReturnStack t_stack{};
+// Each thread's stack is mapped at its first hooked return and unmapped as
+// it exits (a pthread key's destructor), so that the TLS block stays a
+// pointer: libusrtrace's initial-exec TLS must fit the few hundred bytes
+// glibc keeps for libraries loaded late, or attaching to a running process
+// (dlopen, docs/guide/attach.md) fails ("cannot allocate memory in static
+// TLS block"). The stack itself is 1.5 KiB.
+constinit __attribute__((tls_model("initial-exec"))) thread_local ReturnStack* t_stack = nullptr;
+constinit __attribute__((tls_model("initial-exec"))) thread_local bool t_stack_gone = false;
+pthread_key_t g_stack_key;
+pthread_once_t g_stack_once = PTHREAD_ONCE_INIT;
+
+void free_stack(void* p) {
+  t_stack = nullptr;
+  t_stack_gone = true;  // a later destructor's hooked call maps none
+  munmap(p, sizeof(ReturnStack));
+}
+
+// The thread's stack, mapped on first use (zero-filled: empty); nullptr
+// when it cannot be. Context: a Handler (async-signal-safe: mmap, and
+// pthread_once/pthread_setspecific, which glibc makes without a lock or an
+// allocation for a key below PTHREAD_KEY_2NDLEVEL_SIZE).
+ReturnStack* stack() {
+  if (ReturnStack* s = t_stack; s != nullptr) return s;
+  if (t_stack_gone) return nullptr;
+  pthread_once(&g_stack_once, [] { pthread_key_create(&g_stack_key, free_stack); });
+  void* p = mmap(nullptr, sizeof(ReturnStack), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  t_stack = static_cast<ReturnStack*>(p);
+  pthread_setspecific(g_stack_key, p);
+  return t_stack;
+}
 
 [[noreturn]] void lost() {
   static constexpr char kMsg[] = "usrtrace: a return probe's trampoline found no return address; aborting\n";
@@ -139,7 +172,9 @@ constinit __attribute__((tls_model("initial-exec"))) thread_local ReturnStack t_
 }  // namespace
 
 bool hook_return(const Regs* at_entry, RetHandler ret, void* cookie) {
-  ReturnStack& st = t_stack;
+  ReturnStack* sp = stack();
+  if (sp == nullptr) return false;
+  ReturnStack& st = *sp;
   // Entries at or below this slot are frames gone (longjmp): a live frame's
   // slot is above every callee's.
   while (st.depth > 0 && st.e[st.depth - 1].slot <= at_entry->sp) --st.depth;
@@ -164,7 +199,8 @@ bool hook_return(const Regs* at_entry, RetHandler ret, void* cookie) {
 }
 
 void unhook_returns() {
-  ReturnStack& st = t_stack;
+  if (t_stack == nullptr) return;
+  ReturnStack& st = *t_stack;
   for (int i = st.depth - 1; i >= 0; --i) {
     Entry& e = st.e[i];
     auto* slot = reinterpret_cast<uint64_t*>(e.slot);
@@ -178,7 +214,8 @@ void unhook_returns() {
 }
 
 void rehook_returns(uint64_t sp) {
-  ReturnStack& st = t_stack;
+  if (t_stack == nullptr) return;
+  ReturnStack& st = *t_stack;
   // Frames the unwind removed: their slots are below the catcher's sp.
   while (st.depth > 0 && st.e[st.depth - 1].slot < sp) --st.depth;
   for (int i = 0; i < st.depth; ++i) {
@@ -195,7 +232,9 @@ void rehook_returns(uint64_t sp) {
 
 extern "C" uint64_t usrtrace_patch_on_return(usrtrace::patch::Regs* regs) {
   using usrtrace::patch::ReturnStack;
-  ReturnStack& st = usrtrace::patch::t_stack;
+  ReturnStack* sp = usrtrace::patch::t_stack;
+  if (sp == nullptr) usrtrace::patch::lost();
+  ReturnStack& st = *sp;
   const uint64_t slot = regs->sp - 8;
   // Frames below this one never returned (longjmp): dropped.
   while (st.depth > 0 && st.e[st.depth - 1].slot < slot) --st.depth;

@@ -70,6 +70,12 @@ std::unique_ptr<File> open_enabled_functions(Node n, int, int*) {
   return f;
 }
 
+std::unique_ptr<File> open_refused_functions(Node n, int, int*) {
+  auto f = std::make_unique<SimpleFile>(std::move(n.inst));
+  f->show = [] { return function::refused_functions(); };
+  return f;
+}
+
 // set_ftrace_filter, set_ftrace_notrace, set_graph_function and
 // set_graph_notrace: the list of each.
 template <function::List list>
@@ -184,6 +190,7 @@ constexpr FileSpec kFiles[] = {
     {"enabled_functions", kRO, Dir::kRoot, kTopOnly, open_enabled_functions},
     {"function_profile_enabled", kRW, Dir::kRoot, kTopOnly, open_function_profile_enabled},
     {"max_graph_depth", kRW, Dir::kRoot, 0, open_max_graph_depth},
+    {"refused_functions", kRO, Dir::kRoot, kTopOnly, open_refused_functions},
     {"set_ftrace_filter", kRW, Dir::kRoot, 0, open_list<function::List::kFilter>},
     {"set_ftrace_notrace", kRW, Dir::kRoot, 0, open_list<function::List::kNotrace>},
     {"set_ftrace_notrace_pid", kRW, Dir::kRoot, 0, open_pids<true>},

@@ -109,8 +109,13 @@ wait "$dead"
 expect_fail "no process $dead" "$USRTRACE" mount "$dead" "$mnt"
 mounted && fail "mounted anyway"
 
-step="mount refuses a process without usrtrace"
-expect_fail "does not serve usrtrace" "$USRTRACE" mount $$ "$mnt"
+step="mount refuses another user's process (it would attach: docs/guide/attach.md)"
+if ((EUID == 0)); then
+  chmod 0755 "$(dirname "$mnt")" "$mnt"
+  expect_fail "is another user's" setpriv --reuid=65534 --regid=65534 --clear-groups "$USRTRACE" mount $$ "$mnt"
+  mounted && fail "mounted anyway"
+  grep -q usrtrace /proc/$$/maps && fail "the runtime was loaded anyway"
+fi
 
 start_target
 

@@ -42,7 +42,7 @@ std::string not_empty_dir(const std::string& dir) {
 
 int run_mount(int pid, const std::string& dir, bool foreground) {
   if (!toolkit::have_fuse()) return fail("mount", "this usrtrace was built without libfuse3 (libfuse3-dev)");
-  auto c = connect_to("mount", pid);
+  auto c = connect_to("mount", pid, true);
   if (!c) return 1;
   char abs[PATH_MAX];
   if (::realpath(dir.c_str(), abs) && toolkit::is_fuse_mount(abs))

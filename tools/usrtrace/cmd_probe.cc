@@ -38,7 +38,7 @@ Runner add_probe(CLI::App& app) {
                   "A line of uprobe_events: p|r[:[GRP/]EVENT] PATH:OFFSET|[PATH:]SYMBOL[+OFFS] [ARGS], "
                   "or -:[GRP/]EVENT");
   return [o] {
-    auto c = connect_to("probe", o->pid);
+    auto c = connect_to("probe", o->pid, true);
     if (!c) return 1;
     if (o->clear) {
       if (const long rc = c->write_file("uprobe_events", "", false); rc < 0)

@@ -91,28 +91,6 @@ void report(const std::string& verb, const RecordStats& st, const std::string& f
           static_cast<unsigned long long>(st.lost_events));
 }
 
-// The preloaded runtime: USRTRACE_PRELOAD, else the one installed with this
-// program (USRTRACE_PRELOAD_REL from its directory: ../lib/ARCH on Debian),
-// else, for the command in the build tree and only for it, the build tree's.
-// An installed copy never takes the build tree's: that one may be of another
-// version, or gone.
-std::string preload_library() {
-  if (const char* e = getenv("USRTRACE_PRELOAD"); e && *e) return e;
-  struct stat st;
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0) return "";
-  self[n] = '\0';
-  const std::string exe(self);
-  const std::string dir = exe.substr(0, exe.rfind('/'));
-  if (std::string p = dir + "/" USRTRACE_PRELOAD_REL; ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode))
-    return p;
-#ifdef USRTRACE_PRELOAD_BUILD
-  if (exe == USRTRACE_TOOL_BUILD && ::stat(USRTRACE_PRELOAD_BUILD, &st) == 0) return USRTRACE_PRELOAD_BUILD;
-#endif
-  return "";
-}
-
 uint64_t start_time_of(int pid) { return toolkit::process_start_time(pid); }
 
 struct Child {
@@ -472,7 +450,7 @@ Runner add_record(CLI::App& app) {
       }
       return rc;
     };
-    auto c = connect_to("record", pid);
+    auto c = connect_to("record", pid, child.pid <= 0);
     if (!c) return finish_child(1);
     if (child.pid > 0) default_buffer_sizes(&o->setup);
     Setup::Undo undo;
@@ -607,7 +585,7 @@ Runner add_extract(CLI::App& app) {
     ro.pid = o->pid;
     ro.instances = o->instances;
     if (o->all) {
-      auto c = connect_to("extract", o->pid);
+      auto c = connect_to("extract", o->pid, true);
       if (!c) return 1;
       std::vector<std::string> names;
       c->list("instances", &names);

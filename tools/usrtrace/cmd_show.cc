@@ -99,7 +99,7 @@ Runner add_stream(CLI::App& app) {
   sub->add_option("-P,--pid", o->pid, "Process")->required()->check(CLI::PositiveNumber);
   o->setup.add_options(sub);
   return [o] {
-    auto c = connect_to("stream", o->pid);
+    auto c = connect_to("stream", o->pid, true);
     if (!c) return 1;
     Setup::Undo undo;
     if (o->setup.apply("stream", *c, &undo) != 0) {

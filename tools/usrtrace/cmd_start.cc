@@ -97,7 +97,7 @@ Runner add_start(CLI::App& app) {
   sub->add_option("-P,--pid", o->pid, "Process")->required()->check(CLI::PositiveNumber);
   o->setup.add_options(sub);
   return [o] {
-    auto c = connect_to("start", o->pid);
+    auto c = connect_to("start", o->pid, true);
     if (!c) return 1;
     Setup::Undo undo;
     if (o->setup.apply("start", *c, &undo) != 0) {

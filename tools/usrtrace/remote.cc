@@ -4,10 +4,16 @@
 #include <fnmatch.h>
 #include <signal.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <sstream>
+
+#include "usrtrace_toolkit/toolkit.h"
 
 namespace usrtrace::tool {
 namespace {
@@ -69,10 +75,70 @@ std::string why(const std::string& path, long rc) {
   return path + ": " + std::strerror(static_cast<int>(-rc));
 }
 
-std::unique_ptr<control::Client> connect_to(const std::string& verb, int pid) {
+// The preloaded runtime: USRTRACE_PRELOAD, else the one installed with this
+// program (USRTRACE_PRELOAD_REL from its directory: ../lib/ARCH on Debian),
+// else, for the command in the build tree and only for it, the build tree's.
+// An installed copy never takes the build tree's: that one may be of another
+// version, or gone.
+std::string preload_library() {
+  if (const char* e = getenv("USRTRACE_PRELOAD"); e && *e) return e;
+  struct stat st;
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return "";
+  self[n] = '\0';
+  const std::string exe(self);
+  const std::string dir = exe.substr(0, exe.rfind('/'));
+  if (std::string p = dir + "/" USRTRACE_PRELOAD_REL; ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode))
+    return p;
+#ifdef USRTRACE_PRELOAD_BUILD
+  if (exe == USRTRACE_TOOL_BUILD && ::stat(USRTRACE_PRELOAD_BUILD, &st) == 0) return USRTRACE_PRELOAD_BUILD;
+#endif
+  return "";
+}
+
+namespace {
+
+// Whether the process has a usrtrace runtime loaded (its maps name
+// libusrtrace), or its program defines one (a static link).
+bool has_runtime(int pid) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  std::string line;
+  while (std::getline(maps, line))
+    if (line.find("/libusrtrace") != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+std::unique_ptr<control::Client> connect_to(const std::string& verb, int pid, bool attach) {
   std::string err;
   auto c = control::Client::connect(pid, &err);
-  if (!c) fail(verb, err);
+  if (!c && attach && ::kill(pid, 0) != 0 && errno == EPERM) {
+    fail(verb, "process " + std::to_string(pid) +
+                   " is another user's: attaching to it needs that user, or root (CAP_SYS_PTRACE)");
+    return nullptr;
+  }
+  if (c || !attach || ::kill(pid, 0) != 0 || has_runtime(pid)) {
+    if (!c) fail(verb, err);
+    return c;
+  }
+  // No runtime there: load one (docs/guide/attach.md), then connect as to
+  // any process that links usrtrace. Its server starts as it loads.
+  const std::string lib = preload_library();
+  if (lib.empty()) {
+    fail(verb, "process " + std::to_string(pid) +
+                   " has no usrtrace runtime, and libusrtrace-preload.so to load into it was not found "
+                   "(set USRTRACE_PRELOAD to its path)");
+    return nullptr;
+  }
+  std::string why_not;
+  if (int rc = toolkit::inject_library(pid, lib, &why_not); rc < 0) {
+    fail(verb, "attaching to process " + std::to_string(pid) + ": " + why_not);
+    return nullptr;
+  }
+  c = control::Client::connect(pid, &err);
+  if (!c) fail(verb, "loaded the runtime into process " + std::to_string(pid) + ", but: " + err);
   return c;
 }
 

@@ -18,8 +18,15 @@ int fail(const std::string& verb, const std::string& message);
 // "PATH: strerror" for a -errno result.
 std::string why(const std::string& path, long rc);
 
-// Connects to -P PID, or prints why not and returns nullptr.
-std::unique_ptr<control::Client> connect_to(const std::string& verb, int pid);
+// Connects to -P PID, or prints why not and returns nullptr. `attach`: a
+// process with no usrtrace runtime gets one first (ptrace, dlopen:
+// toolkit::inject_library), as record, start, stream, extract, probe and
+// mount do.
+std::unique_ptr<control::Client> connect_to(const std::string& verb, int pid, bool attach = false);
+// libusrtrace-preload.so: USRTRACE_PRELOAD, else the one installed with
+// this program, else the build tree's for the build tree's command; "" if
+// none.
+std::string preload_library();
 
 // "" -> "", "foo" -> "instances/foo/".
 std::string instance_dir(const std::string& instance);

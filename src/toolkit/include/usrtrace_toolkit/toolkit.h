@@ -32,6 +32,15 @@ class Mount;
 
 namespace usrtrace::toolkit {
 
+// ---- Attaching (src/toolkit/attach.cc) ----
+
+// Loads `library` into process `pid` (ptrace: a thread stopped in or at a
+// system call calls dlopen, then is put back as it was; the call is
+// restarted or made). 0, or -errno with *err in one line (ptrace refused
+// and why: another user, Yama's ptrace_scope; a static program; dlopen
+// failed). Context: the command; blocks up to 35 s.
+int inject_library(int pid, const std::string& library, std::string* err);
+
 // ---- Files (src/base/files.h) ----
 
 // Opens PATH for reading if it is a regular file (a FIFO or device is
