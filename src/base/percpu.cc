@@ -10,7 +10,9 @@
 namespace usrtrace::base {
 
 PerCpuCounter::PerCpuCounter() {
-  const int cpus = get_nprocs_conf();
+  // Read once: get_nprocs_conf() reads sysfs each time, and the patch
+  // engine makes a counter per site (40,000 for libLLVM's functions).
+  static const int cpus = get_nprocs_conf();
   n_ = cpus > 0 ? static_cast<uint64_t>(cpus) : 1;
   const size_t bytes = (n_ + 1) * kStride * sizeof(uint64_t);
   void* p = std::aligned_alloc(64, bytes);

@@ -591,6 +591,7 @@ std::string enabled_functions() {
   for (const Func& f : funcs_locked()) {
     const Site* s = t->find(f.addr);
     if (s == nullptr || (s->trace & ~kProfileBit) == 0) continue;
+    if (f.plain && *plain_method_locked(f.addr) == '\0') continue;  // refused: refused_functions says why
     out += f.name + " (" + std::to_string(__builtin_popcountll(s->trace & ~kProfileBit)) + ")";
     // A plain function: how the patch engine took its entry.
     if (f.plain) out += std::string("\tpatch:") + plain_method_locked(f.addr);

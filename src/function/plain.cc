@@ -161,7 +161,7 @@ void arm_plain_locked(const std::vector<Func>& funcs, const std::vector<uint64_t
   std::vector<const Func*> of;
   for (const auto& [fn, f] : want) {
     if (g_armed.count(fn)) continue;
-    add.push_back({fn, fn, f->size, &on_entry, nullptr});
+    add.push_back({fn, fn, f->size, &on_entry, nullptr, true});
     of.push_back(f);
   }
   if (add.empty()) return;

@@ -455,8 +455,30 @@ void on_trap(int sig, siginfo_t* info, void* ucv) {
   chain(sig, info, ucv);
 }
 
+// Our SIGTRAP handler, installed again if the program put its own in
+// since (LLVM's InitLLVM sets one for every fatal signal in main(), after
+// the recorder armed the constructors' functions): the program's becomes
+// the one a trap that is not ours is chained to. Checked before each
+// change of the code, when int3s are about to be written.
+void own_trap() {
+  struct sigaction cur {};
+  if (sigaction(SIGTRAP, nullptr, &cur) != 0) return;
+  if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_trap) return;
+  struct sigaction sa {};
+  sa.sa_sigaction = on_trap;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK | SA_NODEFER;
+  sigemptyset(&sa.sa_mask);
+  // A trap of ours that comes between these two finds the program's
+  // handler: the window is the one the first install() has too.
+  g_prev_trap = cur;
+  sigaction(SIGTRAP, &sa, nullptr);
+}
+
 void install() {
-  if (g_installed) return;
+  if (g_installed) {
+    own_trap();
+    return;
+  }
   g_installed = true;
   g_readers = new Readers();
   g_fenced = base::rseq_init();
@@ -765,6 +787,11 @@ std::vector<Outcome> add_many(const std::vector<Request>& reqs) {
     }
     Prepared* prep = nullptr;
     if ((o.rc = plan_site(r, at, by_at, &prep, &o.err)) < 0) continue;
+    if (r.jump_only && (near_other || prep->detour == nullptr)) {
+      o.rc = -EOPNOTSUPP;
+      o.err = near_other ? "inside another probe's jump" : prep->why;
+      continue;
+    }
     if (prep->detour == nullptr && getenv("USRTRACE_PATCH_DEBUG") != nullptr)
       fprintf(stderr, "usrtrace patch: 0x%lx stays on int3: %s\n", static_cast<unsigned long>(r.addr),
               prep->why.c_str());
@@ -802,6 +829,42 @@ std::vector<Outcome> add_many(const std::vector<Request>& reqs) {
       planned[k] = nullptr;
       why[k] = "another probe's site inside its jump";
     }
+  }
+  // Requests that take a jump or nothing: those left without one go.
+  std::unordered_map<uintptr_t, std::string> refused;  // addr -> why
+  {
+    size_t w = 0;
+    for (size_t k = 0; k < fresh.size(); ++k) {
+      if (planned[k] == nullptr && reqs[fresh_req[k]].jump_only) {
+        refused.emplace(fresh[k].addr, why[k]);
+        delete fresh[k].hits;
+        continue;
+      }
+      fresh[w] = fresh[k];
+      planned[w] = planned[k];
+      why[w] = why[k];
+      fresh_req[w] = fresh_req[k];
+      ++w;
+    }
+    fresh.resize(w);
+    planned.resize(w);
+    why.resize(w);
+    fresh_req.resize(w);
+    for (auto it = by_addr.begin(); it != by_addr.end();)
+      it = it->second >= old_n ? by_addr.erase(it) : std::next(it);
+    for (size_t k = 0; k < fresh.size(); ++k) by_addr.emplace(fresh[k].addr, old_n + k);
+  }
+  auto refuse = [&]() {
+    for (size_t i = 0; i < reqs.size() && !refused.empty(); ++i)
+      if (auto it = refused.find(reqs[i].addr); it != refused.end() && out[i].rc == 0) {
+        out[i].rc = -EOPNOTSUPP;
+        out[i].err = it->second;
+      }
+  };
+  if (fresh.empty()) {
+    refuse();
+    if (changed) publish();
+    return out;
   }
 
   // [A]: the table first, so that a thread that traps finds its site; then
@@ -889,7 +952,43 @@ std::vector<Outcome> add_many(const std::vector<Request>& reqs) {
       sync_cores();
     }
     publish();
+    // Jump-only requests left on int3: their first byte back, then out of
+    // the table (remove()'s order).
+    std::vector<detail::CodeWrite> undo;
+    std::vector<bool> drop(g_sites->size(), false);
+    for (size_t k = 0; k < arm.size(); ++k) {
+      Site& s = (*g_sites)[arm_site[k]];
+      if (ok[k] || !reqs[fresh_req[arm_fresh[k]]].jump_only) continue;
+      detail::CodeWrite c;
+      c.at = s.at;
+      c.n = 1;
+      c.b[0] = s.orig;
+      undo.push_back(c);
+      drop[arm_site[k]] = true;
+      refused.emplace(s.addr, "a thread did not answer the sweep (it blocks the signal)");
+      live[arm_fresh[k]] = SIZE_MAX;
+    }
+    if (!undo.empty()) {
+      poke_many(undo.data(), undo.size());
+      std::vector<base::PerCpuCounter*> gone;
+      std::vector<Site> kept;
+      std::vector<size_t> moved(g_sites->size(), SIZE_MAX);
+      for (size_t i = 0; i < g_sites->size(); ++i) {
+        if (drop[i]) {
+          gone.push_back((*g_sites)[i].hits);
+        } else {
+          moved[i] = kept.size();
+          kept.push_back((*g_sites)[i]);
+        }
+      }
+      *g_sites = std::move(kept);
+      for (size_t& lv : live)
+        if (lv != SIZE_MAX) lv = moved[lv];
+      publish();
+      for (base::PerCpuCounter* c : gone) delete c;
+    }
   }
+  refuse();
   for (size_t k = 0; k < fresh.size(); ++k)
     if (live[k] != SIZE_MAX) {
       out[fresh_req[k]].how = (*g_sites)[live[k]].method;
@@ -931,6 +1030,7 @@ extern "C" __attribute__((visibility("hidden"))) void usrtrace_patch_detour_hit(
 int remove(uintptr_t addr, Handler h, void* cookie, bool code_gone) {
   std::lock_guard<std::mutex> l(g_mu);
   if (g_sites == nullptr) return -ENOENT;
+  own_trap();
   for (size_t i = 0; i < g_sites->size(); ++i) {
     Site& s = (*g_sites)[i];
     if (s.addr != addr) continue;
@@ -964,6 +1064,7 @@ int remove(uintptr_t addr, Handler h, void* cookie, bool code_gone) {
 void remove_many(const std::vector<Removal>& rs, bool code_gone) {
   std::lock_guard<std::mutex> l(g_mu);
   if (g_sites == nullptr || rs.empty()) return;
+  own_trap();
   std::unordered_map<uintptr_t, size_t> by_addr;
   for (size_t i = 0; i < g_sites->size(); ++i) by_addr.emplace((*g_sites)[i].addr, i);
   std::vector<bool> drop(g_sites->size(), false);

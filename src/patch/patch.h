@@ -53,6 +53,12 @@ struct Request {
   size_t fn_size;
   Handler h;
   void* cookie;
+  // A jump or nothing: a site that cannot be a jump (detour, nop, pun) is
+  // refused (-EOPNOTSUPP, err: why) instead of staying on int3, whose trap
+  // costs microseconds and needs our SIGTRAP handler for as long as the
+  // site lives (the function tracers' choice, as uftrace and kprobes
+  // refuse such sites).
+  bool jump_only = false;
 };
 struct Outcome {
   int rc = 0;  // 0, or -errno with err
