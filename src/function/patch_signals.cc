@@ -101,13 +101,14 @@ void on_sigtrap(int sig, siginfo_t* info, void* ucv) {
 // between two of them would otherwise resume in the middle of the new call
 // instruction. It is moved to the end of the site (skipping nops).
 // Context: signal handler, async-signal-safe.
-bool sweep_fixup(ucontext_t* uc) {
+bool sweep_fixup(ucontext_t* uc, bool dry) {
   const uint64_t ip = static_cast<uint64_t>(uc->uc_mcontext.gregs[REG_RIP]);
   g_handler_users.fetch_add(1);
   const HandlerSite* s = find_handler_site(g_handler_table.load(), ip, true);
   const uint64_t next = s ? s->fn + s->len : 0;
   g_handler_users.fetch_sub(1);
   if (s == nullptr) return false;
+  if (dry) return true;
   uc->uc_mcontext.gregs[REG_RIP] = static_cast<greg_t>(next);
   g_sweep_moves.fetch_add(1, std::memory_order_relaxed);  // order: a statistic
   return true;

@@ -304,7 +304,7 @@ std::vector<const SweepSet*> g_sweep_retired;  // under the caller's patch lock
 
 // Context: the sweep's signal handler; async-signal-safe (no allocation:
 // binary searches over published arrays).
-bool sweep_fixup(ucontext_t* uc) {
+bool sweep_fixup(ucontext_t* uc, bool dry) {
   // order: acquire pairs with arm_detours' release, made before the sweep's
   // generation is published (text.cc), so a handler answering this sweep
   // sees the set.
@@ -320,7 +320,7 @@ bool sweep_fixup(ucontext_t* uc) {
     if (rip > d->win && rip < d->win + d->len) {
       for (int i = 0; i < d->ninsn; ++i)
         if (d->win + d->from[i] == rip) {
-          *ip = static_cast<greg_t>(d->copy + d->to[i]);
+          if (!dry) *ip = static_cast<greg_t>(d->copy + d->to[i]);
           return true;
         }
     }
@@ -333,11 +333,11 @@ bool sweep_fixup(ucontext_t* uc) {
   if (x != set->by_xol.begin()) {
     const Detour* d = *--x;
     if (rip == d->xol) {
-      *ip = static_cast<greg_t>(d->copy);
+      if (!dry) *ip = static_cast<greg_t>(d->copy);
       return true;
     }
     if (d->ninsn > 1 && rip == d->xol + d->xol_len) {
-      *ip = static_cast<greg_t>(d->copy + d->to[1]);
+      if (!dry) *ip = static_cast<greg_t>(d->copy + d->to[1]);
       return true;
     }
   }

@@ -6,6 +6,7 @@
 #include "patch/text.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <linux/membarrier.h>
 #include <sched.h>
 #include <signal.h>
@@ -16,6 +17,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -162,7 +164,7 @@ void on_sweep(int sig, siginfo_t* info, void* ucv) {
   // order: acquire pairs with add_sweep_fixup's release.
   const int nf = g_nfixups.load(std::memory_order_acquire);
   for (int i = 0; i < nf; ++i) {
-    if (g_fixups[i].load(std::memory_order_relaxed)(uc)) {
+    if (g_fixups[i].load(std::memory_order_relaxed)(uc, false)) {
       g_sweep_moves.fetch_add(1, std::memory_order_relaxed);  // order: a statistic
       break;  // one window at most: the thread is outside every other now
     }
@@ -196,6 +198,36 @@ void install_sweep_locked() {
   sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
   sigemptyset(&sa.sa_mask);
   sigaction(sweep_signal(), &sa, &g_prev_sweep);
+}
+
+// Whether thread `tid` is off its CPU (blocked in a system call, or
+// preempted) at a user address no fixup would move, per
+// /proc/self/task/TID/syscall: "NR ARGS... SP PC" in a call, "-1 SP PC"
+// outside one, "running" on a CPU. Only then may the sweep leave it
+// unsignalled (text.h). Control plane: reads a file.
+bool off_cpu_outside(int32_t tid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/task/%d/syscall", static_cast<int>(tid));
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[256];
+  const ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  if (strncmp(buf, "running", 7) == 0) return false;
+  // The last field is the user pc.
+  const char* last = strrchr(buf, ' ');
+  if (last == nullptr) return false;
+  char* end = nullptr;
+  const unsigned long long pc = strtoull(last + 1, &end, 16);
+  if (end == last + 1 || pc == 0) return false;
+  ucontext_t uc{};
+  uc.uc_mcontext.gregs[REG_RIP] = static_cast<greg_t>(pc);
+  const int nf = g_nfixups.load(std::memory_order_acquire);
+  for (int i = 0; i < nf; ++i)
+    if (g_fixups[i].load(std::memory_order_relaxed)(&uc, true)) return false;
+  return true;
 }
 
 }  // namespace
@@ -244,8 +276,13 @@ bool sweep_threads(std::string* why) {
     // order: release: a handler that sees this generation sees the tids.
     g_sweep_gen.store(gen, std::memory_order_release);
     std::vector<bool> done(n, false);
-    for (size_t i = 0; i < n; ++i)
+    for (size_t i = 0; i < n; ++i) {
+      if (off_cpu_outside(tids[first + i])) {
+        done[i] = true;  // nothing to move, and no EINTR to cause
+        continue;
+      }
       if (syscall(SYS_tgkill, pid, tids[first + i], sweep_signal()) != 0) done[i] = true;  // gone
+    }
     timespec start;
     clock_gettime(CLOCK_MONOTONIC, &start);
     for (unsigned spin = 0;; ++spin) {

@@ -54,15 +54,23 @@ uint64_t sync_count();
 // runs in the sweep's signal handler, so it must be async-signal-safe, and
 // it may run late (a signal delivered after its sweep ended), so moving a
 // thread must be correct at any time, not only during its own sweep.
-// Registered once per patcher, never removed (at most 4).
-using SweepFixup = bool (*)(ucontext_t* uc);
+// Registered once per patcher, never removed (at most 4). `dry`: only say
+// whether the thread would be moved (neither move it nor count it): the
+// sweep asks so of a thread blocked in the kernel, which it then need not
+// signal (see sweep_threads).
+using SweepFixup = bool (*)(ucontext_t* uc, bool dry);
 void add_sweep_fixup(SweepFixup fixup);
 // The sweep's signal, SIGRTMAX-3 (a real-time one, so that it queues).
 // Threads that block every signal must leave this one open, or a sweep
 // waits for them in vain (3 s, then the patch fails).
 int sweep_signal();
 // Every other thread of the process runs every fixup once, in its signal
-// handler. Sweeps are serialized (one at a time in the process). false and
+// handler; except a thread that is not on a CPU (blocked in a system call,
+// or preempted) at an address no fixup would move: a signal would make its
+// nanosleep, poll or read return EINTR (a handler ran), which the program
+// did not ask for, and it cannot be inside a window (it is at an address
+// outside all of them, and no thread enters a window but at its first
+// byte, which is int3 by then). Sweeps are serialized (one at a time in the process). false and
 // *why when some thread did not answer within 3 s.
 // Context: control plane; signals, sleeps.
 bool sweep_threads(std::string* why);

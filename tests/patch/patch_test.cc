@@ -630,6 +630,84 @@ TEST_F(PatchTest, AReturnProbeAboveACaughtExceptionStillSeesTheReturn) {
 // 8 threads call a probed function in a loop while this thread arms and
 // disarms it 1,000 times: every result is right (the checksum of the
 // unprobed calls), nothing crashes, and the bytes are the original after.
+// Many entries in one batch, as the function tracers arm them (add_many,
+// jump_only): each gets the jump add() alone would give it (a detour, or a
+// punned jump where the window is not free), every call is counted, and
+// remove_many puts every byte back.
+TEST_F(PatchTest, ABatchArmsEveryEntryAsOneAtATimeWould) {
+  struct Case {
+    Fn fn;
+    Method how;
+    long (*call)(long);
+  };
+  const Case cases[] = {
+      {bounds_of(&patch_fixture_loop), pun(), [](long x) { return patch_fixture_loop(x); }},
+      {bounds_of(&patch_fixture_short), pun(), [](long x) { return patch_fixture_short(x); }},
+      {bounds_of(&patch_fixture_triple), fast(), [](long x) { return patch_fixture_triple(x); }},
+      {bounds_of(&patch_fixture_nop), getenv("USRTRACE_PROBE_INT3") ? Method::kInt3 : Method::kNop,
+       [](long x) { return patch_fixture_nop(x); }},
+  };
+  if (getenv("USRTRACE_PROBE_INT3") != nullptr)
+    GTEST_SKIP() << "every site is kept on int3 here: no jump to take";
+  constexpr size_t kN = sizeof cases / sizeof cases[0];
+  std::atomic<long> hits[kN] = {};
+  std::vector<std::vector<uint8_t>> before;
+  std::vector<long> expect;
+  std::vector<Request> reqs;
+  for (size_t i = 0; i < kN; ++i) {
+    ASSERT_NE(cases[i].fn.size, 0u);
+    before.push_back(bytes_at(cases[i].fn.start, cases[i].fn.size));
+    expect.push_back(cases[i].call(7));
+    reqs.push_back({cases[i].fn.start, cases[i].fn.start, cases[i].fn.size, count, &hits[i], true});
+  }
+  const std::vector<Outcome> out = add_many(reqs);
+  ASSERT_EQ(out.size(), kN);
+  for (size_t i = 0; i < kN; ++i) {
+    EXPECT_EQ(out[i].rc, 0) << i << ": " << out[i].err;
+    EXPECT_EQ(out[i].how, cases[i].how) << i;
+    EXPECT_EQ(bytes_at(cases[i].fn.start, 1)[0], 0xe9) << i;
+  }
+  for (int round = 0; round < 3; ++round)
+    for (size_t i = 0; i < kN; ++i) EXPECT_EQ(cases[i].call(7), expect[i]) << i;
+  for (size_t i = 0; i < kN; ++i) EXPECT_EQ(hits[i].load(), 3) << i;
+  std::vector<Removal> rs;
+  for (size_t i = 0; i < kN; ++i) rs.push_back({cases[i].fn.start, count, &hits[i]});
+  remove_many(rs);
+  for (size_t i = 0; i < kN; ++i) {
+    EXPECT_EQ(bytes_at(cases[i].fn.start, cases[i].fn.size), before[i]) << i;
+    EXPECT_EQ(find_site(sites(), cases[i].fn.start), nullptr) << i;
+  }
+}
+
+// A jump-only request whose jump cannot be armed is refused, not left on
+// int3: here a thread blocks the sweep's signal, so no window may change
+// under it; the entry keeps its bytes and the function still runs.
+TEST_F(PatchTest, AJumpOnlyRequestThatCannotHaveItsJumpIsRefused) {
+  if (getenv("USRTRACE_PROBE_INT3") != nullptr) GTEST_SKIP() << "every site is kept on int3 here";
+  const Fn fn = bounds_of(&patch_fixture_triple);
+  const auto before = bytes_at(fn.start, fn.size);
+  std::atomic<bool> blocked{false}, done{false};
+  std::thread deaf([&] {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    blocked = true;
+    while (!done) sched_yield();
+  });
+  while (!blocked) sched_yield();
+  std::atomic<long> hits{0};
+  const std::vector<Outcome> out = add_many({{fn.start, fn.start, fn.size, count, &hits, true}});
+  done = true;
+  deaf.join();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].rc, -EOPNOTSUPP);
+  EXPECT_NE(out[0].err.find("did not answer the sweep"), std::string::npos) << out[0].err;
+  EXPECT_EQ(bytes_at(fn.start, fn.size), before);
+  EXPECT_EQ(find_site(sites(), fn.start), nullptr);
+  EXPECT_EQ(patch_fixture_triple(5), patch_fixture_triple(5));
+  EXPECT_EQ(hits.load(), 0);
+}
+
 TEST_F(PatchTest, ThreadsRacingArmAndDisarmGetTheUnprobedChecksum) {
 #if USRTRACE_TEST_TSAN
   GTEST_SKIP() << "TSan delivers signals only at intercepted calls: a spinning thread answers no sweep";

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -229,6 +230,10 @@ std::vector<std::string> Setup::instances() const {
     if (a.opt == 'B' && std::find(out.begin(), out.end(), a.value) == out.end()) out.push_back(a.value);
   return out;
 }
+
+namespace {
+constexpr long kRefusedShown = 40;  // refused functions listed; the rest counted
+}  // namespace
 
 int Setup::apply(const std::string& verb, control::Client& c, Undo* undo, int pid, Phase phase) const {
   std::string dir;
@@ -513,6 +518,30 @@ int Setup::apply(const std::string& verb, control::Client& c, Undo* undo, int pi
       const std::string path = instance_dir(inst) + "set_ftrace_pid";
       if (!write(path, std::to_string(pid), false)) return 1;
       undo->writes.push_back({path, ""});
+    }
+  }
+  // The functions a function tracer was asked for and could not take
+  // (plain code whose entry cannot become a jump): said, as uftrace and
+  // kprobes say what they refuse. The list is the process's
+  // (refused_functions), the same for every instance.
+  bool function_tracer = false;
+  for (const Action& a : actions)
+    function_tracer = function_tracer || (a.opt == 'p' && a.value.rfind("function", 0) == 0);
+  if (function_tracer && phase != Phase::kEvents) {
+    std::string refused;
+    if (c.read_file("refused_functions", &refused) > 0) {
+      const long n = std::count(refused.begin(), refused.end(), '\n');
+      fprintf(stderr,
+              "usrtrace %s: %ld function%s not traced: %s entry cannot take a jump (refused_functions):\n",
+              verb.c_str(), n, n == 1 ? "" : "s", n == 1 ? "its" : "their");
+      std::istringstream lines(refused);
+      std::string line;
+      for (long k = 0; k < kRefusedShown && std::getline(lines, line); ++k) {
+        const size_t tab = line.find('\t');
+        fprintf(stderr, "  %s: %s\n", line.substr(0, tab).c_str(),
+                tab == std::string::npos ? "" : line.substr(tab + 1).c_str());
+      }
+      if (n > kRefusedShown) fprintf(stderr, "  ... and %ld more\n", n - kRefusedShown);
     }
   }
   return 0;
