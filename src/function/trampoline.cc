@@ -319,7 +319,7 @@ usrtrace_function_return_hook:
  * callees with patchable entries), so every register but rsp and rip
  * comes back as the function left it: the general ones, the flags, and
  * the whole vector state, saved as the patch engine's stub saves it
- * (usrtrace_patch_vec_mode: xmm0-15, ymm0-15, or xsave of all of it;
+ * (usrtrace_patch_vec_mode: xmm0-15, ymm0-15, zmm0-31 and k0-7, or xsave;
  * src/patch/detour.cc sets it when the first site is planned, before any
  * plain function can be armed).
  *
@@ -400,6 +400,51 @@ usrtrace_function_full_return_hook:
     vzeroupper
     jmp 4f
 3:
+    cmpl $2, %eax
+    jne 13f
+    vmovdqu64 %zmm0, 0(%rsp)
+    vmovdqu64 %zmm1, 64(%rsp)
+    vmovdqu64 %zmm2, 128(%rsp)
+    vmovdqu64 %zmm3, 192(%rsp)
+    vmovdqu64 %zmm4, 256(%rsp)
+    vmovdqu64 %zmm5, 320(%rsp)
+    vmovdqu64 %zmm6, 384(%rsp)
+    vmovdqu64 %zmm7, 448(%rsp)
+    vmovdqu64 %zmm8, 512(%rsp)
+    vmovdqu64 %zmm9, 576(%rsp)
+    vmovdqu64 %zmm10, 640(%rsp)
+    vmovdqu64 %zmm11, 704(%rsp)
+    vmovdqu64 %zmm12, 768(%rsp)
+    vmovdqu64 %zmm13, 832(%rsp)
+    vmovdqu64 %zmm14, 896(%rsp)
+    vmovdqu64 %zmm15, 960(%rsp)
+    vmovdqu64 %zmm16, 1024(%rsp)
+    vmovdqu64 %zmm17, 1088(%rsp)
+    vmovdqu64 %zmm18, 1152(%rsp)
+    vmovdqu64 %zmm19, 1216(%rsp)
+    vmovdqu64 %zmm20, 1280(%rsp)
+    vmovdqu64 %zmm21, 1344(%rsp)
+    vmovdqu64 %zmm22, 1408(%rsp)
+    vmovdqu64 %zmm23, 1472(%rsp)
+    vmovdqu64 %zmm24, 1536(%rsp)
+    vmovdqu64 %zmm25, 1600(%rsp)
+    vmovdqu64 %zmm26, 1664(%rsp)
+    vmovdqu64 %zmm27, 1728(%rsp)
+    vmovdqu64 %zmm28, 1792(%rsp)
+    vmovdqu64 %zmm29, 1856(%rsp)
+    vmovdqu64 %zmm30, 1920(%rsp)
+    vmovdqu64 %zmm31, 1984(%rsp)
+    kmovq %k0, 2048(%rsp)
+    kmovq %k1, 2056(%rsp)
+    kmovq %k2, 2064(%rsp)
+    kmovq %k3, 2072(%rsp)
+    kmovq %k4, 2080(%rsp)
+    kmovq %k5, 2088(%rsp)
+    kmovq %k6, 2096(%rsp)
+    kmovq %k7, 2104(%rsp)
+    vzeroupper
+    jmp 4f
+13:
     movq $0, 512(%rsp)              /* the xsave header: xsave64 writes only the components it saves */
     movq $0, 520(%rsp)
     movq $0, 528(%rsp)
@@ -455,6 +500,50 @@ usrtrace_function_full_return_hook:
     vmovdqu 480(%rsp), %ymm15
     jmp 7f
 6:
+    cmpl $2, %eax
+    jne 16f
+    vmovdqu64 0(%rsp), %zmm0
+    vmovdqu64 64(%rsp), %zmm1
+    vmovdqu64 128(%rsp), %zmm2
+    vmovdqu64 192(%rsp), %zmm3
+    vmovdqu64 256(%rsp), %zmm4
+    vmovdqu64 320(%rsp), %zmm5
+    vmovdqu64 384(%rsp), %zmm6
+    vmovdqu64 448(%rsp), %zmm7
+    vmovdqu64 512(%rsp), %zmm8
+    vmovdqu64 576(%rsp), %zmm9
+    vmovdqu64 640(%rsp), %zmm10
+    vmovdqu64 704(%rsp), %zmm11
+    vmovdqu64 768(%rsp), %zmm12
+    vmovdqu64 832(%rsp), %zmm13
+    vmovdqu64 896(%rsp), %zmm14
+    vmovdqu64 960(%rsp), %zmm15
+    vmovdqu64 1024(%rsp), %zmm16
+    vmovdqu64 1088(%rsp), %zmm17
+    vmovdqu64 1152(%rsp), %zmm18
+    vmovdqu64 1216(%rsp), %zmm19
+    vmovdqu64 1280(%rsp), %zmm20
+    vmovdqu64 1344(%rsp), %zmm21
+    vmovdqu64 1408(%rsp), %zmm22
+    vmovdqu64 1472(%rsp), %zmm23
+    vmovdqu64 1536(%rsp), %zmm24
+    vmovdqu64 1600(%rsp), %zmm25
+    vmovdqu64 1664(%rsp), %zmm26
+    vmovdqu64 1728(%rsp), %zmm27
+    vmovdqu64 1792(%rsp), %zmm28
+    vmovdqu64 1856(%rsp), %zmm29
+    vmovdqu64 1920(%rsp), %zmm30
+    vmovdqu64 1984(%rsp), %zmm31
+    kmovq 2048(%rsp), %k0
+    kmovq 2056(%rsp), %k1
+    kmovq 2064(%rsp), %k2
+    kmovq 2072(%rsp), %k3
+    kmovq 2080(%rsp), %k4
+    kmovq 2088(%rsp), %k5
+    kmovq 2096(%rsp), %k6
+    kmovq 2104(%rsp), %k7
+    jmp 7f
+16:
     movl usrtrace_patch_xsave_mask(%rip), %eax
     xorl %edx, %edx
     xrstor64 (%rsp)

@@ -1,6 +1,7 @@
 // The function and function_graph tracers through their control files,
 // driving the -finstrument-functions fixture (instrumented.cc), whose
 // functions count their own calls.
+#include <cpuid.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <cstring>
 #include <map>
 #include <sstream>
 #include <string>
@@ -435,6 +437,51 @@ TEST_P(FunctionTest, FastAndGeneralPathsPopEachOthersFrames) {
   EXPECT_EQ(function::g_fast.load(), 0u);
   ASSERT_EQ(wr(other.path("current_tracer"), "nop"), 3);
   EXPECT_NE(function::g_fast.load(), 0u);
+}
+
+// A shared object built with no tracing flag (function/plain/regs_fixture.c)
+// is traced through the patch engine. Its caller keeps values in every
+// call-clobbered register across a call of a traced function, as gcc's
+// -fipa-ra lets a caller do: function_graph's return hook (the full one)
+// must give every one of them back, the vector state whole. Then the
+// object is unloaded and loaded again while traced: the old sites are
+// forgotten (their code is gone) and the new copy is armed.
+TEST_P(FunctionTest, APlainFunctionsCallerKeepsEveryRegisterAcrossTheReturn) {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  __cpuid_count(7, 0, a, b, c, d);
+  const bool avx512 = ((b >> 16) & 1) && ((b >> 30) & 1) && __builtin_cpu_supports("avx512f");
+  if (!avx512 && !__builtin_cpu_supports("avx2")) GTEST_SKIP() << "no AVX: the fixture loads ymm registers";
+  for (int load = 0; load < 2; ++load) {
+    void* h = dlopen(USRTRACE_PLAIN_MODULE, RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(h, nullptr) << dlerror();
+    auto* callee = reinterpret_cast<long (*)(long)>(dlsym(h, "plain_regs_callee"));
+    auto* call = reinterpret_cast<void (*)(const uint64_t*, uint64_t*)>(
+        dlsym(h, avx512 ? "plain_regs_call_zmm" : "plain_regs_call_ymm"));
+    ASSERT_NE(callee, nullptr);
+    ASSERT_NE(call, nullptr);
+    if (load == 0) {
+      ASSERT_GT(wr(p("set_ftrace_filter"), "plain_regs_callee"), 0);
+      ASSERT_GT(wr(p("current_tracer"), "function_graph"), 0);
+    }
+    EXPECT_NE(rd("enabled_functions").find("plain_regs_callee (1)\tpatch:detour\n"), std::string::npos)
+        << rd("enabled_functions");
+    std::vector<uint64_t> in(2632 / 8), out(2632 / 8, 0);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = 0x0101010101010101ull * (i % 200 + 1) + i;
+    const size_t vec = avx512 ? 32 * 64 + 8 * 8 : 16 * 32;
+    const auto before = graph_counts(reinterpret_cast<uint64_t>(callee));
+    call(in.data(), out.data());
+    for (size_t r = 0; r < 8; ++r)
+      EXPECT_EQ(out[r], in[r]) << "general register " << r << " changed across the call";
+    EXPECT_EQ(std::memcmp(in.data() + 8, out.data() + 8, vec), 0)
+        << "a vector register changed across the call";
+    EXPECT_EQ(out[2624 / 8], in[7] + 1) << "the callee's return value";
+    EXPECT_EQ(graph_counts(reinterpret_cast<uint64_t>(callee)),
+              std::make_pair(before.first + 1, before.second + 1))
+        << "load " << load;
+    ASSERT_EQ(dlclose(h), 0);  // unloaded while traced
+  }
+  ASSERT_GT(wr(p("current_tracer"), "nop"), 0);
+  wr(p("set_ftrace_filter"), "");
 }
 
 TEST_P(FunctionTest, NoTracerNoRecordAndNoShadowStack) {

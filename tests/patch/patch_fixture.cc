@@ -151,6 +151,216 @@ patch_fixture_nop:
   .size patch_fixture_nop, . - patch_fixture_nop
 
   .p2align 4
+  .globl patch_fixture_zmm
+  .type patch_fixture_zmm, @function
+/* void patch_fixture_zmm(const void* in, void* out): zmm0-31 and k0-7
+ * from `in` (32 x 64 bytes, then 8 x 8), a probe site (patch_fixture_zmm_at,
+ * a mid-function nop), then all of them to `out`. AVX-512 (F, BW) only. */
+patch_fixture_zmm:
+  vmovdqu64 0(%rdi), %zmm0
+  vmovdqu64 64(%rdi), %zmm1
+  vmovdqu64 128(%rdi), %zmm2
+  vmovdqu64 192(%rdi), %zmm3
+  vmovdqu64 256(%rdi), %zmm4
+  vmovdqu64 320(%rdi), %zmm5
+  vmovdqu64 384(%rdi), %zmm6
+  vmovdqu64 448(%rdi), %zmm7
+  vmovdqu64 512(%rdi), %zmm8
+  vmovdqu64 576(%rdi), %zmm9
+  vmovdqu64 640(%rdi), %zmm10
+  vmovdqu64 704(%rdi), %zmm11
+  vmovdqu64 768(%rdi), %zmm12
+  vmovdqu64 832(%rdi), %zmm13
+  vmovdqu64 896(%rdi), %zmm14
+  vmovdqu64 960(%rdi), %zmm15
+  vmovdqu64 1024(%rdi), %zmm16
+  vmovdqu64 1088(%rdi), %zmm17
+  vmovdqu64 1152(%rdi), %zmm18
+  vmovdqu64 1216(%rdi), %zmm19
+  vmovdqu64 1280(%rdi), %zmm20
+  vmovdqu64 1344(%rdi), %zmm21
+  vmovdqu64 1408(%rdi), %zmm22
+  vmovdqu64 1472(%rdi), %zmm23
+  vmovdqu64 1536(%rdi), %zmm24
+  vmovdqu64 1600(%rdi), %zmm25
+  vmovdqu64 1664(%rdi), %zmm26
+  vmovdqu64 1728(%rdi), %zmm27
+  vmovdqu64 1792(%rdi), %zmm28
+  vmovdqu64 1856(%rdi), %zmm29
+  vmovdqu64 1920(%rdi), %zmm30
+  vmovdqu64 1984(%rdi), %zmm31
+  kmovq 2048(%rdi), %k0
+  kmovq 2056(%rdi), %k1
+  kmovq 2064(%rdi), %k2
+  kmovq 2072(%rdi), %k3
+  kmovq 2080(%rdi), %k4
+  kmovq 2088(%rdi), %k5
+  kmovq 2096(%rdi), %k6
+  kmovq 2104(%rdi), %k7
+  .globl patch_fixture_zmm_at
+patch_fixture_zmm_at:
+  nopl 0(%rax,%rax,1)
+  vmovdqu64 %zmm0, 0(%rsi)
+  vmovdqu64 %zmm1, 64(%rsi)
+  vmovdqu64 %zmm2, 128(%rsi)
+  vmovdqu64 %zmm3, 192(%rsi)
+  vmovdqu64 %zmm4, 256(%rsi)
+  vmovdqu64 %zmm5, 320(%rsi)
+  vmovdqu64 %zmm6, 384(%rsi)
+  vmovdqu64 %zmm7, 448(%rsi)
+  vmovdqu64 %zmm8, 512(%rsi)
+  vmovdqu64 %zmm9, 576(%rsi)
+  vmovdqu64 %zmm10, 640(%rsi)
+  vmovdqu64 %zmm11, 704(%rsi)
+  vmovdqu64 %zmm12, 768(%rsi)
+  vmovdqu64 %zmm13, 832(%rsi)
+  vmovdqu64 %zmm14, 896(%rsi)
+  vmovdqu64 %zmm15, 960(%rsi)
+  vmovdqu64 %zmm16, 1024(%rsi)
+  vmovdqu64 %zmm17, 1088(%rsi)
+  vmovdqu64 %zmm18, 1152(%rsi)
+  vmovdqu64 %zmm19, 1216(%rsi)
+  vmovdqu64 %zmm20, 1280(%rsi)
+  vmovdqu64 %zmm21, 1344(%rsi)
+  vmovdqu64 %zmm22, 1408(%rsi)
+  vmovdqu64 %zmm23, 1472(%rsi)
+  vmovdqu64 %zmm24, 1536(%rsi)
+  vmovdqu64 %zmm25, 1600(%rsi)
+  vmovdqu64 %zmm26, 1664(%rsi)
+  vmovdqu64 %zmm27, 1728(%rsi)
+  vmovdqu64 %zmm28, 1792(%rsi)
+  vmovdqu64 %zmm29, 1856(%rsi)
+  vmovdqu64 %zmm30, 1920(%rsi)
+  vmovdqu64 %zmm31, 1984(%rsi)
+  kmovq %k0, 2048(%rsi)
+  kmovq %k1, 2056(%rsi)
+  kmovq %k2, 2064(%rsi)
+  kmovq %k3, 2072(%rsi)
+  kmovq %k4, 2080(%rsi)
+  kmovq %k5, 2088(%rsi)
+  kmovq %k6, 2096(%rsi)
+  kmovq %k7, 2104(%rsi)
+  vzeroupper
+  ret
+  .size patch_fixture_zmm, . - patch_fixture_zmm
+
+  .p2align 4
+  .globl patch_fixture_zmm_clobber
+  .type patch_fixture_zmm_clobber, @function
+/* void patch_fixture_zmm_clobber(void): every bit of zmm0-31 and k0-7 set. */
+patch_fixture_zmm_clobber:
+  vpternlogd $0xff, %zmm0, %zmm0, %zmm0
+  vpternlogd $0xff, %zmm1, %zmm1, %zmm1
+  vpternlogd $0xff, %zmm2, %zmm2, %zmm2
+  vpternlogd $0xff, %zmm3, %zmm3, %zmm3
+  vpternlogd $0xff, %zmm4, %zmm4, %zmm4
+  vpternlogd $0xff, %zmm5, %zmm5, %zmm5
+  vpternlogd $0xff, %zmm6, %zmm6, %zmm6
+  vpternlogd $0xff, %zmm7, %zmm7, %zmm7
+  vpternlogd $0xff, %zmm8, %zmm8, %zmm8
+  vpternlogd $0xff, %zmm9, %zmm9, %zmm9
+  vpternlogd $0xff, %zmm10, %zmm10, %zmm10
+  vpternlogd $0xff, %zmm11, %zmm11, %zmm11
+  vpternlogd $0xff, %zmm12, %zmm12, %zmm12
+  vpternlogd $0xff, %zmm13, %zmm13, %zmm13
+  vpternlogd $0xff, %zmm14, %zmm14, %zmm14
+  vpternlogd $0xff, %zmm15, %zmm15, %zmm15
+  vpternlogd $0xff, %zmm16, %zmm16, %zmm16
+  vpternlogd $0xff, %zmm17, %zmm17, %zmm17
+  vpternlogd $0xff, %zmm18, %zmm18, %zmm18
+  vpternlogd $0xff, %zmm19, %zmm19, %zmm19
+  vpternlogd $0xff, %zmm20, %zmm20, %zmm20
+  vpternlogd $0xff, %zmm21, %zmm21, %zmm21
+  vpternlogd $0xff, %zmm22, %zmm22, %zmm22
+  vpternlogd $0xff, %zmm23, %zmm23, %zmm23
+  vpternlogd $0xff, %zmm24, %zmm24, %zmm24
+  vpternlogd $0xff, %zmm25, %zmm25, %zmm25
+  vpternlogd $0xff, %zmm26, %zmm26, %zmm26
+  vpternlogd $0xff, %zmm27, %zmm27, %zmm27
+  vpternlogd $0xff, %zmm28, %zmm28, %zmm28
+  vpternlogd $0xff, %zmm29, %zmm29, %zmm29
+  vpternlogd $0xff, %zmm30, %zmm30, %zmm30
+  vpternlogd $0xff, %zmm31, %zmm31, %zmm31
+  kxnorq %k0, %k0, %k0
+  kxnorq %k1, %k1, %k1
+  kxnorq %k2, %k2, %k2
+  kxnorq %k3, %k3, %k3
+  kxnorq %k4, %k4, %k4
+  kxnorq %k5, %k5, %k5
+  kxnorq %k6, %k6, %k6
+  kxnorq %k7, %k7, %k7
+  ret
+  .size patch_fixture_zmm_clobber, . - patch_fixture_zmm_clobber
+
+  .p2align 4
+  .globl patch_fixture_ymm
+  .type patch_fixture_ymm, @function
+/* void patch_fixture_ymm(const void* in, void* out): the same for ymm0-15
+ * (16 x 32 bytes). AVX only. */
+patch_fixture_ymm:
+  vmovdqu 0(%rdi), %ymm0
+  vmovdqu 32(%rdi), %ymm1
+  vmovdqu 64(%rdi), %ymm2
+  vmovdqu 96(%rdi), %ymm3
+  vmovdqu 128(%rdi), %ymm4
+  vmovdqu 160(%rdi), %ymm5
+  vmovdqu 192(%rdi), %ymm6
+  vmovdqu 224(%rdi), %ymm7
+  vmovdqu 256(%rdi), %ymm8
+  vmovdqu 288(%rdi), %ymm9
+  vmovdqu 320(%rdi), %ymm10
+  vmovdqu 352(%rdi), %ymm11
+  vmovdqu 384(%rdi), %ymm12
+  vmovdqu 416(%rdi), %ymm13
+  vmovdqu 448(%rdi), %ymm14
+  vmovdqu 480(%rdi), %ymm15
+  .globl patch_fixture_ymm_at
+patch_fixture_ymm_at:
+  nopl 0(%rax,%rax,1)
+  vmovdqu %ymm0, 0(%rsi)
+  vmovdqu %ymm1, 32(%rsi)
+  vmovdqu %ymm2, 64(%rsi)
+  vmovdqu %ymm3, 96(%rsi)
+  vmovdqu %ymm4, 128(%rsi)
+  vmovdqu %ymm5, 160(%rsi)
+  vmovdqu %ymm6, 192(%rsi)
+  vmovdqu %ymm7, 224(%rsi)
+  vmovdqu %ymm8, 256(%rsi)
+  vmovdqu %ymm9, 288(%rsi)
+  vmovdqu %ymm10, 320(%rsi)
+  vmovdqu %ymm11, 352(%rsi)
+  vmovdqu %ymm12, 384(%rsi)
+  vmovdqu %ymm13, 416(%rsi)
+  vmovdqu %ymm14, 448(%rsi)
+  vmovdqu %ymm15, 480(%rsi)
+  vzeroupper
+  ret
+  .size patch_fixture_ymm, . - patch_fixture_ymm
+
+  .p2align 4
+  .globl patch_fixture_ymm_clobber
+  .type patch_fixture_ymm_clobber, @function
+patch_fixture_ymm_clobber:
+  vpcmpeqd %ymm0, %ymm0, %ymm0
+  vpcmpeqd %ymm1, %ymm1, %ymm1
+  vpcmpeqd %ymm2, %ymm2, %ymm2
+  vpcmpeqd %ymm3, %ymm3, %ymm3
+  vpcmpeqd %ymm4, %ymm4, %ymm4
+  vpcmpeqd %ymm5, %ymm5, %ymm5
+  vpcmpeqd %ymm6, %ymm6, %ymm6
+  vpcmpeqd %ymm7, %ymm7, %ymm7
+  vpcmpeqd %ymm8, %ymm8, %ymm8
+  vpcmpeqd %ymm9, %ymm9, %ymm9
+  vpcmpeqd %ymm10, %ymm10, %ymm10
+  vpcmpeqd %ymm11, %ymm11, %ymm11
+  vpcmpeqd %ymm12, %ymm12, %ymm12
+  vpcmpeqd %ymm13, %ymm13, %ymm13
+  vpcmpeqd %ymm14, %ymm14, %ymm14
+  vpcmpeqd %ymm15, %ymm15, %ymm15
+  ret
+  .size patch_fixture_ymm_clobber, . - patch_fixture_ymm_clobber
+
+  .p2align 4
   .globl patch_fixture_flags_entry
   .type patch_fixture_flags_entry, @function
 /* long patch_fixture_flags_entry(void): CF | OF << 1, as its caller left

@@ -5,6 +5,7 @@
 // computes what it did, which method each kind of site gets, and that
 // removing a probe gives the original bytes back.
 #include <Zydis/Zydis.h>
+#include <cpuid.h>
 #include <dlfcn.h>
 #include <link.h>
 #include <sched.h>
@@ -41,6 +42,12 @@ long patch_fixture_cet(long a, long b);
 long patch_fixture_flags_entry();
 long patch_fixture_flags_call(long mode);
 void patch_fixture_backward(char* buf, long n);
+void patch_fixture_zmm(const void* in, void* out);
+void patch_fixture_zmm_at();
+void patch_fixture_zmm_clobber();
+void patch_fixture_ymm(const void* in, void* out);
+void patch_fixture_ymm_at();
+void patch_fixture_ymm_clobber();
 }
 int patch_fixture_throw(int x);
 int patch_fixture_catch(int x);
@@ -630,6 +637,48 @@ TEST_F(PatchTest, AReturnProbeAboveACaughtExceptionStillSeesTheReturn) {
 // 8 threads call a probed function in a loop while this thread arms and
 // disarms it 1,000 times: every result is right (the checksum of the
 // unprobed calls), nothing crashes, and the bytes are the original after.
+// The vector state at a site is the site's again after the handler, even
+// when the handler's code leaves no vector register as it found it (glibc's
+// evex string functions use zmm16-31; here a helper sets every bit of
+// every register): every zmm0-31 and k0-7 on AVX-512 (the slot saves them
+// by moves), ymm0-15 on AVX, each byte compared. Both the detour and the
+// int3 path (USRTRACE_PROBE_INT3=1's run of this test).
+void clobber_zmm(const Regs*, void* cookie) {
+  static_cast<std::atomic<long>*>(cookie)->fetch_add(1);
+  patch_fixture_zmm_clobber();
+}
+void clobber_ymm(const Regs*, void* cookie) {
+  static_cast<std::atomic<long>*>(cookie)->fetch_add(1);
+  patch_fixture_ymm_clobber();
+}
+
+TEST_F(PatchTest, EveryVectorRegisterAtTheSiteSurvivesAHandlerThatClobbersThemAll) {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  __cpuid_count(7, 0, a, b, c, d);
+  const bool avx512 = ((b >> 16) & 1) && ((b >> 30) & 1) && __builtin_cpu_supports("avx512f");
+  const bool avx = __builtin_cpu_supports("avx2");
+  if (!avx512 && !avx) GTEST_SKIP() << "no AVX on this CPU: the xmm-only slot is covered by the other tests";
+  const size_t n = avx512 ? 32 * 64 + 8 * 8 : 16 * 32;
+  std::vector<uint8_t> in(n), out(n, 0);
+  for (size_t i = 0; i < n; ++i) in[i] = static_cast<uint8_t>(i * 7 + 3);
+  auto* run = avx512 ? patch_fixture_zmm : patch_fixture_ymm;
+  const Fn fn = bounds_of(run);
+  const auto at = reinterpret_cast<uintptr_t>(avx512 ? &patch_fixture_zmm_at : &patch_fixture_ymm_at);
+  ASSERT_NE(fn.size, 0u);
+  std::atomic<long> hits{0};
+  add_ok(fn, at - fn.start, avx512 ? clobber_zmm : clobber_ymm, &hits);
+  run(in.data(), out.data());
+  EXPECT_EQ(hits.load(), 1);
+  if (avx512) {
+    // k0-7 as kmovq stores them: whole 64-bit masks.
+    EXPECT_EQ(std::memcmp(in.data(), out.data(), 32 * 64), 0) << "a zmm register changed across the handler";
+    EXPECT_EQ(std::memcmp(in.data() + 2048, out.data() + 2048, 64), 0) << "a k register changed";
+  } else {
+    EXPECT_EQ(in, out) << "a ymm register changed across the handler";
+  }
+  EXPECT_EQ(remove(at, avx512 ? clobber_zmm : clobber_ymm, &hits), 0);
+}
+
 // Many entries in one batch, as the function tracers arm them (add_many,
 // jump_only): each gets the jump add() alone would give it (a detour, or a
 // punned jump where the window is not free), every call is counted, and
