@@ -650,6 +650,16 @@ if cmake --build "$BUILD" --target usrtrace_cli usrtrace_preload >"$TMP/cli-buil
   echo "## report --profile beside uftrace report (profile_vs_uftrace.py)"
   echo
   python3 "$ROOT/bench/profile_vs_uftrace.py" --cli "$BUILD/tools/usrtrace" --rounds "$WHOLE_ROUNDS"
+  # 15. Code built with no flag (plain_vs_uftrace.py): per call against
+  # `uftrace record -P`, the attach, and a trivial run's whole job.
+  if cmake --build "$BUILD" --target plain_bench_target >"$TMP/plain-build.log" 2>&1; then
+    log "plain code: usrtrace beside uftrace -P, and the attach ($WHOLE_ROUNDS rounds)"
+    echo
+    echo "## Code built with no flag, beside uftrace -P (plain_vs_uftrace.py)"
+    echo
+    python3 "$ROOT/bench/plain_vs_uftrace.py" --cli "$BUILD/tools/usrtrace" \
+      --target "$BUILD/bench/plain_bench_target" --rounds "$WHOLE_ROUNDS"
+  fi
 else
   log "whole job: skipped, the usrtrace command did not build: $(tail -1 "$TMP/cli-build.log")"
 fi
