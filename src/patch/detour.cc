@@ -411,7 +411,8 @@ bool sweep_fixup(ucontext_t* uc, bool dry) {
     if (rip > d->win && rip < d->win + d->len) {
       for (int i = 0; i < d->ninsn; ++i)
         if (d->win + d->from[i] == rip) {
-          if (!dry) *ip = static_cast<greg_t>(d->copy + d->to[i]);
+          const uintptr_t to = d->copy + d->to[i];
+          if (!dry) *ip = static_cast<greg_t>(to);
           return true;
         }
     }
@@ -428,7 +429,8 @@ bool sweep_fixup(ucontext_t* uc, bool dry) {
       return true;
     }
     if (d->ninsn > 1 && rip == d->xol + d->xol_len) {
-      if (!dry) *ip = static_cast<greg_t>(d->copy + d->to[1]);
+      const uintptr_t to = d->copy + d->to[1];
+      if (!dry) *ip = static_cast<greg_t>(to);
       return true;
     }
   }
