@@ -53,6 +53,18 @@ std::string program_name() {
   return slash == std::string::npos ? p : p.substr(slash + 1);
 }
 
+// Whether a function symbol of plain code names an entry that calls reach:
+// not `_start` (the kernel jumps there: no return address), not a cold part
+// (gcc's `f.cold`, `f.cold.N`: a block of f moved away, jumped to from
+// inside f, never called).
+bool plain_entry_symbol(const std::string& name) {
+  if (name == "_start") return false;
+  const size_t cold = name.find(".cold");
+  return cold == std::string::npos ||
+         !(cold + 5 == name.size() ||
+           (name[cold + 5] == '.' && name.find('.', cold + 6) == std::string::npos));
+}
+
 bool internal_name(const std::string& name) {
   return name.rfind("usrtrace::", 0) == 0 || name.rfind("__cyg_profile_func_", 0) == 0;
 }
@@ -149,7 +161,7 @@ const std::vector<Func>& funcs_locked() USRTRACE_REQUIRES(g_mu) {
   for (size_t i = 0; i < syms.size(); ++i) {
     symbols::Symbol& s = syms[i];
     if (s.type != 't' && s.type != 'T') continue;
-    const bool plain = !hooked[i] && s.size != 0 && !built.count(s.module) && s.name != "_start";
+    const bool plain = !hooked[i] && s.size != 0 && !built.count(s.module) && plain_entry_symbol(s.name);
     if (!hooked[i] && !plain) continue;
     std::string name = symbols::kallsyms_name(s.name);
     if (internal_name(name)) continue;

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """uprobes.py GROUP BINARY: an uprobe_events line for the entry of every
-function of BINARY with a size (nm -S; _start excepted, as usrtrace has it:
-no call enters it), "p:GROUP/f<N> BINARY:0xOFFSET" on stdout; and
+function of BINARY with a size (nm -S; _start and gcc's cold parts
+excepted, as usrtrace has them: no call enters them), "p:GROUP/f<N> BINARY:0xOFFSET" on stdout; and
 BINARY.names, "f<N> NAME" per line, to map uprobe_profile's event names
 back to functions."""
+import re
 import subprocess
 import sys
 
@@ -19,6 +20,8 @@ by_addr = {}
 for line in subprocess.run(["nm", "-S", "--defined-only", path], capture_output=True, text=True, check=True).stdout.splitlines():
     f = line.split()
     if len(f) != 4 or f[2] not in "tT" or int(f[1], 16) == 0 or f[3] == "_start":
+        continue
+    if re.search(r"\.cold(\.\d+)?$", f[3]):  # a part of a function, jumped to: no entry
         continue
     addr = int(f[0], 16)
     by_addr[addr] = min(by_addr.get(addr, f[3]), f[3])
