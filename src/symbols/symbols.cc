@@ -153,6 +153,224 @@ std::unique_ptr<ElfFile> debug_file(const Object& o, Elf* elf) {
   return nullptr;
 }
 
+// ---- Functions of a stripped object, from its unwind table (.eh_frame):
+// every function the compiler gave call-frame information has an FDE, and
+// .eh_frame_hdr lists them sorted by start, as the unwinder finds them. The
+// bytes are the object's file: read with bounds, as hostile input.
+
+// A bounded reader.
+struct Cursor {
+  const uint8_t* p;
+  const uint8_t* end;
+  bool ok = true;
+  template <typename T>
+  T get() {
+    T v{};
+    if (static_cast<size_t>(end - p) < sizeof v) {
+      ok = false;
+      p = end;
+      return v;
+    }
+    std::memcpy(&v, p, sizeof v);
+    p += sizeof v;
+    return v;
+  }
+  uint64_t uleb() {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      const auto b = get<uint8_t>();
+      v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if ((b & 0x80) == 0) return v;
+    }
+    ok = false;
+    return v;
+  }
+  void skip(uint64_t n) {
+    if (static_cast<uint64_t>(end - p) < n) {
+      ok = false;
+      p = end;
+    } else {
+      p += n;
+    }
+  }
+  // A value in the format of a DWARF EH pointer encoding's low nibble (its
+  // application, pc- or data-relative, is the caller's).
+  int64_t encoded(uint8_t enc) {
+    switch (enc & 0x0f) {
+      case 0x00:
+      case 0x04:
+      case 0x0c:
+        return static_cast<int64_t>(get<uint64_t>());
+      case 0x01:
+        return static_cast<int64_t>(uleb());
+      case 0x02:
+        return get<uint16_t>();
+      case 0x03:
+        return get<uint32_t>();
+      case 0x09: {
+        int64_t v = 0;
+        int shift = 0;
+        uint8_t b = 0;
+        do {
+          b = get<uint8_t>();
+          v |= static_cast<int64_t>(b & 0x7f) << shift;
+          shift += 7;
+        } while ((b & 0x80) != 0 && shift < 64 && ok);
+        if (shift < 64 && (b & 0x40) != 0) v |= -(int64_t{1} << shift);
+        return v;
+      }
+      case 0x0a:
+        return get<int16_t>();
+      case 0x0b:
+        return get<int32_t>();
+      default:
+        ok = false;
+        return 0;
+    }
+  }
+};
+
+struct Section {
+  uint64_t addr = 0;
+  const uint8_t* bytes = nullptr;
+  size_t size = 0;
+};
+
+Section section(Elf* elf, const char* want) {
+  size_t shstrndx = 0;
+  if (elf_getshdrstrndx(elf, &shstrndx) != 0) return {};
+  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
+    GElf_Shdr sh;
+    if (gelf_getshdr(scn, &sh) == nullptr) continue;
+    const char* name = elf_strptr(elf, shstrndx, sh.sh_name);
+    if (name == nullptr || std::strcmp(name, want) != 0) continue;
+    Elf_Data* d = sh.sh_type == SHT_NOBITS ? nullptr : elf_getdata(scn, nullptr);
+    return {sh.sh_addr, d != nullptr ? static_cast<const uint8_t*>(d->d_buf) : nullptr,
+            d != nullptr ? d->d_size : 0};
+  }
+  return {};
+}
+
+// What an FDE needs of its CIE: the encoding of its addresses, whether it
+// has augmentation data. ok false: a CIE this reader does not take.
+struct Cie {
+  uint8_t fde_enc = 0;
+  bool z = false;
+  bool ok = false;
+};
+
+Cie read_cie(const Section& eh, size_t off) {
+  Cie c;
+  if (off >= eh.size) return c;
+  Cursor r{eh.bytes + off, eh.bytes + eh.size};
+  const auto len = r.get<uint32_t>();
+  if (len == 0 || len == 0xffffffff || len > eh.size - off - 4) return c;
+  r.end = eh.bytes + off + 4 + len;
+  if (r.get<uint32_t>() != 0) return c;  // not a CIE
+  const auto version = r.get<uint8_t>();
+  std::string aug;
+  for (char ch; r.ok && (ch = static_cast<char>(r.get<uint8_t>())) != '\0';) aug += ch;
+  if (aug.find("eh") != std::string::npos) r.skip(8);
+  r.uleb();         // code alignment
+  r.encoded(0x09);  // data alignment
+  if (version == 1)
+    r.skip(1);
+  else
+    r.uleb();  // return address register
+  if (!aug.empty() && aug[0] == 'z') {
+    c.z = true;
+    r.uleb();
+    for (size_t i = 1; i < aug.size() && r.ok; ++i) {
+      if (aug[i] == 'R') {
+        c.fde_enc = r.get<uint8_t>();
+      } else if (aug[i] == 'P') {
+        const auto enc = r.get<uint8_t>();
+        r.encoded(enc);
+      } else if (aug[i] == 'L') {
+        r.skip(1);
+      } else if (aug[i] != 'S' && aug[i] != 'B') {
+        return c;  // unknown: its data cannot be skipped
+      }
+    }
+  }
+  c.ok = r.ok;
+  return c;
+}
+
+// Adds "PREFIX+0xSTART" for every function of the object's .text that its
+// unwind table knows and `known` (its named functions' link-time starts,
+// sorted) does not.
+void unwind_functions(Elf* elf, const Object& o, const std::string& prefix,
+                      const std::vector<uint64_t>& known, std::vector<Symbol>* out) {
+  const Section hdr = section(elf, ".eh_frame_hdr"), eh = section(elf, ".eh_frame"),
+                text = section(elf, ".text");
+  if (hdr.bytes == nullptr || eh.bytes == nullptr) return;
+  for (const UnwindFunction& f : unwind_table_functions({hdr.bytes, hdr.size, hdr.addr},
+                                                        {eh.bytes, eh.size, eh.addr}, text.addr, text.size)) {
+    if (std::binary_search(known.begin(), known.end(), f.start)) continue;
+    char name[32];
+    snprintf(name, sizeof name, "+0x%" PRIx64, f.start);
+    out->push_back({o.base + f.start, f.size, 't', prefix + name, o.module, false, 0});
+  }
+}
+
+}  // namespace
+
+std::vector<UnwindFunction> unwind_table_functions(const Bytes& hdr_in, const Bytes& eh_in,
+                                                   uint64_t text_addr, uint64_t text_size) {
+  std::vector<UnwindFunction> out;
+  const Section hdr{hdr_in.addr, hdr_in.data, hdr_in.size}, eh{eh_in.addr, eh_in.data, eh_in.size};
+  if (hdr.bytes == nullptr || eh.bytes == nullptr || text_size == 0 || hdr.size < 12) return out;
+  Cursor h{hdr.bytes, hdr.bytes + hdr.size};
+  if (h.get<uint8_t>() != 1) return out;
+  const auto ptr_enc = h.get<uint8_t>(), count_enc = h.get<uint8_t>(), table_enc = h.get<uint8_t>();
+  h.encoded(ptr_enc);
+  if (table_enc != 0x3b) return out;  // datarel sdata4: what ld writes
+  const int64_t count = h.encoded(count_enc);
+  if (!h.ok || count <= 0 ||
+      static_cast<uint64_t>(count) > (hdr.size - static_cast<size_t>(h.p - hdr.bytes)) / 8)
+    return out;
+  std::vector<std::pair<size_t, Cie>> cies;  // by offset
+  for (int64_t i = 0; i < count; ++i) {
+    const auto loc = h.get<int32_t>(), fde_at = h.get<int32_t>();
+    const uint64_t start = hdr.addr + static_cast<uint64_t>(static_cast<int64_t>(loc));
+    const uint64_t fde = hdr.addr + static_cast<uint64_t>(static_cast<int64_t>(fde_at));
+    if (start < text_addr || start - text_addr >= text_size) continue;
+    if (fde < eh.addr || fde - eh.addr >= eh.size || eh.size - (fde - eh.addr) < 8) continue;
+    const size_t off = fde - eh.addr;
+    Cursor f{eh.bytes + off, eh.bytes + eh.size};
+    const auto len = f.get<uint32_t>();
+    if (len == 0 || len == 0xffffffff || len > eh.size - off - 4) continue;
+    f.end = eh.bytes + off + 4 + len;
+    const auto cie_ptr = f.get<uint32_t>();
+    if (cie_ptr == 0 || cie_ptr > off + 4) continue;
+    const size_t cie_off = off + 4 - cie_ptr;
+    auto it = std::find_if(cies.begin(), cies.end(), [&](const auto& e) { return e.first == cie_off; });
+    if (it == cies.end()) {
+      if (cies.size() >= 64) continue;  // real objects have a handful
+      cies.emplace_back(cie_off, read_cie(eh, cie_off));
+      it = cies.end() - 1;
+    }
+    const Cie& cie = it->second;
+    if (!cie.ok) continue;
+    f.encoded(cie.fde_enc);                                                    // pc_begin: the table's start
+    const int64_t size = f.encoded(static_cast<uint8_t>(cie.fde_enc & 0x0f));  // pc_range
+    if (cie.z) f.skip(f.uleb());
+    if (!f.ok || size <= 0 || static_cast<uint64_t>(size) > text_size) continue;
+    // The first call-frame instruction: an advance (or none, or a nop) at
+    // an entry; a rule for the frame at offset 0 in a part of a function
+    // (gcc's cold part, jumped to), which is no entry.
+    if (f.p < f.end) {
+      const uint8_t op = *f.p;
+      if (!((op & 0xc0) == 0x40 || op == 0x02 || op == 0x03 || op == 0x04 || op == 0x00)) continue;
+    }
+    out.push_back({start, static_cast<uint64_t>(size)});
+  }
+  return out;
+}
+
+namespace {
+
 void read_object(const Object& o, std::vector<Symbol>* out) {
   ElfFile file(o.path);
   Elf* elf = file.elf;
@@ -231,6 +449,24 @@ void read_object(const Object& o, std::vector<Symbol>* out) {
                       at != nullptr && at != name ? std::string(name, at) : std::string(name), o.module,
                       instrumented && type == STT_FUNC, hook_got});
     }
+  }
+  // No .symtab, here or in a debug file: the functions .dynsym does not
+  // name (a stripped program's own, a library's static ones) from the
+  // unwind table, as OBJECT+0xSTART.
+  if (best == nullptr || best_hdr.sh_type != SHT_SYMTAB) {
+    std::vector<uint64_t> known;
+    for (const Symbol& sym : *out)
+      if (sym.module == o.module && sym.addr >= o.base && (sym.type == 't' || sym.type == 'T'))
+        known.push_back(sym.addr - o.base);
+    std::sort(known.begin(), known.end());
+    std::string prefix = o.module;
+    if (prefix.empty()) {  // the main program: its file's name
+      char exe[PATH_MAX];
+      const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+      prefix = n > 0 ? std::string(exe, static_cast<size_t>(n)) : std::string("main");
+      prefix = prefix.substr(prefix.rfind('/') + 1);
+    }
+    unwind_functions(elf, o, prefix, known, out);
   }
 }
 

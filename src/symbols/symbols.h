@@ -30,8 +30,10 @@ struct Symbol {
 // Reads the symbols of every object loaded now (dl_iterate_phdr), .symtab
 // where present, else the .symtab of its separate debug file (by build-id
 // or .gnu_debuglink, under USRTRACE_DEBUG_FILE_DIRECTORY, default
-// /usr/lib/debug, as gdb looks), else .dynsym. Sorted by address,
-// duplicates dropped.
+// /usr/lib/debug, as gdb looks), else .dynsym and, for the functions of
+// .text it does not name, the unwind table's (.eh_frame_hdr's FDEs, named
+// "OBJECT+0xSTART"; an FDE that sets the frame at its first byte, a cold
+// part of a function, is left out). Sorted by address, duplicates dropped.
 // Context: control plane; allocates, opens files.
 std::vector<Symbol> load_process_symbols();
 // The same, read again only when an object was loaded or unloaded since
@@ -40,6 +42,23 @@ std::vector<Symbol> load_process_symbols();
 // times (40 ms each with libpython loaded). Context: control plane; takes a
 // lock of its own around the read.
 std::shared_ptr<const std::vector<Symbol>> process_symbols();
+
+// The functions an object's unwind table knows: (link-time start, size) of
+// every FDE that starts in .text ([text_addr, +text_size)) at a function's
+// entry, from the bytes of .eh_frame_hdr and .eh_frame and their link-time
+// addresses. The bytes are a file's: hostile, read with bounds (its fuzz
+// target: fuzz/unwind_fuzzer.cc). Context: any.
+struct Bytes {
+  const uint8_t* data;
+  size_t size;
+  uint64_t addr;
+};
+struct UnwindFunction {
+  uint64_t start;
+  uint64_t size;
+};
+std::vector<UnwindFunction> unwind_table_functions(const Bytes& eh_frame_hdr, const Bytes& eh_frame,
+                                                   uint64_t text_addr, uint64_t text_size);
 
 // C++ names demangled ("ns::f(int, char)"); other names as they are.
 std::string demangle(const std::string& name);

@@ -12,7 +12,9 @@
 # Every function usrtrace did not refuse must have as many calls as the
 # kernel counted hits, and a refused one none. Programs: upstream Lua 5.4.4
 # (tests/realworld/sources, checked against its SHA256SUMS) with its
-# workload, and the issue's fib (plain/fib.c) at -O2 and -O2 -fno-inline.
+# workload (and a stripped copy of it, whose static functions come from
+# its unwind table), and the issue's fib (plain/fib.c) at -O2 and -O2
+# -fno-inline.
 #
 #   plain_test.sh WORKDIR USRTRACE_CLI
 #
@@ -46,11 +48,14 @@ fi
 # called on both sides, or on neither.
 lua_moves='^(mainposition.*|getfreepos.*|luaH_newkey.*|getgeneric.*|equalkey.*|hashint|l_hashfloat|luaS_hashlongstr|internshrstr.*|luaS_newlstr.*|luaS_hash)$'
 
-# check NAME MOVES BINARY ARGS...: the three runs and the comparison; MOVES
-# is the regex of the functions whose count may move.
+# check NAME MOVES BINARY SYMBOLS ARGS...: the three runs and the
+# comparison; MOVES is the regex of the functions whose count may move;
+# SYMBOLS the binary whose symbols name BINARY's functions (itself, or the
+# unstripped twin of a stripped copy, whose functions usrtrace names
+# BINARY+0xSTART from the unwind table).
 check() {
-  local name=$1 moves=$2 bin=$3
-  shift 3
+  local name=$1 moves=$2 bin=$3 syms=$4
+  shift 4
   local d=$work/$name
   mkdir -p "$d"
   local st=0
@@ -65,7 +70,7 @@ check() {
   "$cli" report --profile "$d/g.dat" >"$d/profile.txt"
   # 3. The kernel.
   kernel_uprobes_cleanup
-  python3 "$here/plain/uprobes.py" "$group" "$bin" >"$d/uprobes.txt"
+  python3 "$here/plain/uprobes.py" "$group" "$bin" "$syms" >"$d/uprobes.txt"
   cat "$d/uprobes.txt" >>"$T/uprobe_events" || { tail -3 "$T/error_log" >&2; fail "$name: the kernel refused a uprobe"; }
   echo 1 >"$T/events/$group/enable"
   (cd "$d" && RW_NO_ERRORS=1 setarch -R "$bin" "$@" >"$d/kernel.out") || true
@@ -73,10 +78,14 @@ check() {
   cp "$T/uprobe_profile" "$d/kernel.profile"
   kernel_uprobes_cleanup
   cmp -s "$d/alone.out" "$d/kernel.out" || fail "$name: the output under the kernel's uprobes differs"
-  python3 - "$d" "$bin.names" "$name" "$moves" <<'PY' || exit 1
+  python3 - "$d" "$bin.names" "$name" "$moves" "$bin.addrs" <<'PY' || exit 1
 import re, sys
-d, names_path, name, moves = sys.argv[1:]
+d, names_path, name, moves, addrs_path = sys.argv[1:]
 moves = re.compile(moves)
+at = {int(a, 16): n for a, n in (l.split(" ", 1) for l in open(addrs_path).read().splitlines() if l)}
+def named(fn):  # OBJECT+0xSTART (a stripped binary's function): its name
+    m = re.match(r"^\S+\+0x([0-9a-f]+)$", fn)
+    return at.get(int(m.group(1), 16), fn) if m else fn
 names = dict(l.split(" ", 1) for l in open(names_path).read().splitlines() if l)
 kernel = {}
 for line in open(f"{d}/kernel.profile"):
@@ -88,12 +97,13 @@ row = re.compile(r"^\s*\S+ \S+\s+\S+ \S+\s+(\d+)\s+\S+ \S+\s+\S+ \S+\s+\S+ \S+\s
 for line in open(f"{d}/profile.txt"):
     m = row.match(line)
     if m:
-        ours[m.group(2).strip()] = ours.get(m.group(2).strip(), 0) + int(m.group(1))
+        fn = named(m.group(2).strip())
+        ours[fn] = ours.get(fn, 0) + int(m.group(1))
 refused = set()
 for line in open(f"{d}/usrtrace.err"):
     m = re.match(r"^  (\S+) \[[^]]*\]: ", line)
     if m:
-        refused.add(m.group(1))
+        refused.add(named(m.group(1)))
 bad = []
 for fn in sorted(set(kernel) | set(ours)):
     k, u = kernel.get(fn, 0), ours.get(fn, 0)
@@ -122,7 +132,13 @@ for cc in gcc clang; do
     $cc -std=gnu99 -O2 -DLUA_COMPAT_5_3 -DLUA_USE_LINUX '-Dluai_makeseed(L)=0u' -w \
       $(ls "$src"/lua-5.4.4/src/*.c | grep -v '/luac\.c$') -o "$lua" -lm -ldl -Wl,-E || fail "building lua with $cc"
   fi
-  check "lua-$cc-O2" "$lua_moves" "$lua" "$rw/lua/workload.lua"
+  check "lua-$cc-O2" "$lua_moves" "$lua" "$lua" "$rw/lua/workload.lua"
+  # Stripped (strip(1): no .symtab; .dynsym keeps what -Wl,-E exported):
+  # the static functions come from the unwind table, named
+  # lua-stripped-CC+0xSTART, and count as the kernel's probes at the same
+  # addresses, placed from the unstripped twin's symbols.
+  strip -o "$lua-stripped" "$lua"
+  check "lua-$cc-O2-stripped" "$lua_moves" "$lua-stripped" "$lua" "$rw/lua/workload.lua"
   # gcc's cold parts (f.cold: a block of f moved away, jumped to, never
   # called) have no entry: not traceable, so a filter naming only them
   # matches nothing.
@@ -137,7 +153,7 @@ for cc in gcc clang; do
     fib=$work/bin/fib-$cc${flags// /}
     # shellcheck disable=SC2086
     [[ -x $fib ]] || $cc $flags -o "$fib" "$here/plain/fib.c" || fail "building fib with $cc $flags"
-    check "fib-$cc${flags// /}" '^$' "$fib" 20
+    check "fib-$cc${flags// /}" '^$' "$fib" "$fib" 20
   done
 done
 echo "function_plain: passed"

@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -52,18 +53,30 @@ TEST(Symbols, AStrippedLibrarysStaticFunctionsComeFromItsDebugLink) {
   dlclose(h);
 }
 
-// The same library without its debug file beside it: only .dynsym, which
-// holds no static function; and a debug file of another build (its
-// build-id differs) is not taken for it.
-TEST(Symbols, NoDebugFileOrAnotherBuildsNamesNothingStatic) {
+// The same library without its debug file beside it: .dynsym holds no
+// static function, so the unwind table gives it, by address alone
+// ("MODULE+0xSTART", its size the FDE's); and a debug file of another build
+// (its build-id differs) is not taken for it.
+TEST(Symbols, NoDebugFileOrAnotherBuildsNamesStaticFunctionsByAddress) {
   for (const char* path : {DEBUGLINK_DSO_ALONE, DEBUGLINK_DSO_WRONG}) {
     SCOPED_TRACE(path);
     void* h = nullptr;
     void* hidden = hidden_address(path, &h);
     ASSERT_NE(hidden, nullptr) << dlerror();
+    Dl_info info{};
+    ASSERT_NE(dladdr(hidden, &info), 0);
     const std::vector<Symbol> syms = load_process_symbols();
     const Symbol* s = at(syms, reinterpret_cast<uint64_t>(hidden));
-    EXPECT_EQ(s, nullptr) << s->name;
+    ASSERT_NE(s, nullptr) << "the unwind table's function is not listed";
+    std::string module = path;
+    module = module.substr(module.rfind('/') + 1);
+    char want[64];
+    snprintf(want, sizeof want, "+0x%lx",
+             static_cast<unsigned long>(reinterpret_cast<uintptr_t>(hidden) -
+                                        reinterpret_cast<uintptr_t>(info.dli_fbase)));
+    EXPECT_EQ(s->name, module + want);
+    EXPECT_EQ(s->type, 't');
+    EXPECT_GT(s->size, 0u);
     bool exported = false;  // .dynsym was read
     for (const Symbol& e : syms) exported |= e.name == "debuglink_call";
     EXPECT_TRUE(exported);
