@@ -353,6 +353,7 @@ void rebuild_locked() USRTRACE_REQUIRES(g_mu) {
   if (int rc = patch::apply(patch_set, &why); rc < 0)
     fprintf(stderr, "usrtrace: function: patching failed (%s): %s\n", strerror(-rc), why.c_str());
   arm_plain_locked(funcs, wanted);
+  if (graph_slots != 0) ensure_unwind_hooks();  // return hooks: exceptions must not meet them
 }
 
 namespace {

@@ -86,6 +86,13 @@ void unwind_stack_end();
 // redirected again.
 void shadow_rehook(uint64_t sp);
 
+// Where the program's calls of the unwinder and of __cxa_begin_catch do not
+// reach the interposers (a runtime loaded into a running process), probes
+// at the functions they do reach do the interposers' work
+// (src/function/interpose.cc). Once; called by every rebuild of the
+// sites. Context: control plane, under the function tracers' lock.
+void ensure_unwind_hooks();
+
 // ---- Objects: called by the dlopen/dlclose hooks (and at start-up) when
 // the set of loaded objects may have changed; rebuilds the site table and
 // patches the new objects' sites per the current filters. With no tracer,

@@ -10,7 +10,9 @@
 #     file's again, and it goes on: every line it prints is right, and no
 #     system call it was in came back with EINTR (ticker exits 2 if one did);
 #   - a second attach (the runtime is loaded now) records again;
-#   - another user is refused, with the reason; the program never notices.
+#   - another user is refused, with the reason; the program never notices;
+#   - a C++ program whose exceptions cross the traced calls goes on: the
+#     late runtime's probes at the unwinder keep the return hooks out of it.
 #
 #   attach_test.sh WORKDIR USRTRACE_CLI
 set -euo pipefail
@@ -146,5 +148,41 @@ for i, line in enumerate(lines):
         print(f"attach: FAILED: line {i} is {line!r}", file=sys.stderr)
         sys.exit(1)
 print(f"attach: {len(lines)} lines, every one right")
+PY
+# 4. A C++ program whose exceptions cross the calls function_graph hooks
+# (attach/thrower.cc): the runtime, loaded late, cannot interpose the
+# unwinder; its probes at the unwinder's entries must keep every return
+# hook out of the unwinder's sight, or std::terminate ends the program.
+thrower=$work/thrower
+g++ -O2 -o "$thrower" "$here/attach/thrower.cc" || fail "building thrower"
+rm -f "$work/tin" "$work/tout"
+mkfifo "$work/tin"
+"$thrower" <"$work/tin" >"$work/tout" 2>"$work/thrower.err" &
+tpid=$!
+exec 4>"$work/tin"
+trap 'exec 4>&- || true; kill $tpid 2>/dev/null || true' EXIT
+tlines() { (($(wc -l <"$work/tout") >= $1)); }
+echo x >&4
+wait_until 20 tlines 1 || fail "thrower printed nothing"
+"$cli" start -P "$tpid" -p function_graph >"$work/tstart.err" 2>&1 || { cat "$work/tstart.err" >&2; fail "thrower: start"; }
+for _ in $(seq 30); do echo x >&4; done
+wait_until 20 tlines 31 || { cat "$work/thrower.err" >&2; fail "thrower printed $(wc -l <"$work/tout") lines, not 31"; }
+"$cli" show -P "$tpid" >"$work/tshow.txt"
+grep -q "deep" "$work/tshow.txt" || fail "thrower: deep() is not in the trace"
+"$cli" reset -P "$tpid" >/dev/null 2>&1 || fail "thrower: reset"
+exec 4>&-
+rc=0
+wait "$tpid" || rc=$?
+trap - EXIT
+[[ $rc == 0 ]] || { cat "$work/thrower.err" >&2; fail "thrower exited with $rc (an exception met a return hook?)"; }
+python3 - "$work/tout" <<'PY' || exit 1
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+for i, line in enumerate(lines):
+    want = f"call {i} {-1 if i % 3 == 0 else 2 * i + 1}"
+    if line != want:
+        print(f"attach: FAILED: thrower line {i} is {line!r}, not {want!r}", file=sys.stderr)
+        sys.exit(1)
+print(f"attach: thrower: {len(lines)} calls, {sum(1 for i in range(len(lines)) if i % 3 == 0)} exceptions through traced calls, every result right")
 PY
 echo "attach: passed"
