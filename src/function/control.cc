@@ -166,9 +166,10 @@ const std::vector<Func>& funcs_locked() USRTRACE_REQUIRES(g_mu) {
     std::string name = symbols::kallsyms_name(s.name);
     if (internal_name(name)) continue;
     if (!out->empty() && out->back().addr == s.addr) continue;  // aliases: the first name
+    const bool library = !s.module.empty();
     std::string module = std::move(s.module);
     if (module.empty()) module = prog;
-    out->push_back({s.addr, std::move(name), std::move(s.name), std::move(module), s.size, plain});
+    out->push_back({s.addr, std::move(name), std::move(s.name), std::move(module), s.size, plain, library});
   }
   g_funcs = out;
   return *out;
@@ -197,6 +198,15 @@ bool matches(const Op& op, const Func& f) {
 }
 
 namespace {
+
+// What an empty set_ftrace_filter ("all functions") takes: every function
+// with a compiler hook, and the plain functions of the main program. A
+// shared object's plain functions (libstdc++ is not one: the runtime's own
+// objects are never traced) are taken when a filter names them (a glob, or
+// ":mod:NAME"), as uftrace patches the libraries only it is told to: an
+// empty filter would otherwise arm every function of every library the
+// program uses (libomp's, libz's...), at a cost nobody asked for.
+bool by_default(const Func& f) { return !f.plain || !f.library; }
 
 // The set a list names, as a flag per function.
 std::vector<bool> evaluate(const std::vector<Op>& ops, const std::vector<Func>& funcs) {
@@ -269,7 +279,7 @@ void rebuild_locked() USRTRACE_REQUIRES(g_mu) {
     const std::vector<bool> notrace = evaluate(c.lists[int(List::kNotrace)], funcs);
     const bool all = std::find(filter.begin(), filter.end(), true) == filter.end();
     for (size_t i = 0; i < funcs.size(); ++i)
-      if ((all || filter[i]) && !notrace[i]) masks[i].trace |= bit;
+      if ((filter[i] || (all && by_default(funcs[i]))) && !notrace[i]) masks[i].trace |= bit;
     if (c.tracer != Tracer::kGraph) continue;
     const std::vector<bool> gf = evaluate(c.lists[int(List::kGraphFunction)], funcs);
     const std::vector<bool> gn = evaluate(c.lists[int(List::kGraphNotrace)], funcs);
@@ -289,7 +299,7 @@ void rebuild_locked() USRTRACE_REQUIRES(g_mu) {
     const std::vector<bool> notrace = evaluate(top.lists[int(List::kNotrace)], funcs);
     const bool all = std::find(filter.begin(), filter.end(), true) == filter.end();
     for (size_t i = 0; i < funcs.size(); ++i)
-      if ((all || filter[i]) && !notrace[i]) masks[i].trace |= kProfileBit;
+      if ((filter[i] || (all && by_default(funcs[i]))) && !notrace[i]) masks[i].trace |= kProfileBit;
   }
   // Function commands: per function, its probes (any instance, any tracer).
   std::map<uint64_t, std::vector<const Probe*>> probes;

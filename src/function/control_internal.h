@@ -26,6 +26,7 @@ struct Func {
   std::string module;   // shared object's file name; the program's for the main executable
   uint64_t size = 0;    // from the symbol table
   bool plain = false;   // no compiler hook: traced through the patch engine (plain.cc)
+  bool library = false;  // of a shared object, not the main program
 };
 
 // One write's glob, applied in order: add (or remove) what it matches.

@@ -56,7 +56,7 @@ std::shared_ptr<const Table> load() {
   const Symbol* pick = nullptr;  // the best so far at its address
   std::vector<Symbol> syms = load_process_symbols();
   for (const Symbol& s : syms) {
-    if (s.type != 't' && s.type != 'T') continue;
+    if ((s.type != 't' && s.type != 'T') || s.unnamed) continue;
     if (pick != nullptr && pick->addr == s.addr) {
       if (better(s, *pick)) {
         pick = &s;

@@ -310,7 +310,7 @@ void unwind_functions(Elf* elf, const Object& o, const std::string& prefix,
     if (std::binary_search(known.begin(), known.end(), f.start)) continue;
     char name[32];
     snprintf(name, sizeof name, "+0x%" PRIx64, f.start);
-    out->push_back({o.base + f.start, f.size, 't', prefix + name, o.module, false, 0});
+    out->push_back({o.base + f.start, f.size, 't', prefix + name, o.module, false, 0, true});
   }
 }
 

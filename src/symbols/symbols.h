@@ -25,6 +25,10 @@ struct Symbol {
   // Where the object's GOT holds that hook's address (0: none), the target
   // of its PLT stub or of a -fno-plt call.
   uint64_t hook_got = 0;
+  // Named by its address ("OBJECT+0xSTART", from the unwind table): a
+  // function to trace, but no name for a stack frame, which reads better
+  // as the kernel prints an unnamed one ("OBJECT[+0xOFFSET]", resolver.cc).
+  bool unnamed = false;
 };
 
 // Reads the symbols of every object loaded now (dl_iterate_phdr), .symtab

@@ -484,6 +484,27 @@ TEST_P(FunctionTest, APlainFunctionsCallerKeepsEveryRegisterAcrossTheReturn) {
   wr(p("set_ftrace_filter"), "");
 }
 
+// An empty filter ("all functions") takes the functions with a compiler
+// hook and the main program's plain ones, not a shared object's plain
+// functions: those are taken when a filter names them, here by ":mod:".
+TEST_P(FunctionTest, AnEmptyFilterLeavesALibrarysPlainFunctionsOut) {
+  void* h = dlopen(USRTRACE_PLAIN_MODULE, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr) << dlerror();
+  auto* callee = reinterpret_cast<long (*)(long)>(dlsym(h, "plain_regs_callee"));
+  ASSERT_NE(callee, nullptr);
+  EXPECT_NE(rd("available_filter_functions").find("plain_regs_callee [libplain_regs_module.so]"), std::string::npos);
+  ASSERT_GT(wr(p("current_tracer"), "function"), 0);
+  EXPECT_EQ(callee(1), 2);
+  EXPECT_EQ(function_records(reinterpret_cast<uint64_t>(callee)), 0);
+  EXPECT_EQ(rd("enabled_functions").find("plain_regs_callee"), std::string::npos);
+  ASSERT_GT(wr(p("set_ftrace_filter"), "*:mod:libplain_regs_module"), 0);
+  EXPECT_EQ(callee(1), 2);
+  EXPECT_EQ(function_records(reinterpret_cast<uint64_t>(callee)), 1);
+  ASSERT_GT(wr(p("current_tracer"), "nop"), 0);
+  wr(p("set_ftrace_filter"), "");
+  ASSERT_EQ(dlclose(h), 0);
+}
+
 TEST_P(FunctionTest, NoTracerNoRecordAndNoShadowStack) {
   fxt_outer(3);
   EXPECT_TRUE(records(inst_).empty());
