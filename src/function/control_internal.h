@@ -21,11 +21,11 @@ namespace usrtrace::function {
 // A traceable function.
 struct Func {
   uint64_t addr;
-  std::string name;     // kallsyms form: demangled, no blanks
-  std::string mangled;  // as in the symbol table
-  std::string module;   // shared object's file name; the program's for the main executable
-  uint64_t size = 0;    // from the symbol table
-  bool plain = false;   // no compiler hook: traced through the patch engine (plain.cc)
+  std::string name;      // kallsyms form: demangled, no blanks
+  std::string mangled;   // as in the symbol table
+  std::string module;    // shared object's file name; the program's for the main executable
+  uint64_t size = 0;     // from the symbol table
+  bool plain = false;    // no compiler hook: traced through the patch engine (plain.cc)
   bool library = false;  // of a shared object, not the main program
 };
 

@@ -492,7 +492,8 @@ TEST_P(FunctionTest, AnEmptyFilterLeavesALibrarysPlainFunctionsOut) {
   ASSERT_NE(h, nullptr) << dlerror();
   auto* callee = reinterpret_cast<long (*)(long)>(dlsym(h, "plain_regs_callee"));
   ASSERT_NE(callee, nullptr);
-  EXPECT_NE(rd("available_filter_functions").find("plain_regs_callee [libplain_regs_module.so]"), std::string::npos);
+  EXPECT_NE(rd("available_filter_functions").find("plain_regs_callee [libplain_regs_module.so]"),
+            std::string::npos);
   ASSERT_GT(wr(p("current_tracer"), "function"), 0);
   EXPECT_EQ(callee(1), 2);
   EXPECT_EQ(function_records(reinterpret_cast<uint64_t>(callee)), 0);
