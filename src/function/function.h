@@ -89,7 +89,7 @@ void shadow_rehook(uint64_t sp);
 // Where the program's calls of the unwinder and of __cxa_begin_catch do not
 // reach the interposers (a runtime loaded into a running process), probes
 // at the functions they do reach do the interposers' work
-// (src/function/interpose.cc). Once; called by every rebuild of the
+// (src/function/plain.cc). Once; called by every rebuild of the
 // sites. Context: control plane, under the function tracers' lock.
 void ensure_unwind_hooks();
 

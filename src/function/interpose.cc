@@ -28,8 +28,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <string>
 
 #include "base/compiler.h"
 #include "function/function.h"
@@ -162,84 +160,6 @@ extern "C" USRTRACE_EXPORT int usrtrace_internal_dlclose(void* handle) {
   if (rc == 0 && t_dl_depth == 0) usrtrace::function::objects_changed();
   return rc;
 }
-
-// ---- When the shells are not the ones the program calls ----------------
-//
-// A runtime loaded into a running process (docs/guide/attach.md) comes
-// after libgcc_s and libstdc++ in the lookup order, and the program's calls
-// are bound already: the shells below are never called. The same work is
-// then done by probes of the patch engine at the entries of the functions
-// the program does call: the unwinder's entries get shadow_unhook_all(),
-// __cxa_begin_catch's gets shadow_rehook() with its caller's stack pointer
-// (the CFA, as the shell has it: sp + 8 at the entry). Checked at each
-// rebuild of the function tracers' sites (ensure_unwind_hooks); armed once,
-// kept (a probe that never fires costs nothing).
-
-namespace {
-
-void on_unwind(const usrtrace::patch::Regs*, void*) {
-  usrtrace::function::shadow_unhook_all();
-  usrtrace::patch::unhook_returns();
-}
-
-void on_begin_catch(const usrtrace::patch::Regs* regs, void*) {
-  const uint64_t sp = regs->sp + 8;
-  usrtrace::function::shadow_rehook(sp);
-  usrtrace::patch::rehook_returns(sp);
-}
-
-}  // namespace
-
-namespace usrtrace::function {
-
-void ensure_unwind_hooks() {
-  static bool done = false;  // under the function tracers' lock (rebuild_locked)
-  if (done) return;
-  struct Hook {
-    const char* name;
-    usrtrace::patch::Handler h;
-  };
-  const Hook hooks[] = {
-      {"_Unwind_RaiseException", on_unwind},    {"_Unwind_ForcedUnwind", on_unwind},
-      {"_Unwind_Resume_or_Rethrow", on_unwind}, {"_Unwind_Resume", on_unwind},
-      {"__cxa_begin_catch", on_begin_catch},
-  };
-  // The program's binding: the first definition in the global scope. Ours
-  // (libusrtrace, or the preload's shells, or a static link's) needs no
-  // probe; the calls of a program whose binding is libgcc_s's do. Both at
-  // once would be harmless: unhooking and rehooking twice change nothing.
-  void* bound = dlsym(RTLD_DEFAULT, "_Unwind_RaiseException");
-  if (bound == nullptr) return;  // no unwinder loaded: nothing throws yet
-  done = true;
-  // (Not compared with &_Unwind_RaiseException: in a runtime loaded
-  // RTLD_LOCAL, that address resolves through the global scope first, to
-  // libgcc_s's.)
-  Dl_info at{}, self{};
-  if (dladdr(bound, &at) == 0 || dladdr(reinterpret_cast<const void*>(&ensure_unwind_hooks), &self) == 0 ||
-      at.dli_fbase == self.dli_fbase ||
-      (at.dli_fname != nullptr && std::strstr(at.dli_fname, "libusrtrace") != nullptr))
-    return;
-  for (const Hook& k : hooks) {
-    void* fn = dlsym(RTLD_DEFAULT, k.name);
-    Dl_info owner{};
-    if (fn == nullptr || dladdr(fn, &owner) == 0 || owner.dli_fbase == self.dli_fbase) continue;
-    Dl_info info{};
-    void* extra = nullptr;
-    size_t size = 0;
-    if (dladdr1(fn, &info, &extra, RTLD_DL_SYMENT) != 0 && extra != nullptr)
-      size = static_cast<const ElfW(Sym)*>(extra)->st_size;
-    usrtrace::patch::Method how{};
-    std::string err;
-    const auto at_fn = reinterpret_cast<uintptr_t>(fn);
-    if (usrtrace::patch::add(at_fn, at_fn, size, k.h, nullptr, &how, &err) < 0)
-      fprintf(
-          stderr,
-          "usrtrace: function: cannot watch %s (%s): exceptions through traced calls may end the program\n",
-          k.name, err.c_str());
-  }
-}
-
-}  // namespace usrtrace::function
 
 // ---- The shells (the same in src/preload/preload.cc) --------------------
 
