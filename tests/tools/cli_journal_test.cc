@@ -3,6 +3,7 @@
 // of it, compressed while recording or not (docs/design/record-journal.md).
 // The rest of record is cli_record_test.cc.
 #include <dirent.h>
+#include <sched.h>
 #include <sys/mount.h>
 #include <sys/statvfs.h>
 
@@ -467,10 +468,26 @@ TEST(CliRecord, MaxSizeKeepsTheNewestPagesOfEachCpu) {
 // A recorder killed while -m's rings are coming round: recover gives the
 // newest pages it had written, in order, and never a page that was being
 // overwritten (the journal gives pages up before they are).
+// The recording is held on one CPU: a thread that moved would leave its first
+// ticks in a ring that never came round (CI once saw tick 0 recovered so).
+// The affinity is the test's own around the fork, inherited by the recorder
+// and its command (record reads the command's own events, so no taskset).
 TEST(CliRecord, AKilledRecorderWithASizeLimitRecoversTheNewestInOrder) {
   const std::string dir = temp_dir(), file = dir + "/ring.dat";
+  cpu_set_t allowed, one;
+  CPU_ZERO(&allowed);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  CPU_ZERO(&one);
+  for (size_t c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &allowed)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  }
+  ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
   Proc rec = Proc::start(
       {USRTRACE_CLI, "record", "-m", "32", "-e", "clitest:tick", "-o", file, "--", CLI_TARGET}, true);
+  ASSERT_EQ(::sched_setaffinity(0, sizeof allowed, &allowed), 0);
   ASSERT_NE(rec.wait_for("ready "), std::string::npos) << rec.err_text;
   const std::string script = "spin\n";
   ASSERT_EQ(::write(rec.in, script.data(), script.size()), static_cast<ssize_t>(script.size()));
