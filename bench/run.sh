@@ -408,6 +408,14 @@ for name in ["BM_Unfiltered", "BM_FilteredIn", "BM_FilteredOut", "BM_FilteredOut
 print()
 v = med["BM_FilteredOut"] / base
 print(f"- filtered-out / recorded: {v:.2f}x (target <= 1.5x) {'ok' if v <= 1.5 else 'MISSED'}")
+pair = med["BM_HistPairPlain"]
+print()
+print("## Inter-event hist triggers (medians, ns CPU per begin+end pair; ratios to a plain hist trigger on each)")
+print()
+print("| Benchmark | median ns | x plain hist pair |")
+print("|---|---:|---:|")
+for name in ["BM_HistPairPlain", "BM_HistPairLatency", "BM_HistPairOnmax", "BM_HistPairSynth"]:
+    print(f"| {name} | {med[name]:.2f} | {med[name] / pair:.2f} |")
 PY
 # ---------------------------------------------------------------------------
 # 10. The trace.dat recorder against the rate one writer fills a buffer

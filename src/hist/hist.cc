@@ -16,9 +16,12 @@
 #include <vector>
 
 #include "events/record.h"
+#include "events/registry.h"
 #include "hist/hist_parse.h"
+#include "hist/synth.h"
 #include "hist/syscalls.h"
 #include "hist/tracing_map.h"
+#include "symbols/resolver.h"
 #include "writers/writers.h"
 
 namespace usrtrace::hist {
@@ -26,11 +29,37 @@ namespace {
 
 using internal::EventDesc;
 
-// Live named tables.
+// Live named tables, and the published variables of every histogram.
 std::mutex g_named_mu;
 std::map<std::string, std::weak_ptr<TracingMap>>& named() {
   static auto* m = new std::map<std::string, std::weak_ptr<TracingMap>>();
   return *m;
+}
+
+// A histogram's variables as the other histograms of its instance see them
+// (the kernel's find_var() over the trace_array's hist triggers).
+struct Published {
+  int slot = 0;
+  std::string system, event;
+  std::vector<std::string> vars;
+  std::vector<Units> units;
+  std::shared_ptr<TracingMap> table;  // kept alive by the readers too
+  std::string key_layout;             // a reader's key must be laid out alike
+  std::atomic<int> users{0};          // histograms reading these variables
+};
+std::vector<std::shared_ptr<Published>>& published() {
+  static auto* v = new std::vector<std::shared_ptr<Published>>();
+  return *v;
+}
+
+std::string key_layout_of(const std::vector<Field>& keys) {
+  std::string s;
+  for (const Field& k : keys) {
+    s += k.is_string() ? 's' : k.src == Src::kStack ? 't' : 'n';
+    s += std::to_string(k.is_string() || k.src == Src::kStack ? k.size : 8);
+    s += ',';
+  }
+  return s;
 }
 
 // ilog2(roundup_pow_of_two(v)), the kernel's log2 key.
@@ -45,6 +74,25 @@ uint64_t log2_key(uint64_t v) {
 struct Histogram::Impl : HistSpec {
   std::atomic<bool> paused{false};
   std::shared_ptr<TracingMap> table;
+  Scope scope;
+  const EventDesc* event = nullptr;
+  std::string actions_sig;
+  // The histograms whose variables this one reads (one per ref_tables).
+  std::vector<std::shared_ptr<Published>> ref_pubs;
+  std::shared_ptr<Published> mine;  // set by publish()
+  // One per action: the synthetic event trace() generates (else null).
+  std::vector<std::shared_ptr<synth::Event>> synths;
+  int snapshot_action = -1;  // the onmax/onchange(...).snapshot(), if any
+
+  // The snapshots .snapshot() took, as the hist file tells of them: the
+  // values and the entries (element index) of the kept ones, up to the
+  // instance's ring of snapshots. Changed by the writer that holds
+  // snap_busy; one that finds it held counts snap_lost.
+  std::atomic<uint32_t> snap_busy{0};
+  std::atomic<uint32_t> snap_n{0};
+  std::atomic<uint64_t> snap_val[16] = {};
+  std::atomic<uint32_t> snap_elt[16] = {};
+  std::atomic<uint64_t> snap_lost{0};
 
   // Makes the table this histogram aggregates into or, for a name=, joins the
   // one the live histograms of that name share; false if that one's keys,
@@ -52,6 +100,11 @@ struct Histogram::Impl : HistSpec {
   // hist_register_trigger()'s named-trigger check.
   // Context: control plane; takes g_named_mu; allocates the table.
   bool create_tracing_map() {
+    auto make = [&] {
+      auto t = std::make_shared<TracingMap>(bits, key_size, vals.size(), vars.size(), aux_words);
+      t->signature = signature;
+      return t;
+    };
     if (!name.empty()) {
       std::lock_guard<std::mutex> l(g_named_mu);
       auto& slot = named()[name];
@@ -60,66 +113,448 @@ struct Histogram::Impl : HistSpec {
         table = std::move(t);
       }
       if (!table) {
-        table = std::make_shared<TracingMap>(bits, key_size, vals.size());
-        table->signature = signature;
+        table = make();
         slot = table;
       }
     } else {
-      table = std::make_shared<TracingMap>(bits, key_size, vals.size());
-      table->signature = signature;
+      table = make();
     }
     return true;
   }
 
-  uint64_t value_of(const Field& f, const uint8_t* rec, uint32_t len, const RecordContext& ctx, uint64_t* ts,
-                    bool* have_ts) const {
-    uint64_t v;
+  // Kernel: find_var(), create_var_ref(), the action parsers' checks: the
+  // references to other histograms' variables, the units of expressions
+  // that use them, and each action's event. Context: control plane.
+  bool resolve(Error* err);
+};
+
+namespace {
+
+// One record's evaluation: its fields, the time stamp (read once), the
+// variables of this histogram (computed on demand, each once) and the
+// values of the references read from other histograms.
+struct Eval {
+  const HistSpec& im;
+  const uint8_t* rec;
+  uint32_t len;
+  const RecordContext& ctx;
+  uint64_t ts = 0;
+  bool have_ts = false;
+  uint32_t computed = 0;  // bit i: vars[i] holds variable i
+  uint64_t vars[kMaxVars] = {};
+  uint64_t refs[kMaxRefs] = {};
+
+  uint64_t field(const Field& f) {
     switch (f.src) {
       case Src::kCpu:
-        v = static_cast<uint64_t>(static_cast<int64_t>(ctx.cpu));
-        break;
-      case Src::kTimestamp:
-        if (!*have_ts) {
-          *ts = ctx.now_ns ? ctx.now_ns(ctx.now_arg) : 0;
-          *have_ts = true;
+        return static_cast<uint64_t>(static_cast<int64_t>(ctx.cpu));
+      case Src::kTimestamp: {
+        if (!have_ts) {
+          ts = ctx.now_ns ? ctx.now_ns(ctx.now_arg) : 0;
+          have_ts = true;
         }
-        v = *ts;
-        if (f.flags & kUsecs) v /= 1000;
-        break;
+        // .usecs: the kernel's ns2usecs(), rounded to the nearest, as the
+        // trace file prints time stamps.
+        return (f.flags & kUsecs) ? (ts + 500) / 1000 : ts;
+      }
       case Src::kHitcount:
-        v = 1;
-        break;
+        return 1;
+      case Src::kExpr:
+        return eval(f.expr);
       default:
-        v = events::read_int_field(rec, len, f.offset, f.size, f.is_signed);
-        break;
+        return events::read_int_field(rec, len, f.offset, f.size, f.is_signed);
     }
-    return v;
+  }
+  uint64_t var(int i) {
+    const uint32_t bit = 1u << i;
+    if (!(computed & bit)) {
+      // Cycles were refused when the command was parsed.
+      vars[i] = eval(im.vars[static_cast<size_t>(i)].expr);
+      computed |= bit;
+    }
+    return vars[i];
+  }
+  // Kernel: hist_fn_call() and the operators' fns: u64 arithmetic; a
+  // division by zero gives -1.
+  uint64_t eval(int node) {
+    if (node < 0) return 0;
+    const Expr& e = im.exprs[static_cast<size_t>(node)];
+    switch (e.op) {
+      case Expr::kField:
+        return field(e.field);
+      case Expr::kConst:
+        return e.constant;
+      case Expr::kSelfVar:
+        return var(e.index);
+      case Expr::kRef:
+        return refs[e.index];
+      case Expr::kAdd:
+        return eval(e.a) + eval(e.b);
+      case Expr::kSub:
+        return eval(e.a) - eval(e.b);
+      case Expr::kMul:
+        return eval(e.a) * eval(e.b);
+      case Expr::kDiv: {
+        const uint64_t a = eval(e.a), b = eval(e.b);
+        return b == 0 ? ~uint64_t{0} : a / b;
+      }
+      case Expr::kNeg:
+        return 0 - eval(e.a);
+    }
+    return 0;
   }
 };
+
+}  // namespace
+
+bool Histogram::Impl::resolve(Error* err) {
+  auto fail = [&](const char* msg, size_t pos) {
+    *err = Error{msg, pos};
+    return false;
+  };
+  {
+    std::lock_guard<std::mutex> l(g_named_mu);
+    const std::string layout = key_layout_of(keys);
+    for (Ref& r : refs) {
+      std::shared_ptr<Published> found;
+      int index = -1;
+      for (const auto& p : published()) {
+        if (p->slot != scope.slot) continue;
+        if (!r.system.empty() && (p->system != r.system || p->event != r.event)) continue;
+        for (size_t v = 0; v < p->vars.size(); ++v) {
+          if (p->vars[v] != r.name) continue;
+          if (found && (found->system != p->system || found->event != p->event))
+            return fail(
+                "Variable name not unique, need to use fully qualified name (subsys.event.var) for variable",
+                r.pos);
+          found = p;
+          index = static_cast<int>(v);
+        }
+      }
+      if (!found) return fail("Couldn't find variable", r.pos);
+      if (found->key_layout != layout) return fail("Variable's histogram has other keys", r.pos);
+      r.var = static_cast<uint32_t>(index);
+      r.units = found->units[static_cast<size_t>(index)];
+      size_t t = 0;
+      while (t < ref_pubs.size() && ref_pubs[t] != found) ++t;
+      if (t == ref_pubs.size()) {
+        ref_pubs.push_back(found);
+        ref_tables.emplace_back(found->system, found->event);
+      }
+      r.table = static_cast<int>(t);
+    }
+  }
+  // Units, now that references have theirs (nodes come after their operands).
+  for (Expr& e : exprs) {
+    if (e.op == Expr::kRef) e.units = refs[static_cast<size_t>(e.index)].units;
+    if (e.op == Expr::kSelfVar) e.units = Units::kNone;  // set below from the variable
+  }
+  for (int pass = 0; pass < 2; ++pass) {
+    for (Var& v : vars) v.units = exprs[static_cast<size_t>(v.expr)].units;
+    for (Expr& e : exprs) {
+      if (e.op == Expr::kSelfVar) e.units = vars[static_cast<size_t>(e.index)].units;
+      if (e.op < Expr::kAdd) continue;
+      const Units a = exprs[static_cast<size_t>(e.a)].units;
+      const Units b = e.b >= 0 ? exprs[static_cast<size_t>(e.b)].units : Units::kNone;
+      if ((e.op == Expr::kAdd || e.op == Expr::kSub) && a != Units::kNone && b != Units::kNone && a != b)
+        return fail("Timestamp units in expression don't match", cmd_pos);
+      e.units = a != Units::kNone ? a : b;
+    }
+  }
+  synths.resize(actions.size());
+  for (size_t i = 0; i < actions.size(); ++i) {
+    Action& a = actions[i];
+    actions_sig += a.text + ":";
+    if (a.handler == Action::kOnMatch && !events::Registry::get().find(a.match_system, a.match_event))
+      return fail("Event file not found", a.pos);
+    if (a.kind == Action::kSnapshot) snapshot_action = static_cast<int>(i);
+    if (a.kind != Action::kTrace) continue;
+    // Held from here (find and hold under the module's lock: a removal
+    // cannot slip in between), let go by the destructor.
+    std::shared_ptr<synth::Event> ev = synth::find_and_hold(a.synth_name);
+    if (!ev) return fail("Couldn't find synthetic event", a.synth_pos);
+    synths[i] = ev;
+    const std::vector<synth::FieldSpec>& fs = synth::fields(*ev);
+    if (fs.size() != a.params.size())
+      return fail("Param count doesn't match synthetic event field count", a.pos);
+    for (size_t k = 0; k < fs.size(); ++k) {
+      const bool str = a.params[k].string.is_string();
+      if (fs[k].is_stack || fs[k].is_string != str)
+        return fail("Param type doesn't match synthetic event field type", a.pos);
+    }
+    synths[i] = std::move(ev);
+  }
+  return true;
+}
 
 Histogram::Histogram() : impl_(std::make_unique<Impl>()) {}
 
 Histogram::~Histogram() {
-  if (!impl_->name.empty()) {
-    std::lock_guard<std::mutex> l(g_named_mu);
-    auto it = named().find(impl_->name);
-    impl_->table.reset();
+  Impl& im = *impl_;
+  for (const auto& e : im.synths)
+    if (e) synth::hold(*e, -1);
+  std::lock_guard<std::mutex> l(g_named_mu);
+  for (const auto& p : im.ref_pubs)
+    if (im.mine) p->users.fetch_sub(1, std::memory_order_relaxed);
+  if (im.mine) std::erase(published(), im.mine);
+  if (!im.name.empty()) {
+    auto it = named().find(im.name);
+    im.table.reset();
     if (it != named().end() && it->second.expired()) named().erase(it);
   }
 }
 
 // Kernel: event_hist_trigger_parse(): the command (parse_hist_command()),
-// then the table.
-std::unique_ptr<Histogram> Histogram::create(const EventDesc& ev, std::string_view cmd, Error* err) {
+// then the table, then the references and actions.
+std::unique_ptr<Histogram> Histogram::create(const EventDesc& ev, std::string_view cmd, Error* err,
+                                             Scope scope) {
   std::unique_ptr<Histogram> h(new Histogram());
   Impl& im = *h->impl_;
+  im.scope = scope;
+  im.event = &ev;
   if (!parse_hist_command(ev, cmd, &im, err)) return nullptr;
+  if (!scope.remove) {
+    std::lock_guard<std::mutex> l(g_named_mu);
+    for (const Var& v : im.vars)
+      for (const auto& p : published())
+        if (p->slot == scope.slot && p->system == ev.system && p->event == ev.name &&
+            std::find(p->vars.begin(), p->vars.end(), v.name) != p->vars.end()) {
+          *err = Error{"Variable already defined", im.cmd_pos};
+          return nullptr;
+        }
+  }
+  if (!im.resolve(err)) return nullptr;
   if (!im.create_tracing_map()) {
     *err = Error{"Named hist trigger doesn't match existing named trigger (includes variables)", im.cmd_pos};
     return nullptr;
   }
   return h;
 }
+
+void Histogram::publish() {
+  Impl& im = *impl_;
+  if (im.mine) return;
+  auto p = std::make_shared<Published>();
+  p->slot = im.scope.slot;
+  p->system = im.event->system;
+  p->event = im.event->name;
+  for (const Var& v : im.vars) {
+    p->vars.push_back(v.name);
+    p->units.push_back(v.units);
+  }
+  p->table = im.table;
+  p->key_layout = key_layout_of(im.keys);
+  {
+    std::lock_guard<std::mutex> l(g_named_mu);
+    for (const auto& r : im.ref_pubs) r->users.fetch_add(1, std::memory_order_relaxed);
+    published().push_back(p);
+  }
+  im.mine = std::move(p);
+}
+
+bool Histogram::takes_snapshots() const { return impl_->snapshot_action >= 0; }
+bool Histogram::needs_time() const { return impl_->needs_ts; }
+
+bool Histogram::referenced() const {
+  const Impl& im = *impl_;
+  return im.mine && im.mine->users.load(std::memory_order_relaxed) > 0;
+}
+
+namespace {
+
+// Writes `v` in decimal at `out` (no locale, no allocation: the write path's
+// snapshot reason). Returns the end.
+char* put_u64(char* out, uint64_t v) {
+  char tmp[20];
+  int n = 0;
+  do {
+    tmp[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v);
+  while (n) *out++ = tmp[--n];
+  return out;
+}
+
+}  // namespace
+
+namespace {
+
+// A string param: the record's string, NUL-terminated in `out`.
+void string_param(const Field& f, const Eval& ev, char (&out)[kSavedString]) {
+  out[0] = 0;
+  if (f.src == Src::kChars) {
+    if (f.offset < ev.len) {
+      const uint32_t room = std::min<uint32_t>({ev.len - f.offset, f.size, kSavedString - 1});
+      const auto* s = reinterpret_cast<const char*>(ev.rec + f.offset);
+      const size_t n = strnlen(s, room);
+      std::memcpy(out, s, n);
+      out[n] = 0;
+    }
+  } else if (f.src == Src::kDynStr && static_cast<uint32_t>(f.offset) + 4 <= ev.len) {
+    internal::DataLoc loc;
+    std::memcpy(&loc, ev.rec + f.offset, sizeof loc);
+    const uint32_t off = loc & 0xffff, n = loc >> 16;
+    if (n != 0 && off + n <= ev.len) {
+      const auto* s = reinterpret_cast<const char*>(ev.rec + off);
+      const size_t m = std::min<size_t>(strnlen(s, n), kSavedString - 1);
+      std::memcpy(out, s, m);
+      out[m] = 0;
+    }
+  }
+}
+
+// trace(SYNTH, params): the synthetic event, with the params' values.
+// Synthetic events generated while generating one (a synthetic event's own
+// hist trigger with a trace() action): a bound on the nesting, so that one
+// that generates itself stops (initial-exec TLS, no constructor: any thread).
+constinit __attribute__((tls_model("initial-exec"))) thread_local int t_synth_depth = 0;
+constexpr int kMaxSynthDepth = 4;
+
+void trace_synth(const Histogram::Impl& im, size_t i, Eval& ev) {
+  const synth::Event* se = im.synths[i].get();
+  if (!se || t_synth_depth >= kMaxSynthDepth) return;
+  const Action& a = im.actions[i];
+  uint64_t vals[kMaxParams];
+  char strs[kMaxStringParams][kSavedString];
+  size_t nstr = 0;
+  for (size_t k = 0; k < a.params.size(); ++k) {
+    const Param& pr = a.params[k];
+    if (pr.string.is_string()) {
+      if (nstr == kMaxStringParams) return;  // refused when parsed
+      string_param(pr.string, ev, strs[nstr]);
+      vals[k] = reinterpret_cast<uint64_t>(strs[nstr++]);
+    } else {
+      vals[k] = ev.eval(pr.expr);
+    }
+  }
+  ++t_synth_depth;
+  synth::trace(*se, vals, a.params.size());
+  --t_synth_depth;
+}
+
+// .snapshot(): onmax keeps the instance's N worst (N: how many snapshots it
+// keeps; the kernel's one global max when N is 1), onchange takes one at
+// every change and tells of the newest.
+void take_snapshot(Histogram::Impl& im, const Action& a, const TracingMap::Elt* e, uint64_t v,
+                   const RecordContext& ctx) {
+  if (!ctx.snapshot) return;
+  // order: acquire pairs with the release below: the kept list is whole.
+  if (im.snap_busy.exchange(1, std::memory_order_acquire)) {
+    im.snap_lost.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  int ring = ctx.snapshot_ring ? ctx.snapshot_ring(ctx.action_arg) : 1;
+  ring = std::clamp(ring, 1, 16);
+  const uint32_t n =
+      std::min<uint32_t>(im.snap_n.load(std::memory_order_relaxed), static_cast<uint32_t>(ring));
+  uint32_t slot = n;  // where the new one is told of
+  if (a.handler == Action::kOnMax) {
+    if (n == static_cast<uint32_t>(ring)) {
+      slot = 0;
+      for (uint32_t k = 1; k < n; ++k)
+        if (im.snap_val[k].load(std::memory_order_relaxed) <
+            im.snap_val[slot].load(std::memory_order_relaxed))
+          slot = k;
+      if (v <= im.snap_val[slot].load(std::memory_order_relaxed)) slot = UINT32_MAX;
+    }
+  } else {
+    slot = 0;
+  }
+  if (slot != UINT32_MAX) {
+    char reason[96];
+    char* p = reason;
+    const char* h = a.handler == Action::kOnMax ? "hist onmax($" : "hist onchange($";
+    const std::string& var = im.vars[static_cast<size_t>(a.track_var)].name;
+    const size_t hn = std::strlen(h), vn = std::min<size_t>(var.size(), 48);
+    std::memcpy(p, h, hn);
+    p += hn;
+    std::memcpy(p, var.data(), vn);
+    p += vn;
+    *p++ = ')';
+    *p++ = ' ';
+    *p++ = '=';
+    *p++ = ' ';
+    p = put_u64(p, v);
+    *p = 0;
+    if (ctx.snapshot(ctx.action_arg, reason, v, a.handler == Action::kOnMax) >= 0) {
+      im.snap_val[slot].store(v, std::memory_order_relaxed);
+      im.snap_elt[slot].store(static_cast<uint32_t>(e - im.table->elts.data()), std::memory_order_relaxed);
+      if (slot == n) im.snap_n.store(n + 1, std::memory_order_relaxed);
+    }
+  }
+  im.snap_busy.store(0, std::memory_order_release);
+}
+
+// Kernel: action_trace(), ontrack_action() (check_track_val_max,
+// check_track_val_changed, save_track_data, track_data_snapshot).
+//
+// An entry's track value and saved fields are changed by the writer that
+// sets the flag word's bit 1 (a try-lock: never waited on, a signal handler
+// may interrupt its holder); one that finds it set only raises the max
+// (compare-and-swap) and saves nothing, so the saved fields may then be
+// those of an earlier, lower maximum. The max itself is never lost.
+void run_action(Histogram::Impl& im, size_t i, TracingMap::Elt* e, Eval& ev) {
+  const Action& a = im.actions[i];
+  const RecordContext& ctx = ev.ctx;
+  if (a.handler == Action::kOnMatch) {
+    trace_synth(im, i, ev);
+    return;
+  }
+  const uint64_t v = ev.var(a.track_var);
+  std::atomic<uint64_t>& val = e->aux[a.aux];
+  std::atomic<uint64_t>& flags = e->aux[a.aux + 1];
+  // order: acquire pairs with the release that let go of the entry.
+  const uint64_t was = flags.fetch_or(2, std::memory_order_acquire);
+  const bool mine = !(was & 2);
+  bool fired = false;
+  if (a.handler == Action::kOnMax) {
+    // An entry's first value is its max; after that, a greater one.
+    uint64_t cur = val.load(std::memory_order_relaxed);
+    bool first = !(was & 1);
+    while (first || v > cur) {
+      // order: relaxed; the flag word orders the readers.
+      if (val.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
+        fired = true;
+        break;
+      }
+      first = false;  // another writer stored one: compare with it
+    }
+  } else {
+    fired = (was & 1) == 0 ? (val.store(v, std::memory_order_relaxed), true)
+                           : val.exchange(v, std::memory_order_relaxed) != v;
+  }
+  if (mine) {
+    if (fired && a.kind == Action::kSave) {
+      uint32_t w = a.aux + 2;
+      for (const Param& pr : a.params) {
+        if (pr.string.is_string()) {
+          char buf[kSavedString] = {};
+          string_param(pr.string, ev, buf);
+          for (uint32_t k = 0; k < kSavedString / 8; ++k) {
+            uint64_t word;
+            std::memcpy(&word, buf + 8 * k, 8);
+            e->aux[w++].store(word, std::memory_order_relaxed);
+          }
+        } else {
+          e->aux[w++].store(ev.eval(pr.expr), std::memory_order_relaxed);
+        }
+      }
+    }
+    // order: release lets go of the entry and publishes its words.
+    flags.store(1, std::memory_order_release);
+  } else if (!(was & 1)) {
+    flags.fetch_or(1, std::memory_order_release);
+  }
+  // onmax().snapshot() weighs every value against the kept snapshots, not
+  // only an entry's new max: the instance's max (or its N worst) may be
+  // below an entry's own max.
+  if (a.kind == Action::kSnapshot && a.handler == Action::kOnMax) take_snapshot(im, a, e, v, ctx);
+  if (!fired) return;
+  if (a.kind == Action::kTrace) trace_synth(im, i, ev);
+  if (a.kind == Action::kSnapshot && a.handler == Action::kOnChange) take_snapshot(im, a, e, v, ctx);
+}
+
+}  // namespace
 
 void Histogram::record(const void* rec_v, uint32_t len, const RecordContext& ctx) {
   Impl& im = *impl_;
@@ -128,12 +563,11 @@ void Histogram::record(const void* rec_v, uint32_t len, const RecordContext& ctx
   if (im.paused.load(std::memory_order_acquire)) return;
   TracingMap& t = *im.table;
   const auto* rec = static_cast<const uint8_t*>(rec_v);
+  Eval ev{im, rec, len, ctx};
   // Only the key's own bytes are cleared: the buffer is sized for the
   // largest key, and zeroing it all would cost more than the insert.
   alignas(8) uint8_t key[kMaxKeys * 1032];
   std::memset(key, 0, t.key_size);
-  uint64_t ts = 0;
-  bool have_ts = false;
   for (const Field& k : im.keys) {
     uint8_t* out = key + k.key_offset;
     if (k.src == Src::kChars) {
@@ -153,19 +587,58 @@ void Histogram::record(const void* rec_v, uint32_t len, const RecordContext& ctx
           std::memcpy(out, s, std::min<size_t>(strnlen(s, n), k.size - 1));
         }
       }
+    } else if (k.src == Src::kStack) {
+      uint64_t ips[kStackDepth];
+      const int n = ctx.stack ? ctx.stack(ctx.action_arg, ips, static_cast<int>(kStackDepth)) : 0;
+      if (n > 0) std::memcpy(out, ips, static_cast<size_t>(n) * 8);
     } else {
-      uint64_t v = im.value_of(k, rec, len, ctx, &ts, &have_ts);
+      uint64_t v = ev.field(k);
       if (k.flags & kLog2) v = log2_key(v);
       if (k.flags & kBuckets) v = v / k.buckets * k.buckets;
       std::memcpy(out, &v, 8);
     }
+  }
+  // Kernel: resolve_var_refs(): every variable of another histogram this
+  // one reads must be set in that histogram's entry of the same key, else
+  // the record does nothing here; those read are then unset (read once).
+  if (!im.refs.empty()) {
+    TracingMap::Elt* from[kMaxRefs] = {};
+    uint64_t used[kMaxRefs] = {};
+    for (const Ref& r : im.refs) {
+      const auto ti = static_cast<size_t>(r.table);
+      TracingMap& other = *im.ref_pubs[ti]->table;
+      if (!from[ti]) from[ti] = other.find(key);
+      if (!from[ti]) return;
+      // order: acquire pairs with the release or of the bits below: the
+      // values stored before it are seen.
+      const uint64_t set = from[ti]->vars[other.nvars].load(std::memory_order_acquire);
+      if (!(set >> r.var & 1)) return;
+      used[ti] |= uint64_t{1} << r.var;
+    }
+    for (size_t i = 0; i < im.refs.size(); ++i) {
+      const Ref& r = im.refs[i];
+      ev.refs[i] = from[r.table]->vars[r.var].load(std::memory_order_relaxed);
+    }
+    for (size_t ti = 0; ti < im.ref_pubs.size(); ++ti)
+      if (from[ti])
+        from[ti]->vars[im.ref_pubs[ti]->table->nvars].fetch_and(~used[ti], std::memory_order_relaxed);
   }
   // Hits are not counted here: they are the hitcounts plus the drops.
   TracingMap::Elt* e = t.insert(key, ctx.comm);
   if (!e) return;
   e->sums[0].fetch_add(1, std::memory_order_relaxed);
   for (size_t v = 1; v < im.vals.size(); ++v)
-    e->sums[v].fetch_add(im.value_of(im.vals[v], rec, len, ctx, &ts, &have_ts), std::memory_order_relaxed);
+    e->sums[v].fetch_add(ev.field(im.vals[v]), std::memory_order_relaxed);
+  if (!im.vars.empty()) {
+    uint64_t bits = 0;
+    for (size_t i = 0; i < im.vars.size(); ++i) {
+      e->vars[i].store(ev.var(static_cast<int>(i)), std::memory_order_relaxed);
+      bits |= uint64_t{1} << i;
+    }
+    // order: release publishes the values to the readers' acquire.
+    e->vars[im.vars.size()].fetch_or(bits, std::memory_order_release);
+  }
+  for (size_t i = 0; i < im.actions.size(); ++i) run_action(im, i, e, ev);
 }
 
 bool Histogram::wants_pause() const { return impl_->want_pause; }
@@ -174,7 +647,8 @@ bool Histogram::wants_clear() const { return impl_->want_clear; }
 
 bool Histogram::same_spec(const Histogram& o) const {
   const Impl &a = *impl_, &b = *o.impl_;
-  if (a.name != b.name || a.table->signature != b.table->signature || a.sort.size() != b.sort.size())
+  if (a.name != b.name || a.table->signature != b.table->signature || a.sort.size() != b.sort.size() ||
+      a.actions_sig != b.actions_sig)
     return false;
   for (size_t i = 0; i < a.sort.size(); ++i)
     if (a.sort[i].val != b.sort[i].val || a.sort[i].descending != b.sort[i].descending) return false;
@@ -196,6 +670,7 @@ void Histogram::clear() {
   const bool was = impl_->paused.exchange(true, std::memory_order_relaxed);
   writers::synchronize_writers();
   impl_->table->clear();
+  impl_->snap_n.store(0, std::memory_order_relaxed);
   impl_->paused.store(was, std::memory_order_release);
 }
 
@@ -217,16 +692,23 @@ std::string Histogram::trigger_text(std::string_view filter) const {
     if (i) s += ',';
     s += im.vals[i].spec();
   }
+  for (size_t i = 0; i < im.vars.size(); ++i) {
+    s += i ? "," : ":";
+    s += im.vars[i].name + "=" + im.vars[i].text;
+  }
   s += ":sort=";
   for (size_t i = 0; i < im.sort.size(); ++i) {
     const SortKey& k = im.sort[i];
     if (i) s += ",";
-    s += k.val >= 0 ? im.vals[static_cast<size_t>(k.val)].spec()
-                    : im.keys[static_cast<size_t>(-1 - k.val)].spec();
+    // Kernel: hitcount is printed bare, whatever its display modifiers.
+    s += k.val == 0  ? std::string("hitcount")
+         : k.val > 0 ? im.vals[static_cast<size_t>(k.val)].spec()
+                     : im.keys[static_cast<size_t>(-1 - k.val)].spec();
     if (k.descending) s += ".descending";
   }
   s += ":size=";
   s += std::to_string(1u << im.bits);
+  for (const Action& a : im.actions) s += ":" + a.text;
   if (!filter.empty()) {
     s += " if ";
     s += filter;
@@ -239,6 +721,33 @@ namespace {
 
 std::string format_key(const Field& k, const uint8_t* key, const char* comm) {
   char buf[512];
+  if (k.src == Src::kStack) {
+    // Kernel: hist_trigger_stacktrace_print(): a frame a line, %pS.
+    std::string out = k.name + ":\n";
+    for (uint32_t i = 0; i < kStackDepth; ++i) {
+      uint64_t ip;
+      std::memcpy(&ip, key + k.key_offset + 8 * i, 8);
+      if (ip == 0) break;
+      // A return address: its function is the one holding the byte before
+      // it (a call that ends a function returns into the next one); named
+      // as the function tracers name functions (symbols::Resolver: .symtab
+      // first, so static functions too), %pS's "sym+0xoff/0xsize".
+      std::string fn, at;
+      uint64_t off = 0;
+      if (symbols::Resolver::lookup(ip - 1, &fn, &off)) {
+        std::string here;
+        uint64_t off2 = 0;
+        at = symbols::Resolver::lookup(ip, &here, &off2) && here == fn
+                 ? symbols::Resolver::name(ip, true)
+                 : symbols::Resolver::name(ip - 1, true);
+      } else {
+        snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(ip));
+        at = buf;
+      }
+      out += "         " + at + "\n";
+    }
+    return out;
+  }
   if (k.is_string()) {
     const auto* s = reinterpret_cast<const char*>(key + k.key_offset);
     snprintf(buf, sizeof buf, "%s: %-50.*s", k.name.c_str(), static_cast<int>(strnlen(s, k.size)), s);
@@ -294,6 +803,90 @@ std::string format_key(const Field& k, const uint8_t* key, const char* comm) {
 
 }  // namespace
 
+namespace {
+
+// Kernel: track_data_print(): after an entry, each onmax/onchange's value
+// ("max:", "changed:") and what its save() kept; one line per variable
+// tracked (a save() and a snapshot() of one variable share it), and a blank
+// line after the entry.
+std::string track_text(const Histogram::Impl& im, const TracingMap::Elt* e) {
+  std::string out;
+  char buf[160];
+  std::vector<std::pair<int, int>> shown;  // (handler, var)
+  for (size_t i = 0; i < im.actions.size(); ++i) {
+    const Action& a = im.actions[i];
+    if (a.handler == Action::kOnMatch) continue;
+    const std::pair<int, int> id{a.handler, a.track_var};
+    if (std::find(shown.begin(), shown.end(), id) != shown.end()) continue;
+    // The save() of this variable if there is one (its words hold the values).
+    const Action* with = &a;
+    for (const Action& b : im.actions)
+      if (b.handler == a.handler && b.track_var == a.track_var && b.kind == Action::kSave) with = &b;
+    shown.push_back(id);
+    // order: acquire pairs with the writer's release of the entry.
+    if (!(e->aux[with->aux + 1].load(std::memory_order_acquire) & 1)) continue;
+    snprintf(buf, sizeof buf, "\n\t%s: %10llu", a.handler == Action::kOnMax ? "max" : "changed",
+             static_cast<unsigned long long>(e->aux[with->aux].load(std::memory_order_relaxed)));
+    out += buf;
+    if (with->kind != Action::kSave) continue;
+    uint32_t w = with->aux + 2;
+    for (const Param& pr : with->params) {
+      if (pr.string.is_string()) {
+        char str[kSavedString];
+        for (uint32_t k = 0; k < kSavedString / 8; ++k) {
+          const uint64_t word = e->aux[w++].load(std::memory_order_relaxed);
+          std::memcpy(str + 8 * k, &word, 8);
+        }
+        str[kSavedString - 1] = 0;
+        snprintf(buf, sizeof buf, "  %s: %-32s", pr.text.c_str(), str);
+      } else {
+        snprintf(buf, sizeof buf, "  %s: %10llu", pr.text.c_str(),
+                 static_cast<unsigned long long>(e->aux[w++].load(std::memory_order_relaxed)));
+      }
+      out += buf;
+    }
+  }
+  if (!out.empty()) out += "\n";
+  return out;
+}
+
+// Kernel: track_data_snapshot_print(). With several snapshots kept (this
+// project's snapshot_ring_size), onmax() keeps the N worst: each is told
+// of, the worst first.
+std::string snapshot_text(const Histogram::Impl& im) {
+  if (im.snapshot_action < 0) return {};
+  const uint32_t n = std::min<uint32_t>(im.snap_n.load(std::memory_order_acquire), 16);
+  if (n == 0) return {};
+  const Action& a = im.actions[static_cast<size_t>(im.snapshot_action)];
+  std::vector<std::pair<uint64_t, uint32_t>> kept;
+  for (uint32_t k = 0; k < n; ++k)
+    kept.emplace_back(im.snap_val[k].load(std::memory_order_relaxed),
+                      im.snap_elt[k].load(std::memory_order_relaxed));
+  std::sort(kept.begin(), kept.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  std::string out = n == 1 ? "\nSnapshot taken (see tracing/snapshot).  Details:\n"
+                           : "\nSnapshots taken (see tracing/snapshot and snapshot.AGE).  Details:\n";
+  char buf[160];
+  const char* h = a.handler == Action::kOnMax ? "onmax" : "onchange";
+  const std::string& var = im.vars[static_cast<size_t>(a.track_var)].name;
+  for (const auto& [v, elt] : kept) {
+    snprintf(buf, sizeof buf, "\ttriggering value { %s($%s) }: %10llu", h, var.c_str(),
+             static_cast<unsigned long long>(v));
+    out += buf;
+    out += "\ttriggered by event with key: { ";
+    const TracingMap::Elt& e = im.table->elts[elt];
+    for (size_t k = 0; k < im.keys.size(); ++k) {
+      if (k) out += ", ";
+      out += format_key(im.keys[k], e.key, e.comm);
+    }
+    out += " }\n";
+  }
+  if (const uint64_t lost = im.snap_lost.load(std::memory_order_relaxed))
+    out += "\tnot taken (another was being taken): " + std::to_string(lost) + "\n";
+  return out;
+}
+
+}  // namespace
+
 std::string Histogram::print(std::string_view filter) const {
   const Impl& im = *impl_;
   const TracingMap& t = *im.table;
@@ -301,17 +894,19 @@ std::string Histogram::print(std::string_view filter) const {
     const uint8_t* key;
     const char* comm;
     std::vector<uint64_t> sums;
+    const TracingMap::Elt* elt;
   };
   std::vector<Entry> entries;
   for (const auto& b : t.buckets) {
     // order: acquire pairs with insert()'s release: the key is complete.
     const TracingMap::Elt* e = t.element(b.load(std::memory_order_acquire));
     if (!e) continue;
-    Entry en{e->key, e->comm, std::vector<uint64_t>(t.nvals)};
+    Entry en{e->key, e->comm, std::vector<uint64_t>(t.nvals), e};
     for (size_t v = 0; v < t.nvals; ++v) en.sums[v] = e->sums[v].load(std::memory_order_relaxed);
     entries.push_back(std::move(en));
   }
   auto key_cmp = [&](const Entry& a, const Entry& b, const Field& k) {
+    if (k.src == Src::kStack) return std::memcmp(a.key + k.key_offset, b.key + k.key_offset, k.size);
     if (k.is_string())
       return std::strncmp(reinterpret_cast<const char*>(a.key + k.key_offset),
                           reinterpret_cast<const char*>(b.key + k.key_offset), k.size);
@@ -338,9 +933,12 @@ std::string Histogram::print(std::string_view filter) const {
       if (int c = key_cmp(a, b, k); c != 0) return c < 0;
     return false;
   });
-  std::vector<uint64_t> totals(t.nvals);
+  std::vector<uint64_t> totals(t.nvals), maxs(t.nvals);
   for (const Entry& e : entries)
-    for (size_t v = 0; v < t.nvals; ++v) totals[v] += e.sums[v];
+    for (size_t v = 0; v < t.nvals; ++v) {
+      totals[v] += e.sums[v];
+      maxs[v] = std::max(maxs[v], e.sums[v]);
+    }
   const uint64_t drops = t.drops.load(std::memory_order_relaxed);
 
   std::string out = "# event histogram\n#\n# trigger info: ";
@@ -353,7 +951,8 @@ std::string Histogram::print(std::string_view filter) const {
       if (k) out += ", ";
       out += format_key(im.keys[k], e.key, e.comm);
     }
-    out += " }";
+    // A stack ends with its last frame's line.
+    out += im.keys.back().src == Src::kStack ? "}" : " }";
     for (size_t v = 0; v < im.vals.size(); ++v) {
       const Field& f = im.vals[v];
       const auto u = static_cast<unsigned long long>(e.sums[v]);
@@ -368,6 +967,17 @@ std::string Histogram::print(std::string_view filter) const {
                                                                    : e.sums[v] / (totals[v] / 10000 + 1));
           snprintf(buf, sizeof buf, "%s%s (%%): %3u.%02u", sep, f.name.c_str(), pc / 100, pc % 100);
         }
+      } else if (f.flags & kGraph) {
+        // The kernel's __fill_bar_str(): 20 columns, the entry's share of
+        // the largest entry's value.
+        char bar[21];
+        const uint64_t pc = maxs[v] == 0                     ? 0
+                            : e.sums[v] < UINT64_MAX / 10000 ? e.sums[v] * 10000 / maxs[v]
+                                                             : e.sums[v] / (maxs[v] / 10000 + 1);
+        const uint64_t n = pc * 20 / 10000;
+        for (uint64_t c = 0; c < 20; ++c) bar[c] = c < n ? '#' : ' ';
+        bar[20] = 0;
+        snprintf(buf, sizeof buf, "%s%s: %20s", sep, f.name.c_str(), bar);
       } else if (f.flags & kHex) {
         snprintf(buf, sizeof buf, "%s%s: %10llx", sep, f.name.c_str(), u);
       } else {
@@ -375,8 +985,10 @@ std::string Histogram::print(std::string_view filter) const {
       }
       out += buf;
     }
+    out += track_text(im, e.elt);
     out += "\n";
   }
+  out += snapshot_text(im);
   const uint64_t hits = totals[0] + drops;
   snprintf(buf, sizeof buf, "\nTotals:\n    Hits: %llu\n    Entries: %zu\n    Dropped: %llu\n",
            static_cast<unsigned long long>(hits), entries.size(), static_cast<unsigned long long>(drops));

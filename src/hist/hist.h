@@ -32,6 +32,26 @@ struct RecordContext {
   // called at most once per record, only by histograms that use it.
   uint64_t (*now_ns)(const void* arg) = nullptr;
   const void* now_arg = nullptr;
+  // For onmax()/onchange() .snapshot(): takes a snapshot of the instance
+  // (`scored`: onmax's, whose `score` is the value: an instance that keeps
+  // several keeps the N worst; else the newest are kept) and says how many
+  // the instance keeps. For common_stacktrace
+  // keys: the writing thread's return addresses, up to `max`; returns the
+  // count. Each may be null (then nothing is taken, the stack is empty).
+  // Context: the write path (async-signal-safe, lock-free).
+  int (*snapshot)(const void* arg, const char* reason, uint64_t score, bool scored) = nullptr;
+  int (*snapshot_ring)(const void* arg) = nullptr;
+  int (*stack)(const void* arg, uint64_t* out, int max) = nullptr;
+  const void* action_arg = nullptr;
+};
+
+// Where a histogram lives: its instance's slot (variables are shared
+// between the histograms of one instance, as the kernel's within one
+// trace_array), and whether the command is a '!' removal (whose variables
+// may repeat those of the histogram it removes).
+struct Scope {
+  int slot = 0;
+  bool remove = false;
 };
 
 struct Error {
@@ -48,8 +68,25 @@ class Histogram {
   // A `name=` histogram shares its table with every other live histogram of
   // that name (their keys and values must match: an error otherwise).
   // Context: control plane; allocates the whole table (bounded by size=).
-  static std::unique_ptr<Histogram> create(const internal::EventDesc& ev, std::string_view cmd, Error* err);
+  static std::unique_ptr<Histogram> create(const internal::EventDesc& ev, std::string_view cmd, Error* err,
+                                           Scope scope = {});
   ~Histogram();
+
+  // The trigger is in place: its variables become visible to the other
+  // histograms of its instance. Undone by the destructor. (The synthetic
+  // events it generates are held from create() on: their removal fails
+  // with EBUSY while a histogram may generate them.)
+  // Context: control plane.
+  void publish();
+  // Another histogram reads this one's variables: its removal fails with
+  // EBUSY, as the kernel's hist_trigger_check_refs().
+  bool referenced() const;
+  // Has an onmax()/onchange() .snapshot() action: the instance's snapshot
+  // buffer is allocated with the trigger, as the kernel's action parser does.
+  bool takes_snapshots() const;
+  // Reads common_timestamp: the writer passes the record's time stamp
+  // (RecordContext::now_ns), read once with the record's.
+  bool needs_time() const;
 
   // Aggregates one record (`len` bytes, common header first; never read
   // outside it). Does nothing while paused. A full table counts the record
@@ -83,9 +120,10 @@ class Histogram {
   // \nTotals:\n    Hits: N\n    Entries: N\n    Dropped: N\n"
   std::string print(std::string_view filter) const;
 
+  struct Impl;  // defined in hist.cc
+
  private:
   Histogram();
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -26,6 +26,9 @@
 // the field, not the attribute (HistMalformedTest.FirstErrorInCommandOrder).
 #include "hist/hist_parse.h"
 
+#include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <utility>
 
 #include "events/record.h"
@@ -94,7 +97,11 @@ bool apply_field_modifier(std::string_view m, bool is_key, Field* f) {
         ok = f->src == Src::kTimestamp;
         break;
       case kPercent:
+      case kGraph:
         ok = !is_key && numeric;
+        break;
+      case kStacktrace:
+        ok = is_key && f->src == Src::kStack;  // implied by the field; accepted
         break;
       case kSyscall:
       case kSym:
@@ -118,7 +125,7 @@ uint32_t layout_keys(std::vector<Field>& keys) {
   uint32_t key_size = 0;
   for (Field& k : keys) {
     k.key_offset = key_size;
-    key_size += k.is_string() ? (k.size + 7u) & ~7u : 8u;
+    key_size += k.is_string() || k.src == Src::kStack ? (k.size + 7u) & ~7u : 8u;
   }
   return key_size;
 }
@@ -140,6 +147,11 @@ std::string table_signature(const HistSpec& spec) {
     sig += v.spec();
     sig += ',';
   }
+  // Variables are part of a table (the kernel's named-trigger check
+  // "includes variables"), and so are the per-entry words of the actions.
+  sig += ":";
+  for (const Var& v : spec.vars) sig += v.name + "=" + v.text + ",";
+  sig += ":" + std::to_string(spec.aux_words);
   return sig;
 }
 
@@ -166,6 +178,19 @@ class HistParser {
   bool parse_field(std::string_view text, size_t pos, bool is_key, Field* out);
   bool find_field(std::string_view name, bool is_key, Field* f);
   bool create_sort_keys();
+  // Section 2.2: variables, expressions, actions.
+  bool parse_vars(std::string_view list, size_t pos);
+  int parse_expr(std::string_view text, size_t pos);
+  int expr_sum(std::string_view& t, size_t& pos, int level);
+  int expr_term(std::string_view& t, size_t& pos, int level);
+  int expr_unary(std::string_view& t, size_t& pos, int level);
+  int expr_operand(std::string_view tok, size_t pos);
+  int add_expr(Expr e);
+  int binary(Expr::Op op, int a, int b, size_t pos);
+  bool parse_action(std::string_view attr, size_t pos);
+  bool parse_params(std::string_view list, size_t pos, Action* a);
+  bool resolve_names();
+  int depth(int node) const;
 
   const EventDesc& ev_;
   HistSpec& spec_;
@@ -174,6 +199,17 @@ class HistParser {
   // sort= items and their positions, kept for create_sort_keys(): a sort key
   // may name a value that a later vals= adds.
   std::vector<std::pair<std::string_view, size_t>> sort_items_;
+  // $names met before every variable is known: expression nodes (kSelfVar
+  // with index -1, resolved to an own variable or a Ref) and keys.
+  struct Pending {
+    int node;
+    std::string system, event, name;
+    size_t pos;
+  };
+  std::vector<Pending> pending_;
+  std::vector<std::pair<size_t, size_t>> key_vars_;    // (key index, caret)
+  std::vector<std::pair<size_t, size_t>> track_vars_;  // (action index, caret)
+  bool have_save_ = false;
 };
 
 // Kernel: event_hist_trigger_parse()'s part before the map.
@@ -192,6 +228,7 @@ bool HistParser::parse(std::string_view cmd) {
   if (cmd.size() > 4 && !parse_attrs(cmd.substr(5), base + 5)) return false;
   // [4]
   if (!have_keys_) return fail("No keys given", base);
+  if (!resolve_names()) return false;
   // [5]
   if (!create_sort_keys()) return false;
   // [6]
@@ -222,6 +259,8 @@ bool HistParser::parse_assignment(std::string_view attr, size_t pos) {
   // Where the value starts: for a key without '=', one past its end.
   const size_t vpos = pos + key.size() + 1;
   if (attr.empty()) return fail("Empty assignment", pos);
+  if (attr.substr(0, 8) == "onmatch(" || attr.substr(0, 6) == "onmax(" || attr.substr(0, 9) == "onchange(")
+    return parse_action(attr, pos);
   if (key == "keys" || key == "key") {
     if (val.empty()) return fail("Empty assignment", pos);
     if (have_keys_) return fail("Keys already given", pos);
@@ -242,6 +281,7 @@ bool HistParser::parse_assignment(std::string_view attr, size_t pos) {
     spec_.name = std::string(val);
     return true;
   }
+  if (eq != std::string_view::npos) return parse_vars(attr, pos);
   if (attr == "pause") {
     spec_.want_pause = true;
   } else if (attr == "cont" || attr == "continue") {
@@ -260,6 +300,16 @@ bool HistParser::create_key_fields(std::string_view list, size_t pos) {
   return for_each_item(list, pos, [&](std::string_view item, size_t p) {
     if (spec_.keys.size() == kMaxKeys) return fail("Too many keys (3 max)", p);
     Field f;
+    if (!item.empty() && item[0] == '$') {
+      // keys=$var: the key is the variable's value (histogram.rst's
+      // keys=$saved_pid:saved_pid=pid), resolved once every variable is known.
+      f.src = Src::kExpr;
+      f.name = std::string(item.substr(1));
+      f.text = std::string(item);
+      key_vars_.emplace_back(spec_.keys.size(), p);
+      spec_.keys.push_back(std::move(f));
+      return true;
+    }
     if (!parse_field(item, p, /*is_key=*/true, &f)) return false;
     spec_.keys.push_back(std::move(f));
     return true;
@@ -271,8 +321,29 @@ bool HistParser::create_key_fields(std::string_view list, size_t pos) {
 bool HistParser::create_val_fields(std::string_view list, size_t pos) {
   return for_each_item(list, pos, [&](std::string_view item, size_t p) {
     if (item == "hitcount") return true;
+    if (item.substr(0, 9) == "hitcount.") {
+      // Kernel: create_val_fields(): hitcount's modifiers (.percent,
+      // .graph) go to the hitcount every histogram has.
+      Field f;
+      if (!parse_field(item, p, /*is_key=*/false, &f)) return false;
+      spec_.vals[0].flags |= f.flags;
+      return true;
+    }
     if (spec_.vals.size() == kMaxVals) return fail("Too many values", p);
     Field f;
+    if (item.find_first_of("$+-*/()") != std::string_view::npos) {
+      // An expression (or a variable) summed as a value: named by its text
+      // without the '$'s, as the kernel names it.
+      const int e = parse_expr(item, p);
+      if (e < 0) return false;
+      f.src = Src::kExpr;
+      f.expr = e;
+      f.text = std::string(item);
+      for (char c : item)
+        if (c != '$') f.name += c;
+      spec_.vals.push_back(std::move(f));
+      return true;
+    }
     if (!parse_field(item, p, /*is_key=*/false, &f)) return false;
     if (f.is_string()) return fail("String type can not be a value", p);
     spec_.vals.push_back(std::move(f));
@@ -368,6 +439,13 @@ bool HistParser::find_field(std::string_view name, bool is_key, Field* f) {
         f->size = fd->size;
         f->is_signed = fd->is_signed;
     }
+  } else if (name == "common_stacktrace" || name == "stacktrace") {
+    // The writing thread's call stack (kernel: HIST_FIELD_FL_STACKTRACE),
+    // kStackDepth return addresses, a key only.
+    if (!is_key) return false;
+    f->src = Src::kStack;
+    f->size = kStackDepth * 8;
+    spec_.needs_stack = true;
   } else if (name == "common_timestamp") {
     f->src = Src::kTimestamp;
     spec_.needs_ts = true;
@@ -413,6 +491,439 @@ bool HistParser::create_sort_keys() {
     spec_.sort.push_back(sk);
   }
   if (spec_.sort.empty()) spec_.sort.push_back(SortKey{});
+  return true;
+}
+
+// ---- Section 2.2: variables, expressions and actions.
+
+bool is_ident(std::string_view s) {
+  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  return true;
+}
+
+// Kernel: parse_var_defs(): "name=expr[,name=expr...]"; each variable is
+// kept per entry. A name may not be given twice, nor be a keyword.
+bool HistParser::parse_vars(std::string_view list, size_t pos) {
+  return for_each_item(list, pos, [&](std::string_view item, size_t p) {
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos) return fail("Malformed assignment", p);
+    const std::string_view name = item.substr(0, eq), text = item.substr(eq + 1);
+    if (!is_ident(name)) return fail("Malformed assignment", p);
+    if (text.empty()) return fail("Empty assignment", p);
+    for (const Var& v : spec_.vars)
+      if (v.name == name) return fail("Variable already defined", p);
+    if (spec_.vars.size() == kMaxVars) return fail("Too many variables defined", p);
+    Var v;
+    v.name = std::string(name);
+    v.text = std::string(text);
+    // A bare string field cannot be kept (vars are numbers here).
+    if (text.find_first_of("$+-*/()") == std::string_view::npos) {
+      Field f;
+      if (find_field(text.substr(0, text.find('.')), false, &f) && f.is_string())
+        return fail("String type can not be an operand in expression", p + eq + 1);
+    }
+    v.expr = parse_expr(text, p + eq + 1);
+    if (v.expr < 0) return false;
+    v.units = spec_.exprs[static_cast<size_t>(v.expr)].units;
+    spec_.vars.push_back(std::move(v));
+    return true;
+  });
+}
+
+int HistParser::add_expr(Expr e) {
+  if (spec_.exprs.size() == kMaxExprs) {
+    fail("Too many subexpressions (3 max)", spec_.cmd_pos);
+    return -1;
+  }
+  spec_.exprs.push_back(std::move(e));
+  return static_cast<int>(spec_.exprs.size() - 1);
+}
+
+// Operator levels under `node`: the kernel's parse_expr() refuses more than 3.
+int HistParser::depth(int node) const {
+  if (node < 0) return 0;
+  const Expr& e = spec_.exprs[static_cast<size_t>(node)];
+  if (e.op < Expr::kAdd) return 0;
+  return 1 + std::max(depth(e.a), depth(e.b));
+}
+
+int HistParser::binary(Expr::Op op, int a, int b, size_t pos) {
+  const Expr &x = spec_.exprs[static_cast<size_t>(a)], &y = spec_.exprs[static_cast<size_t>(b)];
+  Expr e;
+  e.op = op;
+  e.a = a;
+  e.b = b;
+  if ((op == Expr::kAdd || op == Expr::kSub) && x.units != Units::kNone && y.units != Units::kNone &&
+      x.units != y.units) {
+    fail("Timestamp units in expression don't match", pos);
+    return -1;
+  }
+  if (op == Expr::kDiv && y.op == Expr::kConst && y.constant == 0) {
+    fail("Division by zero", pos);
+    return -1;
+  }
+  e.units = x.units != Units::kNone ? x.units : y.units;
+  return add_expr(std::move(e));
+}
+
+// Kernel: parse_expr(): + - * / over fields, constants, variables and
+// parentheses, * and / first, left to right; unary minus at the head of
+// the whole expression only; at most 3 levels of operators.
+int HistParser::parse_expr(std::string_view text, size_t pos) {
+  std::string_view t = text;
+  size_t p = pos;
+  const int e = expr_sum(t, p, 0);
+  if (e < 0) return -1;
+  if (!t.empty()) {
+    fail(t[0] == ')' ? "Invalid hist attribute" : "Malformed assignment", p);
+    return -1;
+  }
+  if (depth(e) > 3) {
+    fail("Too many subexpressions (3 max)", pos);
+    return -1;
+  }
+  return e;
+}
+
+int HistParser::expr_sum(std::string_view& t, size_t& pos, int level) {
+  int a = expr_term(t, pos, level);
+  while (a >= 0 && !t.empty() && (t[0] == '+' || t[0] == '-')) {
+    const Expr::Op op = t[0] == '+' ? Expr::kAdd : Expr::kSub;
+    const size_t at = pos;
+    t.remove_prefix(1);
+    ++pos;
+    const int b = expr_term(t, pos, level + 1);
+    if (b < 0) return -1;
+    a = binary(op, a, b, at);
+  }
+  return a;
+}
+
+int HistParser::expr_term(std::string_view& t, size_t& pos, int level) {
+  int a = expr_unary(t, pos, level);
+  while (a >= 0 && !t.empty() && (t[0] == '*' || t[0] == '/')) {
+    const Expr::Op op = t[0] == '*' ? Expr::kMul : Expr::kDiv;
+    const size_t at = pos;
+    t.remove_prefix(1);
+    ++pos;
+    const int b = expr_unary(t, pos, level + 1);
+    if (b < 0) return -1;
+    a = binary(op, a, b, at);
+  }
+  return a;
+}
+
+int HistParser::expr_unary(std::string_view& t, size_t& pos, int level) {
+  if (!t.empty() && t[0] == '-') {
+    if (level > 0) {
+      fail("Unary minus not supported in sub-expressions", pos);
+      return -1;
+    }
+    t.remove_prefix(1);
+    ++pos;
+    const int a = expr_unary(t, pos, level + 1);
+    if (a < 0) return -1;
+    Expr e;
+    e.op = Expr::kNeg;
+    e.a = a;
+    e.units = spec_.exprs[static_cast<size_t>(a)].units;
+    return add_expr(std::move(e));
+  }
+  if (!t.empty() && t[0] == '(') {
+    const size_t open = pos;
+    t.remove_prefix(1);
+    ++pos;
+    const int e = expr_sum(t, pos, level + 1);
+    if (e < 0) return -1;
+    if (t.empty() || t[0] != ')') {
+      fail("No closing paren found", open);
+      return -1;
+    }
+    t.remove_prefix(1);
+    ++pos;
+    return e;
+  }
+  size_t n = 0;
+  while (n < t.size() &&
+         (std::isalnum(static_cast<unsigned char>(t[n])) || t[n] == '_' || t[n] == '.' || t[n] == '$'))
+    ++n;
+  const std::string_view tok = t.substr(0, n);
+  const int e = expr_operand(tok, pos);
+  t.remove_prefix(n);
+  pos += n;
+  return e;
+}
+
+// One operand: $var, SYS.EVENT.$var, a number, or a numeric field with its
+// modifiers (common_timestamp.usecs).
+int HistParser::expr_operand(std::string_view tok, size_t pos) {
+  if (tok.empty()) {
+    fail("Empty field name", pos);
+    return -1;
+  }
+  const size_t dollar = tok.find('$');
+  if (dollar != std::string_view::npos) {
+    Pending pd{-1, "", "", std::string(tok.substr(dollar + 1)), pos};
+    if (dollar > 0) {
+      // SYS.EVENT.$var
+      const std::string_view qual = tok.substr(0, dollar);
+      const size_t dot = qual.find('.');
+      if (qual.back() != '.' || dot == std::string_view::npos || dot == 0 || dot + 2 > qual.size()) {
+        fail("Invalid subsystem or event name", pos);
+        return -1;
+      }
+      pd.system = std::string(qual.substr(0, dot));
+      pd.event = std::string(qual.substr(dot + 1, qual.size() - dot - 2));
+    }
+    if (!is_ident(pd.name)) {
+      fail("Couldn't find variable", pos);
+      return -1;
+    }
+    Expr e;
+    e.op = Expr::kSelfVar;  // resolve_names() decides
+    pd.node = add_expr(std::move(e));
+    if (pd.node < 0) return -1;
+    pending_.push_back(std::move(pd));
+    return pending_.back().node;
+  }
+  if (std::isdigit(static_cast<unsigned char>(tok[0]))) {
+    uint64_t v = 0;
+    int base = 10;
+    std::string_view d = tok;
+    if (d.size() > 2 && d[0] == '0' && (d[1] == 'x' || d[1] == 'X')) {
+      base = 16;
+      d.remove_prefix(2);
+    }
+    auto [end, ec] = std::from_chars(d.data(), d.data() + d.size(), v, base);
+    if (ec != std::errc() || end != d.data() + d.size()) {
+      fail("Expecting numeric literal", pos);
+      return -1;
+    }
+    Expr e;
+    e.op = Expr::kConst;
+    e.constant = v;
+    return add_expr(std::move(e));
+  }
+  Expr e;
+  e.op = Expr::kField;
+  if (!parse_field(tok, pos, /*is_key=*/false, &e.field)) return -1;
+  if (e.field.is_string()) {
+    fail("String type can not be an operand in expression", pos);
+    return -1;
+  }
+  if (e.field.src == Src::kHitcount || e.field.src == Src::kStack) {
+    fail("Couldn't find field", pos);
+    return -1;
+  }
+  if (e.field.src == Src::kTimestamp) e.units = (e.field.flags & kUsecs) ? Units::kUs : Units::kNs;
+  return add_expr(std::move(e));
+}
+
+// Kernel: parse_actions(): HANDLER(ARG).ACTION(PARAMS), HANDLER one of
+// onmatch(SYS.EVENT), onmax($var), onchange($var); ACTION one of
+// trace(SYNTH,params), save(fields), snapshot(), or onmatch's SYNTH(params).
+bool HistParser::parse_action(std::string_view attr, size_t pos) {
+  if (spec_.actions.size() == kMaxActions) return fail("Too many actions", pos);
+  Action a;
+  a.pos = pos;
+  a.text = std::string(attr);
+  const size_t open = attr.find('(');
+  const std::string_view handler = attr.substr(0, open);
+  const size_t close = attr.find(')', open);
+  if (close == std::string_view::npos) return fail("No closing paren found", pos + open);
+  const std::string_view arg = attr.substr(open + 1, close - open - 1);
+  const size_t arg_pos = pos + open + 1;
+  if (arg.find('(') != std::string_view::npos) return fail("No closing paren found", pos + open);
+  if (handler == "onmatch") {
+    a.handler = Action::kOnMatch;
+    const size_t dot = arg.find('.');
+    if (dot == std::string_view::npos) return fail("Missing subsystem", arg_pos);
+    a.match_system = std::string(arg.substr(0, dot));
+    a.match_event = std::string(arg.substr(dot + 1));
+    if (!is_ident(a.match_system) || !is_ident(a.match_event))
+      return fail("Invalid subsystem or event name", arg_pos);
+  } else {
+    a.handler = handler == "onmax" ? Action::kOnMax : Action::kOnChange;
+    if (arg.empty() || arg[0] != '$')
+      return fail("For onmax(x) or onchange(x), x must be a variable", arg_pos);
+    track_vars_.emplace_back(spec_.actions.size(), arg_pos);
+    a.synth_name = std::string(arg.substr(1));  // the variable's name until resolve_names()
+  }
+  std::string_view rest = attr.substr(close + 1);
+  size_t rpos = pos + close + 1;
+  if (rest.empty() || rest[0] != '.') return fail("No action found", rpos);
+  rest.remove_prefix(1);
+  ++rpos;
+  const size_t aopen = rest.find('(');
+  if (aopen == std::string_view::npos) return fail("No action found", rpos);
+  if (rest.back() != ')') return fail("No closing paren found", rpos + aopen);
+  const std::string_view name = rest.substr(0, aopen);
+  std::string_view params = rest.substr(aopen + 1, rest.size() - aopen - 2);
+  size_t ppos = rpos + aopen + 1;
+  if (name == "save") {
+    if (a.handler == Action::kOnMatch) return fail("Handler doesn't support action", rpos);
+    if (have_save_) return fail("Can't have more than one save() action per hist", rpos);
+    have_save_ = true;
+    a.kind = Action::kSave;
+    if (params.empty()) return fail("No params found for save()", ppos);
+  } else if (name == "snapshot") {
+    if (a.handler == Action::kOnMatch) return fail("Handler doesn't support action", rpos);
+    a.kind = Action::kSnapshot;
+    if (!params.empty()) return fail("Invalid action param", ppos);
+  } else {
+    a.kind = Action::kTrace;
+    if (name == "trace") {
+      const size_t comma = params.find(',');
+      a.synth_pos = ppos;
+      const std::string_view synth = params.substr(0, comma);
+      if (a.handler != Action::kOnMatch) a.text += "";  // keep the var name in synth_name below
+      if (synth.empty()) return fail("Couldn't find synthetic event", ppos);
+      if (a.handler == Action::kOnMatch)
+        a.synth_name = std::string(synth);
+      else
+        a.synth_name += "\n" + std::string(synth);  // "var\nsynth": split in resolve_names()
+      params = comma == std::string_view::npos ? std::string_view() : params.substr(comma + 1);
+      ppos += comma == std::string_view::npos ? synth.size() : comma + 1;
+    } else {
+      if (a.handler != Action::kOnMatch || !is_ident(name)) return fail("No action found", rpos);
+      a.synth_pos = rpos;
+      a.synth_name = std::string(name);
+    }
+  }
+  if (!params.empty() && !parse_params(params, ppos, &a)) return false;
+  spec_.actions.push_back(std::move(a));
+  return true;
+}
+
+// An action's params: numeric expressions ($var, fields, constants) or,
+// for trace() and save(), string fields of this event.
+bool HistParser::parse_params(std::string_view list, size_t pos, Action* a) {
+  return for_each_item(list, pos, [&](std::string_view item, size_t p) {
+    if (a->params.size() == kMaxParams) return fail("Too many action params", p);
+    if (item.empty()) return fail("Invalid action param", p);
+    Param pr;
+    pr.text = std::string(item);
+    if (item.find_first_of("$+-*/()") == std::string_view::npos &&
+        !std::isdigit(static_cast<unsigned char>(item[0]))) {
+      Field f;
+      if (!find_field(item.substr(0, item.find('.')), false, &f)) return fail("Couldn't find param", p);
+      if (f.is_string()) {
+        size_t strings = 0;
+        for (const Param& q : a->params) strings += q.string.is_string() ? 1u : 0u;
+        // trace() copies its strings onto the writer's stack.
+        if (a->kind == Action::kTrace && strings == kMaxStringParams)
+          return fail("Too many string params (4 max)", p);
+        if (!parse_field(item, p, false, &pr.string)) return false;
+        a->params.push_back(std::move(pr));
+        return true;
+      }
+    }
+    if (a->kind == Action::kSave && item.find_first_of("$+-*/()") != std::string_view::npos)
+      return fail("Invalid action param", p);
+    pr.expr = parse_expr(item, p);
+    if (pr.expr < 0) return false;
+    a->params.push_back(std::move(pr));
+    return true;
+  });
+}
+
+// After every attribute: $names become own variables or references to
+// other histograms' (Histogram::create resolves those), keys=$var take the
+// variable's expression, onmax/onchange name an own variable; and the
+// per-entry words of the actions are laid out.
+bool HistParser::resolve_names() {
+  auto own = [&](std::string_view name) -> int {
+    for (size_t i = 0; i < spec_.vars.size(); ++i)
+      if (spec_.vars[i].name == name) return static_cast<int>(i);
+    return -1;
+  };
+  for (const Pending& pd : pending_) {
+    Expr& e = spec_.exprs[static_cast<size_t>(pd.node)];
+    const int v = pd.system.empty() ? own(pd.name) : -1;
+    if (v >= 0) {
+      e.op = Expr::kSelfVar;
+      e.index = v;
+      e.units = spec_.vars[static_cast<size_t>(v)].units;
+      continue;
+    }
+    if (spec_.refs.size() == kMaxRefs) return fail("Too many variables defined", pd.pos);
+    Ref r;
+    r.name = pd.name;
+    r.system = pd.system;
+    r.event = pd.event;
+    r.pos = pd.pos;
+    e.op = Expr::kRef;
+    e.index = static_cast<int>(spec_.refs.size());
+    spec_.refs.push_back(std::move(r));
+  }
+  // Units flow up from variables resolved just now.
+  for (Expr& e : spec_.exprs)
+    if ((e.op == Expr::kAdd || e.op == Expr::kSub) && e.units == Units::kNone) {
+      const Units a = spec_.exprs[static_cast<size_t>(e.a)].units,
+                  b = spec_.exprs[static_cast<size_t>(e.b)].units;
+      if (a != Units::kNone && b != Units::kNone && a != b)
+        return fail("Timestamp units in expression don't match", spec_.cmd_pos);
+    }
+  // A variable may use another only if that one does not use it back.
+  for (size_t i = 0; i < spec_.vars.size(); ++i) {
+    std::vector<int> stack{spec_.vars[i].expr};
+    size_t steps = 0;
+    while (!stack.empty()) {
+      const int n = stack.back();
+      stack.pop_back();
+      if (n < 0) continue;
+      if (++steps > kMaxExprs * kMaxVars) return fail("Variable references itself", spec_.cmd_pos);
+      const Expr& e = spec_.exprs[static_cast<size_t>(n)];
+      if (e.op == Expr::kSelfVar) {
+        if (static_cast<size_t>(e.index) == i) return fail("Variable references itself", spec_.cmd_pos);
+        stack.push_back(spec_.vars[static_cast<size_t>(e.index)].expr);
+      }
+      stack.push_back(e.a);
+      stack.push_back(e.b);
+    }
+  }
+  for (auto [k, p] : key_vars_) {
+    Field& f = spec_.keys[k];
+    const int v = own(f.name);
+    if (v < 0) return fail("Couldn't find variable", p);
+    // The key is computed before any variable: it may read fields only.
+    std::vector<int> stack{spec_.vars[static_cast<size_t>(v)].expr};
+    while (!stack.empty()) {
+      const int n = stack.back();
+      stack.pop_back();
+      if (n < 0) continue;
+      const Expr& e = spec_.exprs[static_cast<size_t>(n)];
+      if (e.op == Expr::kSelfVar || e.op == Expr::kRef)
+        return fail("Using variable references in keys not supported", p);
+      stack.push_back(e.a);
+      stack.push_back(e.b);
+    }
+    f.expr = spec_.vars[static_cast<size_t>(v)].expr;
+  }
+  for (auto [ai, p] : track_vars_) {
+    Action& a = spec_.actions[ai];
+    std::string var = a.synth_name, synth;
+    if (const size_t nl = var.find('\n'); nl != std::string::npos) {
+      synth = var.substr(nl + 1);
+      var = var.substr(0, nl);
+    }
+    a.track_var = own(var);
+    if (a.track_var < 0) return fail("Couldn't find onmax or onchange variable", p);
+    a.synth_name = synth;
+  }
+  // Per-entry words: each onmax/onchange keeps its value and a flag word
+  // (bit 0: set; bit 1: a writer is updating it), then what save() keeps.
+  uint32_t words = 0;
+  for (Action& a : spec_.actions) {
+    if (a.handler == Action::kOnMatch) continue;
+    a.aux = words;
+    words += 2;
+    if (a.kind == Action::kSave)
+      for (const Param& pr : a.params) words += pr.string.is_string() ? kSavedString / 8 : 1;
+  }
+  spec_.aux_words = words;
   return true;
 }
 

@@ -29,17 +29,29 @@ enum Flag : uint32_t {
   kBuckets = 64,
   kUsecs = 128,
   kPercent = 256,
+  kGraph = 512,
+  kStacktrace = 1024,
 };
 struct FlagName {
   const char* name;
   Flag flag;
 };
 inline constexpr FlagName kFlagNames[] = {
-    {"hex", kHex},         {"sym", kSym},   {"sym-offset", kSymOffset}, {"execname", kExecname},
-    {"syscall", kSyscall}, {"log2", kLog2}, {"usecs", kUsecs},          {"percent", kPercent},
+    {"hex", kHex},
+    {"sym", kSym},
+    {"sym-offset", kSymOffset},
+    {"execname", kExecname},
+    {"syscall", kSyscall},
+    {"log2", kLog2},
+    {"usecs", kUsecs},
+    {"percent", kPercent},
+    {"graph", kGraph},
+    {"stacktrace", kStacktrace},
 };
 
-enum class Src : uint8_t { kInt, kChars, kDynStr, kCpu, kTimestamp, kHitcount };
+// Where a key or value reads from. kExpr: an expression (HistSpec::exprs),
+// for expression values and keys that name a variable ($var).
+enum class Src : uint8_t { kInt, kChars, kDynStr, kCpu, kTimestamp, kHitcount, kExpr, kStack };
 
 // One key or value of a histogram on one event.
 struct Field {
@@ -51,9 +63,12 @@ struct Field {
   uint16_t size = 0;    // in the record (ints), or the string bytes kept (keys)
   bool is_signed = false;
   uint32_t key_offset = 0;  // keys: where in the compound key
+  int expr = -1;            // kExpr: the expression (HistSpec::exprs)
+  std::string text;         // kExpr: as the trigger file prints it
   bool is_string() const { return src == Src::kChars || src == Src::kDynStr; }
   // "name.flag" as the trigger file prints it.
   std::string spec() const {
+    if (src == Src::kExpr) return text;
     std::string s = name;
     for (const FlagName& f : kFlagNames) {
       if (!(flags & f.flag)) continue;
@@ -66,6 +81,76 @@ struct Field {
     }
     return s;
   }
+};
+
+inline constexpr size_t kMaxVars = 16;    // TRACING_MAP_VARS_MAX
+inline constexpr size_t kMaxRefs = 16;    // variable references of one histogram
+inline constexpr size_t kMaxExprs = 64;   // expression nodes of one histogram
+inline constexpr size_t kMaxParams = 32;  // SYNTH_FIELDS_MAX: an action's params
+inline constexpr size_t kMaxActions = 8;
+inline constexpr uint32_t kStackDepth = 16;    // HIST_STACKTRACE_DEPTH
+inline constexpr uint32_t kSavedString = 64;   // bytes of a string save() keeps, or trace() passes
+inline constexpr size_t kMaxStringParams = 4;  // strings of one trace()
+
+// Units of a time stamp in an expression: common_timestamp and its
+// .usecs may not be mixed (Kernel: "Timestamp units in expression don't
+// match").
+enum class Units : uint8_t { kNone, kNs, kUs };
+
+// One node of an expression: a field (Field, numeric), a constant, a
+// variable reference (own variable or another histogram's, by key), or an
+// operator over two nodes. Evaluated in u64 arithmetic, as the kernel's.
+struct Expr {
+  enum Op : uint8_t { kField, kConst, kSelfVar, kRef, kAdd, kSub, kMul, kDiv, kNeg } op = kConst;
+  Field field;            // kField
+  uint64_t constant = 0;  // kConst
+  int index = -1;         // kSelfVar: HistSpec::vars; kRef: HistSpec::refs
+  int a = -1, b = -1;     // operands (kNeg: a only)
+  Units units = Units::kNone;
+};
+
+// A variable: name=expr. Kept per entry of the table (TracingMap::Elt::vars)
+// and readable by other events' histograms that have the same key.
+struct Var {
+  std::string name;
+  int expr = -1;
+  std::string text;  // the expression as written
+  Units units = Units::kNone;
+};
+
+// A reference to another histogram's variable ($name or SYS.EVENT.$name):
+// resolved when the histogram is created; read (once) from that
+// histogram's entry with this record's key.
+struct Ref {
+  std::string name;  // the variable's name
+  std::string system, event;
+  int table = -1;  // index into HistSpec::ref_tables
+  uint32_t var = 0;
+  Units units = Units::kNone;
+  size_t pos = 0;  // its caret in the command
+};
+
+// A value an action passes or saves: an expression, or a string field of
+// the record (strings are never operands).
+struct Param {
+  int expr = -1;  // numeric
+  Field string;   // is_string(): a string field of this event
+  std::string text;
+};
+
+struct Action {
+  enum Handler : uint8_t { kOnMatch, kOnMax, kOnChange } handler = kOnMatch;
+  enum Kind : uint8_t { kTrace, kSave, kSnapshot } kind = kTrace;
+  std::string match_system, match_event;  // onmatch(SYS.EVENT)
+  int track_var = -1;                     // onmax/onchange: HistSpec::vars
+  std::string synth_name;                 // trace
+  std::vector<Param> params;              // trace: one per field; save: the fields kept
+  // save: where the kept values are in an entry's aux words (a number one
+  // word, a string kSavedString / 8 words), and the track value's word.
+  uint32_t aux = 0;
+  std::string text;  // as the trigger file prints it
+  size_t pos = 0;    // its caret in the command
+  size_t synth_pos = 0;
 };
 
 struct SortKey {
@@ -83,6 +168,18 @@ struct HistSpec {
   std::string name;
   bool want_pause = false, want_cont = false, want_clear = false;
   bool needs_ts = false;
+  bool needs_stack = false;
+  // Variables, expressions and actions (histogram.rst section 2.2).
+  std::vector<Var> vars;
+  std::vector<Expr> exprs;
+  std::vector<Ref> refs;
+  // The other histograms' variables this one reads: their name (SYS.EVENT,
+  // for the trigger text) and, once resolved, their tables
+  // (Histogram::Impl keeps those).
+  std::vector<std::pair<std::string, std::string>> ref_tables;
+  std::vector<Action> actions;
+  // Words of per-entry action state: a track value and saved values.
+  uint32_t aux_words = 0;
   // The table this spec aggregates into: bytes of the compound key, and the
   // keys and values as text, which a name= table is shared on.
   uint32_t key_size = 0;

@@ -42,21 +42,51 @@ namespace usrtrace::hist {
 struct TracingMap {
   struct Elt {
     std::atomic<uint64_t>* sums;  // one per value, hitcount first
+    // The entry's variables (histogram.rst 2.2.1), then one word whose bit
+    // i says variable i is set: a writer stores the values (relaxed) and
+    // then ors the bits (release); a reader of another event loads the
+    // bits (acquire), reads the values and clears the bits it used (read
+    // once).
+    std::atomic<uint64_t>* vars;
+    std::atomic<uint64_t>* aux;  // the actions' per-entry words (hist.cc)
     uint8_t* key;
     char comm[16];  // the inserting thread's name (.execname), as the kernel keeps it
   };
-  TracingMap(uint32_t bits, uint32_t key_bytes, size_t values)
+  TracingMap(uint32_t bits, uint32_t key_bytes, size_t values, size_t variables = 0, size_t aux_words = 0)
       : size(1u << bits),
         key_size(key_bytes),
         nvals(values),
+        nvars(variables),
+        naux(aux_words),
         buckets(size_t{2} << bits),
         elts(size),
         keys(size_t{size} * key_size),
-        sums(size_t{size} * nvals) {
+        sums(size_t{size} * nvals),
+        var_words(nvars ? size_t{size} * (nvars + 1) : 0),
+        aux_words_(size_t{size} * naux) {
     for (uint32_t i = 0; i < size; ++i) {
       elts[i].sums = &sums[size_t{i} * nvals];
+      elts[i].vars = nvars ? &var_words[size_t{i} * (nvars + 1)] : nullptr;
+      elts[i].aux = naux ? &aux_words_[size_t{i} * naux] : nullptr;
       elts[i].key = &keys[size_t{i} * key_size];
     }
+  }
+
+  // The element of `key`, or null: a lookup that inserts nothing (another
+  // event's histogram reading this one's variables).
+  // Context: the write path.
+  Elt* find(const uint8_t* key) {
+    const uint32_t h = hash_of(key, key_size);
+    const size_t mask = buckets.size() - 1;
+    size_t idx = h & mask;
+    for (size_t probes = 0; probes < buckets.size(); ++probes, idx = (idx + 1) & mask) {
+      // order: acquire pairs with insert()'s release CAS: the key is complete.
+      const uint64_t w = buckets[idx].load(std::memory_order_acquire);
+      if (w == 0) return nullptr;
+      Elt* e = &elts[static_cast<uint32_t>(w) - 1];
+      if (static_cast<uint32_t>(w >> 32) == h && std::memcmp(e->key, key, key_size) == 0) return e;
+    }
+    return nullptr;
   }
 
   static uint32_t hash_of(const uint8_t* key, uint32_t n) {
@@ -130,6 +160,8 @@ struct TracingMap {
   void clear() {
     for (auto& b : buckets) b.store(0, std::memory_order_relaxed);
     for (auto& s : sums) s.store(0, std::memory_order_relaxed);
+    for (auto& v : var_words) v.store(0, std::memory_order_relaxed);
+    for (auto& a : aux_words_) a.store(0, std::memory_order_relaxed);
     std::memset(keys.data(), 0, keys.size());
     next.store(0, std::memory_order_relaxed);
     spare.store(0, std::memory_order_relaxed);
@@ -139,14 +171,18 @@ struct TracingMap {
   const uint32_t size;
   const uint32_t key_size;
   const size_t nvals;
+  const size_t nvars;
+  const size_t naux;
   std::vector<std::atomic<uint64_t>> buckets;  // (hash << 32) | (element index + 1)
   std::vector<Elt> elts;
   std::vector<uint8_t> keys;
   std::vector<std::atomic<uint64_t>> sums;
-  std::atomic<uint32_t> next{0};   // elements never used start here
-  std::atomic<uint32_t> spare{0};  // index + 1 of one element a lost race gave back
-  std::atomic<uint64_t> drops{0};  // records not counted: the table was full
-  std::string signature;           // keys and values, for name= sharing
+  std::vector<std::atomic<uint64_t>> var_words;   // nvars + 1 per element
+  std::vector<std::atomic<uint64_t>> aux_words_;  // naux per element
+  std::atomic<uint32_t> next{0};                  // elements never used start here
+  std::atomic<uint32_t> spare{0};                 // index + 1 of one element a lost race gave back
+  std::atomic<uint64_t> drops{0};                 // records not counted: the table was full
+  std::string signature;                          // keys and values, for name= sharing
 };
 
 }  // namespace usrtrace::hist

@@ -3,10 +3,31 @@
 // while tracing goes on (the kernel's `snapshot` file and
 // tracing_snapshot()). docs/design/snapshots.md has the long form.
 //
-// A ring of N spares (snapshot_ring_size, default 1) keeps the last N
-// snapshots: snapshot k swaps the live buffer with spare k % N, which is
-// first emptied in O(1) (RingBuffer::clear_detached), so the live buffer
-// goes on from empty pages and the oldest kept snapshot is the one given up.
+// A ring of N spares (snapshot_ring_size, default 1) keeps N snapshots. A
+// swap gives up one spare, which is first emptied in O(1)
+// (RingBuffer::clear_detached), so the live buffer goes on from empty pages:
+//
+//   1. a spare that holds no snapshot (since allocation, clear or a clock
+//      change), if there is one; otherwise
+//   2. take(), take_max(): the oldest kept snapshot (the ring keeps the
+//      last N);
+//   3. take_scored(): the lowest-ranked of the kept snapshots and the new
+//      one, where rank is (scored, score, number): an unscored snapshot
+//      ranks below every scored one, then the lower score, then the older.
+//      If that is the new one (every kept snapshot is scored, with a higher
+//      score), nothing is swapped: the request is dropped and its events
+//      stay live. So scored takes alone keep the N worst cases, ties going
+//      to the newer; a plain take among them still gives up the oldest,
+//      whatever its score.
+//
+// get(age) still reads by recency (age 0: the most recently taken), through
+// order_, which maps age -> spare:
+//
+//   order_: [ 2 | 0 | 1 ]   kept_ = 2: ages 0 and 1 are spares 2 and 0;
+//             age0 age1 .    order_[kept_..N) are the empty spares.
+//
+// A swap that gives up order_[p] moves it to the front (ages 0..p-1 become
+// 1..p); one that fills an empty spare also grows kept_ by one.
 //
 // Taking a snapshot is lock-free and async-signal-safe. The swap needs the
 // live buffer's control lock (a resize or a clock change must not move the
@@ -14,11 +35,14 @@
 // run it with the lock held: at once if the lock is free, otherwise by the
 // holder when it unlocks (RingBuffer::run_deferred), which may be the very
 // thread the calling signal handler interrupted. Requests that meet one not
-// yet run are merged into it (the snapshot says how many).
+// yet run are merged into it (the snapshot says how many); a scored one
+// raises the pending request's score to the larger of the two, and makes an
+// unscored one scored (then ranked, and perhaps dropped, as 3 says).
 //
-// Everything that changes the spares (allocation, freeing, ring size,
-// resize, clock) holds the live buffer's control lock, so the deferred swap
-// never sees them half-changed and never needs a spare's own lock.
+// Everything that changes the spares, order_ and kept_ (allocation,
+// freeing, ring size, resize, clock, clear) holds the live buffer's control
+// lock, so the deferred swap never sees them half-changed and never needs a
+// spare's own lock.
 #pragma once
 
 #include <atomic>
@@ -43,6 +67,10 @@ struct SnapshotInfo {
   int tid = 0;          // the requesting thread
   int cpu = -1;         // -1: all CPUs were swapped, else only that one
   uint64_t merged = 0;  // further requests served by this snapshot
+  // take_scored(): how bad the case was, the largest score of the requests
+  // served. take() and take_max() leave it unscored.
+  bool scored = false;
+  uint64_t score = 0;
   char reason[kSnapshotReasonMax] = {};
   // A latency tracer's max trace (latency/latency.h): the measured window
   // in raw clock values (window_end 0: not a max trace), where it began and
@@ -89,7 +117,13 @@ class Snapshots {
   // tid are filled in when 0); all CPUs are swapped. -ENOENT without a
   // spare, and then nothing else happens. Context: as take().
   int take_max(const SnapshotInfo& info);
-  // Snapshots taken since allocation.
+  // take() of all CPUs, for keeping the worst cases: the snapshot is ranked
+  // by `score` (higher: worse) and gives up the lowest-ranked kept one, or
+  // is dropped if it ranks below them all (rule 3 at the top). Returns as
+  // take(), and does the same without a spare. Context: as take().
+  int take_scored(std::string_view reason, uint64_t score);
+  // Snapshots taken since allocation (swaps made: a dropped scored request
+  // is not counted).
   uint64_t taken() const { return taken_.load(std::memory_order_acquire); }
 
   // The live buffer's resize and clock, applied to the spares too (they
@@ -97,10 +131,11 @@ class Snapshots {
   int resize(int cpu, uint64_t bytes);
   void set_clock(clock::ClockId id);
 
-  // A reference to kept snapshot `age` (0: the newest) for reading: its
-  // buffer and what its head says. While one is held, release() and
-  // set_ring_size() fail with EBUSY. A snapshot taken meanwhile may recycle
-  // the buffer: the reader then sees it emptied, never freed.
+  // A reference to kept snapshot `age` (0: the most recently taken, whatever
+  // the scores) for reading: its buffer and what its head says. While one
+  // is held, release() and set_ring_size() fail with EBUSY. A snapshot
+  // taken meanwhile may recycle the buffer: the reader then sees it
+  // emptied, never freed.
   class Ref {
    public:
     Ref() = default;
@@ -119,12 +154,17 @@ class Snapshots {
     rb::RingBuffer* buffer_ = nullptr;
     SnapshotInfo info_;
   };
-  // An empty Ref when nothing is allocated or `age` >= ring size.
+  // An empty Ref when nothing is allocated or fewer than age + 1 snapshots
+  // are kept; age 0 with none kept is an empty spare (no number).
   Ref get(int age);
 
  private:
+  int request(std::string_view reason, int cpu, bool scored, uint64_t score);
   static void run_requests(void* self, const rb::RingBuffer::Locked& held);
   void take_locked(const rb::RingBuffer::Locked& held, const SnapshotInfo& req);
+  // No snapshot kept: order_ is the identity. Context: live_'s control lock
+  // held, or the constructor.
+  void forget_kept();
   // New spares for a ring of n, sized like the live buffer; installs them
   // in place of the old ones, which it frees. 0 or -ENOMEM.
   int reallocate(int n);
@@ -138,15 +178,26 @@ class Snapshots {
   std::unique_ptr<rb::RingBuffer> spares_[kMaxSnapshotRing];
   SnapshotInfo info_[kMaxSnapshotRing];
   std::atomic<bool> allocated_{false};
+  // Written under live_'s control lock too while allocated (reallocate).
   std::atomic<int> ring_{1};
+  // order_[age]: the spare holding the kept snapshot of that age, for age <
+  // kept_ (kept_ <= ring size); the rest are the empty spares.
+  uint8_t order_[kMaxSnapshotRing] = {};
+  int kept_ = 0;
   std::atomic<uint64_t> taken_{0};
   std::atomic<int> readers_{0};
 
   // The pending request. request_state_: 0 free, 1 being filled by a
   // requester, 2 filled and waiting for the swap. A request that finds it
-  // taken is merged into it (merged_).
+  // taken is merged into it: merged_ counts it and, for a scored one,
+  // merged_score_ keeps the largest merged score + 1 (0: no scored merge;
+  // a score of UINT64_MAX counts as UINT64_MAX - 1 there), one word so a
+  // merge is folded in whole. run_requests takes both when it runs the
+  // request; a merge that lands just after that is folded into the next
+  // request instead.
   std::atomic<uint32_t> request_state_{0};
   std::atomic<uint64_t> merged_{0};
+  std::atomic<uint64_t> merged_score_{0};
   SnapshotInfo request_;
 };
 

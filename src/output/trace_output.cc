@@ -635,6 +635,7 @@ std::string snapshot_head(const Opts& o, const instance::Snapshots& snaps, int a
   if (info.cpu >= 0) h += std::to_string(info.cpu);
   h += "\n";
   if (info.merged) h += "# requests merged into it: " + std::to_string(info.merged) + "\n";
+  if (info.scored) h += "# score: " + std::to_string(info.score) + "\n";
   if (info.reason[0]) {
     h += "# reason: ";
     for (const char* p = info.reason; *p; ++p) h += (*p == '\n' ? ' ' : *p);

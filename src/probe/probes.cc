@@ -39,6 +39,7 @@
 #include "base/percpu.h"
 #include "base/safe_copy.h"
 #include "events/registry.h"
+#include "hist/synth.h"
 #include "instance/instance.h"
 #include "patch/patch.h"
 #include "probe/fetch.h"
@@ -463,7 +464,7 @@ int add_line(std::string_view line, Error* e) USRTRACE_REQUIRES(mu()) {
     for (size_t k = hit.size(); k-- > 0;) remove_at(hit[k]);
     return 0;
   }
-  if (find(d.group, d.event) != nullptr) {
+  if (find(d.group, d.event) != nullptr || (d.group == hist::synth::kSystem && hist::synth::find(d.event))) {
     *e = {"Event already exists", 0, EEXIST};
     return -EEXIST;
   }
@@ -502,6 +503,33 @@ int add_line(std::string_view line, Error* e) USRTRACE_REQUIRES(mu()) {
   return 0;
 }
 
+// dynamic_events' synthetic event lines (hist/synth.h): `s:` lines, and
+// `-:` lines that name one (`-:synthetic/NAME`, or `-:NAME` when a
+// synthetic event has that name). 1 when the line is not theirs, else 0 or
+// -errno with *e.
+int synth_line(std::string_view line, Error* e) USRTRACE_REQUIRES(mu()) {
+  const bool define = line.rfind("s:", 0) == 0, removal = line.rfind("-:", 0) == 0;
+  if (!define && !removal) return 1;
+  const size_t end = std::min(line.find_first_of(" \t", 2), line.size());
+  const std::string_view target = line.substr(2, end - 2);
+  const size_t slash = target.find('/');
+  const std::string_view group =
+      slash == std::string_view::npos ? std::string_view() : target.substr(0, slash);
+  const std::string_view event = slash == std::string_view::npos ? target : target.substr(slash + 1);
+  if (removal && group != hist::synth::kSystem &&
+      !(group.empty() && !event.empty() && hist::synth::find(event) != nullptr))
+    return 1;
+  hist::synth::Error se;
+  if (int rc = hist::synth::write_dynamic(line, &se); rc < 0) {
+    *e = {std::move(se.text), se.pos, -rc, "synthetic_events"};
+    return rc;
+  }
+  // dyn_event_release(): `-:NAME` removes the events of every kind so named.
+  if (removal && group.empty())
+    if (int rc = add_line(line, e); rc < 0 && rc != -ENOENT) return rc;
+  return 0;
+}
+
 }  // namespace
 
 int write_text(std::string_view text, bool dynamic, Error* e, size_t* line_at) {
@@ -520,9 +548,10 @@ int write_text(std::string_view text, bool dynamic, Error* e, size_t* line_at) {
       size_t lead = 0;
       while (lead < line.size() && (line[lead] == ' ' || line[lead] == '\t')) ++lead;
       if (lead < line.size()) {
-        // dynamic_events takes every kind; ours are p, r and -.
-        (void)dynamic;
-        rc = add_line(line.substr(lead), e);
+        // dynamic_events takes every kind; ours are p, r, - and the
+        // synthetic events' s.
+        rc = dynamic ? synth_line(line.substr(lead), e) : 1;
+        if (rc > 0) rc = add_line(line.substr(lead), e);
         if (rc < 0) {
           *line_at = at + lead;
           break;
@@ -546,10 +575,14 @@ int clear_all() {
 }
 
 std::string events_text(bool dynamic) {
-  (void)dynamic;  // the same lines: dynamic_events lists every kind, and ours are uprobes
-  Hold l;
+  // The same probe lines: dynamic_events lists every kind, ours are
+  // uprobes and the synthetic events.
   std::string out;
-  for (const auto& p : probes()) out += p->def.text() + "\n";
+  {
+    Hold l;
+    for (const auto& p : probes()) out += p->def.text() + "\n";
+  }
+  if (dynamic) out += hist::synth::dynamic_text();
   return out;
 }
 

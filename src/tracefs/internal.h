@@ -132,6 +132,7 @@ extern const std::span<const FileSpec> kPerCpuFiles;    // per_cpu_files.cc: per
 extern const std::span<const FileSpec> kFunctionFiles;  // function_files.cc, trace_stat/
 extern const std::span<const FileSpec> kLatencyFiles;   // latency_files.cc
 extern const std::span<const FileSpec> kProbeFiles;     // probe_files.cc: uprobe_events, dynamic_events
+extern const std::span<const FileSpec> kSynthFiles;     // synth_files.cc: synthetic_events
 
 // Resolves a path; -ENOENT, -ENOTDIR, -ENAMETOOLONG, -EINVAL.
 // Context: control plane; takes the instance table and registry locks.

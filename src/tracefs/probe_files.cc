@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <string>
 
+#include "hist/synth.h"
 #include "probe/probes.h"
 #include "probe/sdt.h"
 #include "tracefs/internal.h"
@@ -22,9 +23,18 @@ bool truncating(int flags) { return (flags & O_ACCMODE) != O_RDONLY && (flags & 
 template <bool dynamic>
 std::unique_ptr<File> open_events(Node n, int flags, int* err) {
   Instance* ip = n.inst.get();
-  // `>`: every probe goes, or none and EBUSY (the kernel's open fails).
+  // `>`: every probe goes, or none and EBUSY (the kernel's open fails);
+  // on dynamic_events the synthetic events too (dyn_events_release_all()).
   if (truncating(flags)) {
+    if (dynamic && hist::synth::any_busy()) {
+      *err = EBUSY;
+      return nullptr;
+    }
     if (int rc = probe::clear_all(); rc < 0) {
+      *err = -rc;
+      return nullptr;
+    }
+    if (int rc = dynamic ? hist::synth::clear_all() : 0; rc < 0) {
       *err = -rc;
       return nullptr;
     }
@@ -38,7 +48,7 @@ std::unique_ptr<File> open_events(Node n, int flags, int* err) {
       if (e.text.empty()) return rc;  // where the kernel logs nothing (no such event, busy)
       std::string_view line = s.substr(at);
       line = line.substr(0, line.find('\n'));
-      return fail_text(*ip, "trace_uprobe", e.text, line, e.pos, -rc);
+      return fail_text(*ip, e.subsystem, e.text, line, e.pos, -rc);
     }
     return static_cast<long>(s.size());
   };

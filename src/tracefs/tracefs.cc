@@ -51,7 +51,7 @@ namespace {
 // so the order is only that of the walk.
 constexpr const std::span<const FileSpec>* kGroups[] = {
     &kInstanceFiles, &kEventFiles,   &kSnapshotFiles, &kPerCpuFiles,
-    &kFunctionFiles, &kLatencyFiles, &kProbeFiles,
+    &kFunctionFiles, &kLatencyFiles, &kProbeFiles,    &kSynthFiles,
 };
 
 // A directory in a directory, or a family of them named by a parameter

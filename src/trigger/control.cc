@@ -288,7 +288,7 @@ int build_trigger(int slot, const EventDesc& ev, std::string_view s, const Comma
     }
     case Kind::kHist: {
       hist::Error he;
-      t->hist = hist::Histogram::create(ev, c.head, &he);
+      t->hist = hist::Histogram::create(ev, c.head, &he, hist::Scope{slot, c.remove});
       if (!t->hist) {
         Error e;
         e.subsystem = std::string("hist:") + ev.system + ":" + ev.name;
@@ -463,6 +463,13 @@ int write_trigger_once(int slot, EventDesc& ev, std::string_view cmd, Error* err
 
   if (c.remove) {
     if (!existing) return 0;  // the kernel ignores removing what is not there
+    // Kernel: hist_trigger_check_refs(): a histogram whose variables
+    // another reads stays.
+    if (existing->kind == Kind::kHist && existing->hist->referenced()) {
+      *err = Error{"hist:" + std::string(ev.system) + ":" + ev.name,
+                   "Hist trigger's variables are used by another hist trigger", std::string(s), 0};
+      return -EBUSY;
+    }
     auto next = copy_of(ev, slot);
     std::erase(next->triggers, existing);
     adjust_soft(*existing, slot, -1);
@@ -493,7 +500,7 @@ int write_trigger_once(int slot, EventDesc& ev, std::string_view cmd, Error* err
     *err = trigger_error("Trigger already exists", s, 0);
     return -EEXIST;
   }
-  if (c.kind == Kind::kSnapshot) {
+  if (c.kind == Kind::kSnapshot || (c.kind == Kind::kHist && t->hist->takes_snapshots())) {
     // Kernel: a snapshot trigger allocates the snapshot buffer.
     instance::Instance* inst = instance::g_slot_state[slot].instance.load(std::memory_order_acquire);
     if (!inst) return -ENODEV;
@@ -504,6 +511,7 @@ int write_trigger_once(int slot, EventDesc& ev, std::string_view cmd, Error* err
   }
   auto next = copy_of(ev, slot);
   adjust_soft(*t, slot, +1);
+  if (t->hist) t->hist->publish();
   next->triggers.insert(next->triggers.begin(), std::shared_ptr<Trigger>(std::move(t)));
   publish(ev, slot, std::move(next), &retired);
   retire(&retired);

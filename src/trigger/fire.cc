@@ -1,6 +1,7 @@
 // The write path of filters and triggers (see control.h for the protocol).
 // Built with -fno-exceptions: nothing here throws, allocates or locks.
 #include <atomic>
+#include <cerrno>
 
 #include "base/compiler.h"
 #include "base/rseq.h"
@@ -12,12 +13,6 @@
 namespace usrtrace::trigger {
 namespace {
 
-uint64_t slot_now_ns(const void* arg) {
-  const auto* rb = static_cast<const rb::RingBuffer*>(arg);
-  const clock::ClockId id = rb->clock();
-  return clock::raw_to_ns(id, clock::read_raw(id));
-}
-
 struct Fire {
   const internal::EventDesc& ev;
   const void* rec;
@@ -25,6 +20,44 @@ struct Fire {
   const filter::Context& fctx;
   const void* caller_ip;
 };
+
+// What a hist trigger's record asks of its slot: the record's time stamp
+// (common_timestamp is the one the ring buffer stored with the record, read
+// once for the slot: write_controlled passes it to the write), snapshots
+// and the stack.
+struct SlotCtx {
+  int slot;
+  rb::RingBuffer* rb;
+  uint64_t raw;  // the record's time stamp, raw clock units
+  const Fire* f;
+};
+
+uint64_t slot_now_ns(const void* arg) {
+  const auto* c = static_cast<const SlotCtx*>(arg);
+  return clock::raw_to_ns(c->rb->clock(), c->raw);
+}
+
+instance::Instance* slot_instance(const void* arg) {
+  // order: acquire pairs with the release that published the instance.
+  return instance::g_slot_state[static_cast<const SlotCtx*>(arg)->slot].instance.load(
+      std::memory_order_acquire);
+}
+
+int slot_snapshot(const void* arg, const char* reason, uint64_t score, bool scored) {
+  instance::Instance* inst = slot_instance(arg);
+  if (!inst) return -ENODEV;
+  return scored ? inst->snapshots().take_scored(reason, score) : inst->snapshots().take(reason);
+}
+
+int slot_snapshot_ring(const void* arg) {
+  instance::Instance* inst = slot_instance(arg);
+  return inst ? inst->snapshots().ring_size() : 1;
+}
+
+int slot_stack(const void* arg, uint64_t* out, int max) {
+  const Fire& f = *static_cast<const SlotCtx*>(arg)->f;
+  return user_stack(f.caller_ip, has_dynamic_fields(f.ev), out, max);
+}
 
 // The hist triggers of `target` in `slot`: paused or continued.
 void set_hists_paused(const internal::EventDesc& target, int slot, bool pause) {
@@ -41,7 +74,7 @@ void set_hists_paused(const internal::EventDesc& target, int slot, bool pause) {
   }
 }
 
-void fire(Trigger& t, int slot, const Fire& f) {
+void fire(Trigger& t, int slot, const Fire& f, const SlotCtx& sctx) {
   if (t.filter && !t.filter->match(f.rec, f.len, f.fctx)) return;
   instance::SlotState& s = instance::g_slot_state[slot];
   // order: acquire pairs with the release that published the buffer.
@@ -74,7 +107,11 @@ void fire(Trigger& t, int slot, const Fire& f) {
       hctx.cpu = f.fctx.cpu;
       hctx.comm = f.fctx.comm;
       hctx.now_ns = &slot_now_ns;
-      hctx.now_arg = rb;
+      hctx.now_arg = &sctx;
+      hctx.snapshot = &slot_snapshot;
+      hctx.snapshot_ring = &slot_snapshot_ring;
+      hctx.stack = &slot_stack;
+      hctx.action_arg = &sctx;
       t.hist->record(f.rec, f.len, hctx);
       return;
     }
@@ -107,14 +144,27 @@ void fire(Trigger& t, int slot, const Fire& f) {
     slots &= slots - 1;
     // order: acquire pairs with the release publishing the SlotControl.
     const SlotControl* sc = c->slots[slot].load(std::memory_order_acquire);
+    // A slot whose hist triggers read common_timestamp reads the clock once: the record is written
+    // with that time stamp and the histograms see it as common_timestamp.
+    // order: acquire pairs with the release that published the buffer.
+    SlotCtx sctx{slot, instance::g_slot_state[slot].buffer.load(std::memory_order_acquire), 0, &f};
+    bool timed = false;
+    if (sc && sctx.rb)
+      for (const auto& tr : sc->triggers)
+        timed = timed || (tr->kind == Kind::kHist && tr->hist->needs_time());
+    if (timed) sctx.raw = clock::read_raw(sctx.rb->clock());
     if (sc)
       for (const auto& tr : sc->triggers)
-        if (tr->kind == Kind::kTraceOn) fire(*tr, slot, f);
-    if ((record_mask >> slot & 1) && (!sc || !sc->filter || sc->filter->match(rec, len, fctx)))
-      events::write_to_slot(slot, rec, len, t.tid);
+        if (tr->kind == Kind::kTraceOn) fire(*tr, slot, f, sctx);
+    if ((record_mask >> slot & 1) && (!sc || !sc->filter || sc->filter->match(rec, len, fctx))) {
+      if (timed)
+        events::write_to_slot_at(slot, rec, len, t.tid, sctx.raw);
+      else
+        events::write_to_slot(slot, rec, len, t.tid);
+    }
     if (sc)
       for (const auto& tr : sc->triggers)
-        if (tr->kind != Kind::kTraceOn) fire(*tr, slot, f);
+        if (tr->kind != Kind::kTraceOn) fire(*tr, slot, f, sctx);
   }
 }
 

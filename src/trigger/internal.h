@@ -42,6 +42,10 @@ const internal::EventDesc& user_stack_event();
 // Context: the write path (between writers::enter and exit).
 void write_user_stack(int slot, const internal::CommonHeader& common, const void* caller_ip, bool dynamic);
 
+// The same frames into `out` (up to `max`; returns how many): a hist
+// trigger's common_stacktrace key.
+int user_stack(const void* caller_ip, bool dynamic, uint64_t* out, int max);
+
 // The same from the frame whose return address is `first_ip` up (the
 // function tracers: the traced function's caller first).
 void write_user_stack_from(int slot, const internal::CommonHeader& common, uint64_t first_ip);

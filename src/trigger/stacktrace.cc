@@ -89,6 +89,7 @@ struct Walk {
   bool from;       // the frame of `ours` is the program's first (write_user_stack_from)
   int n;
   uint64_t* out;
+  int max = kUserStackEntries;
 };
 
 _Unwind_Reason_Code on_frame(_Unwind_Context* ctx, void* arg) {
@@ -104,7 +105,7 @@ _Unwind_Reason_Code on_frame(_Unwind_Context* ctx, void* arg) {
   }
   if (ip == 0) return _URC_END_OF_STACK;
   w->out[w->n++] = ip;
-  return w->n == kUserStackEntries ? _URC_END_OF_STACK : _URC_NO_REASON;
+  return w->n == w->max ? _URC_END_OF_STACK : _URC_NO_REASON;
 }
 
 }  // namespace
@@ -129,6 +130,13 @@ void write_user_stack(int slot, const internal::CommonHeader& common, const void
   Walk w{reinterpret_cast<uintptr_t>(caller_ip), false, dynamic ? 2 : 1, false, 0, r.caller};
   _Unwind_Backtrace(&on_frame, &w);
   events::write_to_slot(slot, &r, sizeof r, common.pid);
+}
+
+int user_stack(const void* caller_ip, bool dynamic, uint64_t* out, int max) {
+  if (max <= 0) return 0;
+  Walk w{reinterpret_cast<uintptr_t>(caller_ip), false, dynamic ? 2 : 1, false, 0, out, max};
+  _Unwind_Backtrace(&on_frame, &w);
+  return w.n;
 }
 
 void write_user_stack_from(int slot, const internal::CommonHeader& common, uint64_t first_ip) {

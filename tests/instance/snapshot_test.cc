@@ -263,13 +263,14 @@ TEST_P(SnapshotTest, AHogKeepsWritingAndNoEventIsLostAroundTheSwap) {
 Instance* g_signal_inst = nullptr;
 void snapshot_from_handler(int) { g_signal_inst->snapshots().take("from a signal handler"); }
 
-// SIGUSR1 takes a snapshot of `inst` while this lives.
+// SIGUSR1 takes a snapshot of `inst` while this lives (`handler`, which
+// finds it in g_signal_inst).
 class SnapshotOnSigusr1 {
  public:
-  explicit SnapshotOnSigusr1(Instance* inst) {
+  explicit SnapshotOnSigusr1(Instance* inst, void (*handler)(int) = snapshot_from_handler) {
     g_signal_inst = inst;
     struct sigaction sa {};
-    sa.sa_handler = snapshot_from_handler;
+    sa.sa_handler = handler;
     EXPECT_EQ(sigaction(SIGUSR1, &sa, &old_), 0);
   }
   ~SnapshotOnSigusr1() { sigaction(SIGUSR1, &old_, nullptr); }
@@ -376,6 +377,260 @@ TEST_P(SnapshotTest, ConcurrentSnapshotsLoseNothing) {
   }
   for (uint32_t w = 0; w < kWriters; ++w)
     for (uint32_t i = 0; i < kPerWriter; ++i) ASSERT_EQ(seen[w][i], 1) << "writer " << w << " seq " << i;
+}
+
+// The scores of the kept snapshots, by age (0: the most recently taken).
+std::vector<uint64_t> kept_scores(Snapshots& snaps) {
+  std::vector<uint64_t> out;
+  for (int age = 0; age < snaps.ring_size(); ++age) {
+    Snapshots::Ref r = snaps.get(age);
+    if (r && r.info().number != 0) out.push_back(r.info().score);
+  }
+  return out;
+}
+
+// The case: a latency trigger keeps the worst cases, not the newest.
+TEST_P(SnapshotTest, ScoredTakesKeepTheWorstN) {
+  ASSERT_EQ(inst_->snapshots().set_ring_size(3), 0);
+  ASSERT_EQ(inst_->snapshots().allocate(), 0);
+  // Each case writes a marker (writer = its score) before its snapshot.
+  for (uint32_t score : {5u, 9u, 2u, 7u, 1u, 8u}) {
+    trace_snaptest_tick(score, 0);
+    ASSERT_EQ(inst_->snapshots().take_scored("slow " + std::to_string(score), score), 0);
+  }
+  // 5, 9, 2 fill the ring; 7 gives up 2; 1 ranks below 5, 9 and 7 and is
+  // dropped, its events staying live; 8 gives up 5 and takes 1's events
+  // with its own.
+  EXPECT_EQ(inst_->snapshots().taken(), 5u);
+  struct Want {
+    uint64_t score, number;
+    std::vector<uint32_t> markers;
+  };
+  const Want want[] = {{8, 5, {1, 8}}, {7, 4, {7}}, {9, 2, {9}}};  // by age: in the order taken
+  for (int age = 0; age < 3; ++age) {
+    Snapshots::Ref r = inst_->snapshots().get(age);
+    ASSERT_TRUE(r);
+    const Want& w = want[age];
+    EXPECT_TRUE(r.info().scored) << age;
+    EXPECT_EQ(r.info().score, w.score) << age;
+    EXPECT_EQ(r.info().number, w.number) << age;
+    EXPECT_EQ(std::string(r.info().reason), "slow " + std::to_string(w.score));
+    std::vector<uint32_t> markers;
+    for (const Tick& t : ticks(r.buffer())) markers.push_back(t.writer);
+    EXPECT_EQ(markers, w.markers) << "age " << age;
+  }
+  EXPECT_EQ(count(read("trace"), "tick: "), 0u);
+  // The head says the score.
+  const std::string s = read("snapshot");
+  EXPECT_NE(s.find("# snapshot: #5 (newest, ring of 3)\n"), std::string::npos) << s;
+  EXPECT_NE(s.find("# score: 8\n"), std::string::npos) << s;
+  EXPECT_NE(read("snapshot.2").find("# score: 9\n"), std::string::npos);
+  // A plain take does not say one.
+  ASSERT_EQ(inst_->snapshots().take("plain"), 0);
+  EXPECT_EQ(read("snapshot").find("# score:"), std::string::npos);
+}
+
+// Mixing: a plain take gives up the oldest whatever its score; a scored
+// take gives up unscored snapshots first, then the lowest score, the
+// oldest of equals, and a tie with the lowest replaces it.
+TEST_P(SnapshotTest, PlainAndScoredTakesEachKeepTheirRule) {
+  ASSERT_EQ(inst_->snapshots().set_ring_size(3), 0);
+  ASSERT_EQ(inst_->snapshots().allocate(), 0);
+  Snapshots& snaps = inst_->snapshots();
+  auto numbers = [&] {
+    std::vector<uint64_t> out;
+    for (int age = 0; age < 3; ++age)
+      if (Snapshots::Ref r = snaps.get(age); r && r.info().number != 0) out.push_back(r.info().number);
+    return out;
+  };
+  using V = std::vector<uint64_t>;
+  ASSERT_EQ(snaps.take_scored("a", 9), 0);  // #1
+  ASSERT_EQ(snaps.take_scored("b", 5), 0);  // #2
+  ASSERT_EQ(snaps.take_scored("c", 5), 0);  // #3
+  EXPECT_EQ(kept_scores(snaps), (V{5, 5, 9}));
+  ASSERT_EQ(snaps.take_scored("d", 6), 0);  // #4 gives up #2, the older 5
+  EXPECT_EQ(numbers(), (V{4, 3, 1}));
+  ASSERT_EQ(snaps.take_scored("e", 5), 0);  // #5: ties with #3's 5, replaces it
+  EXPECT_EQ(numbers(), (V{5, 4, 1}));
+  EXPECT_EQ(kept_scores(snaps), (V{5, 6, 9}));
+  ASSERT_EQ(snaps.take_scored("f", 4), 0);  // ranks below them all: dropped
+  EXPECT_EQ(snaps.taken(), 5u);
+  ASSERT_EQ(snaps.take("plain"), 0);  // #6 gives up the oldest, #1 (score 9)
+  EXPECT_EQ(numbers(), (V{6, 5, 4}));
+  {
+    Snapshots::Ref r = snaps.get(0);
+    ASSERT_TRUE(r);
+    EXPECT_FALSE(r.info().scored);
+  }
+  ASSERT_EQ(snaps.take_scored("g", 1), 0);  // #7 gives up #6, unscored, though newest
+  EXPECT_EQ(numbers(), (V{7, 5, 4}));
+  EXPECT_EQ(kept_scores(snaps), (V{1, 5, 6}));
+  // echo 2 > snapshot forgets them: the next ones fill empty spares first.
+  ASSERT_GT(tracefs::write_file(path("snapshot"), "2\n"), 0);
+  EXPECT_EQ(numbers(), V{});
+  ASSERT_EQ(snaps.take_scored("h", 0), 0);  // #8
+  ASSERT_EQ(snaps.take("i"), 0);            // #9
+  EXPECT_EQ(numbers(), (V{9, 8}));
+}
+
+// SIGUSR1 takes a snapshot scored g_signal_score (< 0: a plain one),
+// with the reason "plain" or "scored".
+std::atomic<int64_t> g_signal_score{-1};
+void scored_snapshot_from_handler(int) {
+  const int64_t s = g_signal_score.load();
+  if (s < 0)
+    g_signal_inst->snapshots().take("plain");
+  else
+    g_signal_inst->snapshots().take_scored("scored", static_cast<uint64_t>(s));
+}
+
+// Requests merged into a pending one raise its score, and a scored merge
+// makes an unscored request scored, ranked as such.
+TEST_P(SnapshotTest, ScoredMergesRaiseThePendingScore) {
+  ASSERT_EQ(inst_->snapshots().allocate(), 0);  // a ring of 1
+  SnapshotOnSigusr1 handler(inst_, scored_snapshot_from_handler);
+  Snapshots& snaps = inst_->snapshots();
+  auto raise_with = [](int64_t score) {
+    g_signal_score.store(score);
+    raise(SIGUSR1);
+  };
+  {
+    rb::RingBuffer::ControlGuard g(inst_->buffer());
+    raise_with(3);   // pending, scored 3
+    raise_with(8);   // merged: 8
+    raise_with(-1);  // merged, plain: no change
+    raise_with(5);   // merged: still 8
+    EXPECT_EQ(snaps.taken(), 0u);
+  }
+  ASSERT_EQ(snaps.taken(), 1u);
+  {
+    Snapshots::Ref r = snaps.get(0);
+    ASSERT_TRUE(r);
+    EXPECT_TRUE(r.info().scored);
+    EXPECT_EQ(r.info().score, 8u);
+    EXPECT_EQ(r.info().merged, 3u);
+    EXPECT_STREQ(r.info().reason, "scored");  // the first request's
+  }
+  const std::string s = read("snapshot");
+  EXPECT_NE(s.find("# requests merged into it: 3\n# score: 8\n"), std::string::npos) << s;
+  // A plain request with a scored one merged: scored, so ranked: 4 is
+  // below the kept 8, and the request is dropped.
+  {
+    rb::RingBuffer::ControlGuard g(inst_->buffer());
+    raise_with(-1);
+    raise_with(4);
+  }
+  EXPECT_EQ(snaps.taken(), 1u);
+  // With 9 merged it ranks above 8 and replaces it.
+  {
+    rb::RingBuffer::ControlGuard g(inst_->buffer());
+    raise_with(-1);
+    raise_with(9);
+  }
+  ASSERT_EQ(snaps.taken(), 2u);
+  Snapshots::Ref r = snaps.get(0);
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(r.info().scored);
+  EXPECT_EQ(r.info().score, 9u);
+  EXPECT_STREQ(r.info().reason, "plain");
+}
+
+// Scores for the concurrent test: distinct (an odd multiplier permutes
+// 32-bit numbers), in no order, from one counter shared by threads and
+// handlers; g_scores[c] records the c-th.
+constexpr uint32_t kScoreSlots = 1 << 16;
+std::atomic<uint32_t> g_next_score{0};
+std::atomic<uint64_t> g_scores[kScoreSlots];
+uint64_t next_score() {
+  const uint32_t c = g_next_score.fetch_add(1);
+  const uint64_t s = 1 + static_cast<uint64_t>(c * 0x9E3779B1u);
+  if (c < kScoreSlots) g_scores[c].store(s);
+  return s;
+}
+std::atomic<uint32_t> g_handled{0};
+void next_scored_from_handler(int) {
+  g_signal_inst->snapshots().take_scored("handler", next_score());
+  g_handled.fetch_add(1);
+}
+
+// Scored takes from several threads and from signal handlers on them, all
+// at once: the kept ones are the worst cases, every request's score being
+// counted in its own snapshot or in the one it merged into.
+TEST_P(SnapshotTest, ConcurrentScoredTakesKeepTheWorst) {
+  constexpr int kRing = 3;
+  ASSERT_EQ(inst_->snapshots().set_ring_size(kRing), 0);
+  ASSERT_EQ(inst_->snapshots().allocate(), 0);
+  Snapshots& snaps = inst_->snapshots();
+  // The worst of all comes first: only the ranking keeps it.
+  constexpr uint64_t kWorst = uint64_t{1} << 40;
+  ASSERT_EQ(snaps.take_scored("worst", kWorst), 0);
+  g_next_score.store(0);
+  g_handled.store(0);
+  for (auto& s : g_scores) s.store(0);
+  SnapshotOnSigusr1 handler(inst_, next_scored_from_handler);
+  // The threads take until the signals are sent (and while scores last).
+  constexpr uint32_t kThreads = 3, kSignals = 200;
+  constexpr uint32_t kThreadScores = kScoreSlots - kSignals - kThreads;
+  std::vector<std::thread> threads;
+  std::vector<pthread_t> handles(kThreads);
+  std::atomic<uint32_t> ready{0};
+  std::atomic<bool> stop{false};
+  for (uint32_t w = 0; w < kThreads; ++w) {
+    threads.emplace_back([&, w] {
+      handles[w] = pthread_self();
+      ready.fetch_add(1);
+      for (uint32_t i = 0; !stop.load() && g_next_score.load() < kThreadScores; ++i) {
+        trace_snaptest_tick(w, i);
+        snaps.take_scored("thread", next_score());
+        if (i % 16 == 0) sched_yield();  // let the signaller run (2 CPUs may be all there is)
+      }
+    });
+  }
+  while (ready.load() < kThreads) sched_yield();
+  for (uint32_t k = 0; k < kSignals; ++k) {
+    const uint32_t before = g_handled.load();
+    pthread_kill(handles[k % kThreads], SIGUSR1);
+    for (int spin = 0; spin < 1000 && g_handled.load() == before; ++spin) sched_yield();
+  }
+  stop.store(true);
+  for (auto& t : threads) t.join();
+  // A merge that lost the race with the request it met is folded into the
+  // next request: this one, if none came after it.
+  ASSERT_EQ(snaps.take_scored("flush", 0), 0);
+  const uint32_t issued = g_next_score.load();
+  ASSERT_LE(issued, kScoreSlots);
+  std::vector<uint64_t> all{kWorst};
+  for (uint32_t c = 0; c < issued; ++c) all.push_back(g_scores[c].load());
+  std::sort(all.rbegin(), all.rend());
+  ASSERT_EQ(std::adjacent_find(all.begin(), all.end()), all.end());  // distinct
+
+  struct Kept {
+    uint64_t score, merged;
+  };
+  std::vector<Kept> kept;
+  for (int age = 0; age < kRing; ++age) {
+    Snapshots::Ref r = snaps.get(age);
+    ASSERT_TRUE(r);
+    ASSERT_NE(r.info().number, 0u);
+    EXPECT_TRUE(r.info().scored);
+    kept.push_back({r.info().score, r.info().merged});
+  }
+  // Each kept score was asked for; the worst is kept; each of the kRing
+  // worst is kept or was merged into a kept snapshot that scores higher.
+  for (const Kept& k : kept) EXPECT_TRUE(std::binary_search(all.rbegin(), all.rend(), k.score)) << k.score;
+  for (int j = 0; j < kRing; ++j) {
+    const uint64_t t = all[static_cast<size_t>(j)];
+    const bool held = std::any_of(kept.begin(), kept.end(), [&](const Kept& k) {
+      return k.score == t || (k.score > t && k.merged > 0);
+    });
+    EXPECT_TRUE(held) << "the " << j << "-th worst score, " << t << ", is neither kept nor merged";
+  }
+  // Better cases than all kept are dropped, and change nothing.
+  const uint64_t taken = snaps.taken();
+  const std::vector<uint64_t> before = kept_scores(snaps);
+  for (int k = 0; k < kRing; ++k) ASSERT_EQ(snaps.take_scored("fine", 0), 0);
+  EXPECT_EQ(snaps.taken(), taken);
+  EXPECT_EQ(kept_scores(snaps), before);
 }
 
 }  // namespace

@@ -72,6 +72,21 @@ Runner add_show(CLI::App& app) {
            flag, [o, f = std::string(file)] { o->files.push_back(f); },
            std::string("Print ") + file)
         ->trigger_on_parse();  // printed in the order given
+  sub->add_option_function<std::string>(
+         "--hist",
+         [o](const std::string& ev) {
+           const size_t colon = ev.find(':');
+           o->files.push_back(
+               "events/" +
+               (colon == std::string::npos ? ev : ev.substr(0, colon) + "/" + ev.substr(colon + 1)) +
+               "/hist");
+         },
+         "Print the hist file of SYS:EVENT (its hist triggers' tables, maxima and snapshots taken)")
+      ->trigger_on_parse()
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  sub->add_flag_callback(
+         "--synthetic_events", [o] { o->files.push_back("synthetic_events"); }, "Print synthetic_events")
+      ->trigger_on_parse();
   return [o] {
     auto c = connect_to("show", o->pid);
     if (!c) return 1;
@@ -160,6 +175,18 @@ Runner add_stat(CLI::App& app) {
       while (!s.empty() && s.back() == '\n') s.pop_back();
       return s;
     };
+    // Global: the synthetic events (their triggers are listed with the
+    // instances that enable them).
+    if (const std::string synth = text("synthetic_events"); !synth.empty()) {
+      printf("\nSynthetic events:\n");
+      size_t at = 0;
+      while (at < synth.size()) {
+        size_t nl = synth.find('\n', at);
+        if (nl == std::string::npos) nl = synth.size();
+        printf("  %s\n", synth.substr(at, nl - at).c_str());
+        at = nl + 1;
+      }
+    }
     for (const std::string& inst : instances) {
       const std::string dir = instance_dir(inst);
       printf("\n%s\n", inst.empty() ? "Top instance:" : ("Instance: " + inst).c_str());

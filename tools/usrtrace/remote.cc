@@ -178,6 +178,10 @@ void Setup::add_options(CLI::App* sub, bool with_instances) {
       "A dynamic probe, as a line of uprobe_events (p|r[:[GRP/]EVENT] PATH:OFFSET|[PATH:]SYMBOL[+OFFS] "
       "[ARGS]): "
       "defined, and enabled here as an -e would be (-f and -R after it bind to it); removed at the end");
+  add("--synth", 'y',
+      "A synthetic event, as a line of synthetic_events (NAME TYPE FIELD[; TYPE FIELD...]): defined, and "
+      "enabled here as an -e would be (-f and -R after it bind to it; hist triggers' onmatch().NAME() "
+      "generate it); removed at the end");
   sub->add_flag_callback(
          "-v,--negate",
          [this] {
@@ -300,8 +304,8 @@ int Setup::apply(const std::string& verb, control::Client& c, Undo* undo, int pi
   };
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
-    const bool event =
-        a.opt == 'e' || a.opt == 'f' || a.opt == 'R' || a.opt == 'v' || a.opt == 'T' || a.opt == 'u';
+    const bool event = a.opt == 'e' || a.opt == 'f' || a.opt == 'R' || a.opt == 'v' || a.opt == 'T' ||
+                       a.opt == 'u' || a.opt == 'y';
     // (--func-stack, 'S', is a tracer option: set with the tracers, before constructors.)
     if (phase == Phase::kBeforeConstructors && event) continue;
     if (phase == Phase::kEvents && !event && a.opt != 'B') continue;  // -B: where the events go
@@ -420,6 +424,26 @@ int Setup::apply(const std::string& verb, control::Client& c, Undo* undo, int pi
         }
         if (!write(dir + "set_event", grp + ":" + ev, true)) return 1;
         undo->writes.push_back({dir + "set_event", "!" + grp + ":" + ev});
+        break;
+      }
+      case 'y': {
+        // Defined in synthetic_events (global, whatever the -B), then
+        // enabled as -e synthetic:NAME. Removed at the end after the
+        // triggers that generate it (the undo runs backwards).
+        if (!write("synthetic_events", a.value, true)) return 1;
+        std::string name = trim(a.value);
+        name = name.substr(0, name.find_first_of(" \t"));
+        undo->writes.push_back({"synthetic_events", "!" + name});
+        last_event_dir = dir + "events/synthetic/" + name + "/";
+        last_event_filter = last_event_dir + "filter";
+        bool skipped = false;
+        while (i + 1 < actions.size() && (actions[i + 1].opt == 'f' || actions[i + 1].opt == 'R') &&
+               !skipped) {
+          if (!bound(actions[i + 1], &skipped)) return 1;
+          if (!skipped) ++i;
+        }
+        if (!write(dir + "set_event", "synthetic:" + name, true)) return 1;
+        undo->writes.push_back({dir + "set_event", "!synthetic:" + name});
         break;
       }
       case 'f':
