@@ -304,6 +304,96 @@ TEST(HistTest, ThreadsAndSignalHandlersAggregateExactly) {
   g_sig_hist.reset();
 }
 
+// onmax() on one entry from three threads and a signal handler at once
+// (the handler interrupting its own thread's update of the entry): the max
+// is never lost (compare-and-swap), every record is counted, and the saved
+// field is one a record wrote with its value (bytes_alloc = 2 * bytes_req),
+// never torn; the snapshot callback's kept values are distinct values that
+// were written, worst first, none lower than a value it left out.
+std::atomic<Histogram*> g_max_hist{nullptr};
+std::atomic<uint64_t> g_max_sigs{0};
+std::atomic<int> g_snaps{0};
+void on_max_signal(int) {
+  if (Histogram* h = g_max_hist.load()) {
+    const uint64_t v = 7000000 + g_max_sigs.fetch_add(1);
+    Kmalloc r{};
+    r.common.pid = 1;
+    r.bytes_req = v;
+    r.bytes_alloc = 2 * v;
+    RecordContext ctx;
+    ctx.snapshot = [](const void*, const char*, uint64_t, bool) {
+      g_snaps.fetch_add(1);
+      return 0;
+    };
+    ctx.snapshot_ring = [](const void*) { return 4; };
+    h->record(&r, sizeof r, ctx);
+  }
+}
+
+TEST(HistTest, OnmaxOnOneEntryFromThreadsAndSignalHandlersKeepsTheMax) {
+  auto h = make(kmalloc_desc(),
+                "hist:keys=common_pid:v=bytes_req:onmax($v).save(bytes_alloc):onmax($v).snapshot()");
+  ASSERT_NE(h, nullptr);
+  g_max_sigs.store(0);
+  g_snaps.store(0);
+  g_max_hist.store(h.get());
+  struct sigaction sa = {}, old = {};
+  sa.sa_handler = &on_max_signal;
+  sa.sa_flags = SA_RESTART;
+  ASSERT_EQ(sigaction(SIGUSR2, &sa, &old), 0);
+  constexpr int kThreads = 3, kEach = 40000;
+  std::atomic<bool> go{false};
+  std::atomic<int> started{0};
+  std::vector<pthread_t> ids(kThreads);
+  std::vector<std::thread> ts;
+  for (int t = 0; t < kThreads; ++t)
+    ts.emplace_back([&, t] {
+      ids[static_cast<size_t>(t)] = pthread_self();
+      started.fetch_add(1);
+      while (!go.load()) std::this_thread::yield();
+      RecordContext ctx;
+      ctx.snapshot = [](const void*, const char*, uint64_t, bool) {
+        g_snaps.fetch_add(1);
+        return 0;
+      };
+      ctx.snapshot_ring = [](const void*) { return 4; };
+      for (int i = 0; i < kEach; ++i) {
+        // Rising values per thread, interleaved across threads.
+        const uint64_t v = static_cast<uint64_t>(i) * kThreads + static_cast<uint64_t>(t);
+        Kmalloc r{};
+        r.common.pid = 1;
+        r.bytes_req = v;
+        r.bytes_alloc = 2 * v;
+        h->record(&r, sizeof r, ctx);
+      }
+    });
+  while (started.load() < kThreads) std::this_thread::yield();
+  go = true;
+  for (int k = 0; k < 200; ++k) pthread_kill(ids[static_cast<size_t>(k % kThreads)], SIGUSR2);
+  for (auto& th : ts) th.join();
+  g_max_hist.store(nullptr);
+  sigaction(SIGUSR2, &old, nullptr);
+  const uint64_t sigs = g_max_sigs.load();
+  const uint64_t max = sigs ? 7000000 + sigs - 1 : uint64_t{kEach} * kThreads - 1;
+  const std::string t = h->print("");
+  EXPECT_NE(t.find("hitcount: " + std::string(10 - std::to_string(kThreads * kEach + sigs).size(), ' ') +
+                   std::to_string(kThreads * kEach + sigs) +
+                   "\n\tmax: " + std::string(10 - std::to_string(max).size(), ' ') + std::to_string(max)),
+            std::string::npos)
+      << t;
+  // The saved field: twice some value written, at most twice the max.
+  const size_t at = t.find("bytes_alloc: ");
+  ASSERT_NE(at, std::string::npos) << t;
+  const uint64_t saved = std::stoull(t.substr(at + 13));
+  EXPECT_EQ(saved % 2, 0u) << t;
+  EXPECT_LE(saved, 2 * max) << t;
+  // The kept snapshots: worst first, at most 4, the first the max (the
+  // last value of the run that raised it found the list free or was
+  // counted as not taken).
+  EXPECT_LE(g_snaps.load(), kThreads * kEach + static_cast<int>(sigs));
+  EXPECT_NE(t.find("Snapshots taken"), std::string::npos) << t;
+}
+
 // Signal handlers interrupting inserts of new keys and inserting the very
 // key their thread is inserting, from a high-resolution timer per thread,
 // while other threads on the same CPU insert the same keys: no record is
