@@ -55,8 +55,8 @@ std::vector<std::shared_ptr<Published>>& published() {
 std::string key_layout_of(const std::vector<Field>& keys) {
   std::string s;
   for (const Field& k : keys) {
-    s += k.is_string() ? 's' : k.src == Src::kStack ? 't' : 'n';
-    s += std::to_string(k.is_string() || k.src == Src::kStack ? k.size : 8);
+    s += k.is_string() ? 's' : k.is_stack() ? 't' : 'n';
+    s += std::to_string(k.is_string() || k.is_stack() ? k.size : 8);
     s += ',';
   }
   return s;
@@ -279,7 +279,7 @@ bool Histogram::Impl::resolve(Error* err) {
       return fail("Param count doesn't match synthetic event field count", a.pos);
     for (size_t k = 0; k < fs.size(); ++k) {
       const bool str = a.params[k].string.is_string();
-      if (fs[k].is_stack || fs[k].is_string != str)
+      if (fs[k].is_stack != a.params[k].stack || fs[k].is_string != str)
         return fail("Param type doesn't match synthetic event field type", a.pos);
     }
     synths[i] = std::move(ev);
@@ -417,8 +417,16 @@ void trace_synth(const Histogram::Impl& im, size_t i, Eval& ev) {
   uint64_t vals[kMaxParams];
   char strs[kMaxStringParams][kSavedString];
   size_t nstr = 0;
+  uint64_t frames[1 + kStackDepth];  // a stack param: the count, then the frames
   for (size_t k = 0; k < a.params.size(); ++k) {
     const Param& pr = a.params[k];
+    if (pr.stack) {
+      const RecordContext& ctx = ev.ctx;
+      const int n = ctx.stack ? ctx.stack(ctx.action_arg, frames + 1, static_cast<int>(kStackDepth)) : 0;
+      frames[0] = n > 0 ? static_cast<uint64_t>(n) : 0;
+      vals[k] = reinterpret_cast<uint64_t>(frames);
+      continue;
+    }
     if (pr.string.is_string()) {
       if (nstr == kMaxStringParams) return;  // refused when parsed
       string_param(pr.string, ev, strs[nstr]);
@@ -591,6 +599,14 @@ void Histogram::record(const void* rec_v, uint32_t len, const RecordContext& ctx
       uint64_t ips[kStackDepth];
       const int n = ctx.stack ? ctx.stack(ctx.action_arg, ips, static_cast<int>(kStackDepth)) : 0;
       if (n > 0) std::memcpy(out, ips, static_cast<size_t>(n) * 8);
+    } else if (k.src == Src::kDynStack) {
+      // __data_loc of u64 frames: the first kStackDepth of them.
+      if (static_cast<uint32_t>(k.offset) + 4 <= len) {
+        internal::DataLoc loc;
+        std::memcpy(&loc, rec + k.offset, sizeof loc);
+        const uint32_t off = loc & 0xffff, n = loc >> 16;
+        if (off + n <= len) std::memcpy(out, rec + off, std::min<uint32_t>(n & ~7u, k.size));
+      }
     } else {
       uint64_t v = ev.field(k);
       if (k.flags & kLog2) v = log2_key(v);
@@ -721,9 +737,9 @@ namespace {
 
 std::string format_key(const Field& k, const uint8_t* key, const char* comm) {
   char buf[512];
-  if (k.src == Src::kStack) {
+  if (k.is_stack()) {
     // Kernel: hist_trigger_stacktrace_print(): a frame a line, %pS.
-    std::string out = k.name + ":\n";
+    std::string out = k.spec() + ":\n";
     for (uint32_t i = 0; i < kStackDepth; ++i) {
       uint64_t ip;
       std::memcpy(&ip, key + k.key_offset + 8 * i, 8);
@@ -906,7 +922,7 @@ std::string Histogram::print(std::string_view filter) const {
     entries.push_back(std::move(en));
   }
   auto key_cmp = [&](const Entry& a, const Entry& b, const Field& k) {
-    if (k.src == Src::kStack) return std::memcmp(a.key + k.key_offset, b.key + k.key_offset, k.size);
+    if (k.is_stack()) return std::memcmp(a.key + k.key_offset, b.key + k.key_offset, k.size);
     if (k.is_string())
       return std::strncmp(reinterpret_cast<const char*>(a.key + k.key_offset),
                           reinterpret_cast<const char*>(b.key + k.key_offset), k.size);
@@ -952,7 +968,7 @@ std::string Histogram::print(std::string_view filter) const {
       out += format_key(im.keys[k], e.key, e.comm);
     }
     // A stack ends with its last frame's line.
-    out += im.keys.back().src == Src::kStack ? "}" : " }";
+    out += im.keys.back().is_stack() ? "}" : " }";
     for (size_t v = 0; v < im.vals.size(); ++v) {
       const Field& f = im.vals[v];
       const auto u = static_cast<unsigned long long>(e.sums[v]);

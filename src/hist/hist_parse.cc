@@ -101,7 +101,7 @@ bool apply_field_modifier(std::string_view m, bool is_key, Field* f) {
         ok = !is_key && numeric;
         break;
       case kStacktrace:
-        ok = is_key && f->src == Src::kStack;  // implied by the field; accepted
+        ok = is_key && f->is_stack();  // implied by the field; accepted, as the kernel's
         break;
       case kSyscall:
       case kSym:
@@ -125,7 +125,7 @@ uint32_t layout_keys(std::vector<Field>& keys) {
   uint32_t key_size = 0;
   for (Field& k : keys) {
     k.key_offset = key_size;
-    key_size += k.is_string() || k.src == Src::kStack ? (k.size + 7u) & ~7u : 8u;
+    key_size += k.is_string() || k.is_stack() ? (k.size + 7u) & ~7u : 8u;
   }
   return key_size;
 }
@@ -430,8 +430,17 @@ bool HistParser::find_field(std::string_view name, bool is_key, Field* f) {
         f->offset = fd->offset;
         f->size = kDynStringKey;
         break;
+      case FieldKind::kDynBytes: {
+        // A synthetic event's stack (`unsigned long[]`, `long[]`): a key
+        // (stack.stacktrace), of its first kStackDepth frames.
+        const std::string_view type = fd->type;
+        if (!is_key || type.size() < 6 || type.substr(type.size() - 6) != "long[]") return false;
+        f->src = Src::kDynStack;
+        f->offset = fd->offset;
+        f->size = kStackDepth * 8;
+        break;
+      }
       case FieldKind::kByteArray:
-      case FieldKind::kDynBytes:
         return false;
       default:
         f->src = Src::kInt;
@@ -713,7 +722,7 @@ int HistParser::expr_operand(std::string_view tok, size_t pos) {
     fail("String type can not be an operand in expression", pos);
     return -1;
   }
-  if (e.field.src == Src::kHitcount || e.field.src == Src::kStack) {
+  if (e.field.src == Src::kHitcount || e.field.is_stack()) {
     fail("Couldn't find field", pos);
     return -1;
   }
@@ -805,6 +814,14 @@ bool HistParser::parse_params(std::string_view list, size_t pos, Action* a) {
     if (item.empty()) return fail("Invalid action param", p);
     Param pr;
     pr.text = std::string(item);
+    if (item == "common_stacktrace" || item == "stacktrace") {
+      // The thread's stack when the action runs, for a stack field.
+      if (a->kind != Action::kTrace) return fail("Invalid action param", p);
+      pr.stack = true;
+      spec_.needs_stack = true;
+      a->params.push_back(std::move(pr));
+      return true;
+    }
     if (item.find_first_of("$+-*/()") == std::string_view::npos &&
         !std::isdigit(static_cast<unsigned char>(item[0]))) {
       Field f;

@@ -51,7 +51,9 @@ inline constexpr FlagName kFlagNames[] = {
 
 // Where a key or value reads from. kExpr: an expression (HistSpec::exprs),
 // for expression values and keys that name a variable ($var).
-enum class Src : uint8_t { kInt, kChars, kDynStr, kCpu, kTimestamp, kHitcount, kExpr, kStack };
+// kStack: the writing thread's stack (common_stacktrace); kDynStack: a
+// stack field of the record (a synthetic event's `unsigned long[]`).
+enum class Src : uint8_t { kInt, kChars, kDynStr, kCpu, kTimestamp, kHitcount, kExpr, kStack, kDynStack };
 
 // One key or value of a histogram on one event.
 struct Field {
@@ -66,6 +68,7 @@ struct Field {
   int expr = -1;            // kExpr: the expression (HistSpec::exprs)
   std::string text;         // kExpr: as the trigger file prints it
   bool is_string() const { return src == Src::kChars || src == Src::kDynStr; }
+  bool is_stack() const { return src == Src::kStack || src == Src::kDynStack; }
   // "name.flag" as the trigger file prints it.
   std::string spec() const {
     if (src == Src::kExpr) return text;
@@ -133,8 +136,9 @@ struct Ref {
 // A value an action passes or saves: an expression, or a string field of
 // the record (strings are never operands).
 struct Param {
-  int expr = -1;  // numeric
-  Field string;   // is_string(): a string field of this event
+  int expr = -1;       // numeric
+  Field string;        // is_string(): a string field of this event
+  bool stack = false;  // common_stacktrace: the writing thread's stack, for a stack field
   std::string text;
 };
 
