@@ -444,7 +444,7 @@ TEST_P(HistVarsTest, StackFieldsOfSyntheticEventsAreKeys) {
   volatile int n = 3;  // one call site: one stack
   for (int i = 0; i < n; ++i) {
     trace_hv_waking(501, 9, "cyclic");
-    spin_us(5 + 20 * i);  // rising: each is a new max
+    spin_us(100 + 3000 * i);  // rising by 3 ms: each is a new max
     switch_from_here(501);
   }
   const std::string h = rd(synth("block_lat", "hist"));
