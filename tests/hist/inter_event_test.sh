@@ -107,6 +107,13 @@ for f in enable filter format hist id trigger; do
   [[ -e $mnt/events/synthetic/wakeup_latency/$f ]] || fail "no events/synthetic/wakeup_latency/$f"
 done
 
+step="usrtrace stat and show list it"
+"$USRTRACE" stat -P "$target_pid" >"$work/stat"
+grep -A1 '^Synthetic events:$' "$work/stat" | grep -q $'^  wakeup_latency\tu64 lat; pid_t pid; int prio$' ||
+  fail "stat: $(cat "$work/stat")"
+[[ $("$USRTRACE" show -P "$target_pid" --synthetic_events) == $'wakeup_latency\tu64 lat; pid_t pid; int prio' ]] ||
+  fail "show --synthetic_events: $("$USRTRACE" show -P "$target_pid" --synthetic_events)"
+
 step="the onmatch triggers"
 echo 1 >"$mnt/events/sched/enable"
 echo 1 >"$mnt/events/synthetic/wakeup_latency/enable"
@@ -174,6 +181,8 @@ paste -d' ' "$work/want" "$work/own" | awk '
   END { exit bad }' || fail "latencies disagree with the program's own"
 # The histogram: one entry per (pid, prio, lat), hitcounts adding up.
 cat "$mnt/events/synthetic/wakeup_latency/hist" >"$work/hist"
+"$USRTRACE" show -P "$target_pid" --hist synthetic:wakeup_latency | diff - "$work/hist" >/dev/null ||
+  fail "show --hist differs from the mount's hist file"
 grep -q '^# trigger info: hist:keys=pid,prio,lat:vals=hitcount:sort=pid,lat:size=2048 \[active\]$' "$work/hist" ||
   fail "trigger info: $(grep 'trigger info' "$work/hist")"
 awk '/^\{ pid:/ { gsub(/[{},]/, ""); print $2, $6, $8 }' "$work/hist" | sort >"$work/hist_got"
