@@ -56,7 +56,9 @@ uint64_t read_raw(ClockId id);
 
 // Converts a raw value to the clock's printed unit: nanoseconds for ns
 // clocks, the raw count otherwise. The first call for a TSC clock may spend
-// up to 20 ms calibrating. Context: reader side.
+// up to 20 ms calibrating. Context: reader side; the write path too once
+// tsc_calibration() has run (hist triggers with common_timestamp call it
+// when they are written).
 uint64_t raw_to_ns(ClockId id, uint64_t raw);
 
 // TSC to ns: ns = ns0 + ((tsc - tsc0) * mult) >> 32.

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <vector>
 
+#include "clock/trace_clock.h"
 #include "events/record.h"
 #include "events/registry.h"
 #include "hist/hist_impl.h"
@@ -200,6 +201,11 @@ std::unique_ptr<Histogram> Histogram::create(const EventDesc& ev, std::string_vi
         }
   }
   if (!im.resolve(err)) return nullptr;
+  // common_timestamp converts the record's raw time stamp on the write path
+  // (raw_to_ns): the TSC calibration, up to 20 ms of waiting and a static
+  // guard the first time, is done here, on the control plane. (A test run
+  // alone caught the first writer of a fresh process stalled 16 ms.)
+  if (im.needs_ts) (void)clock::tsc_calibration();
   if (!im.create_tracing_map()) {
     *err = Error{"Named hist trigger doesn't match existing named trigger (includes variables)", im.cmd_pos};
     return nullptr;
