@@ -172,12 +172,13 @@ grep -q 'wakeup_latency: lat=[0-9]* pid=[0-9]* prio=19$' "$work/trace" || fail "
 # The program's own measurement brackets the two events: each latency is at
 # most its own (and at most a few microseconds less: the clock reads and
 # the event writes between them).
-# (A preemption between a clock read and its event can widen the gap: 1 ms
-# is allowed; the time stamps above are the exact check.)
+# (A preemption between a clock read and its event, or a sanitizer's
+# slowness, widens the gap: 5 ms is allowed; the time stamps above are the
+# exact check, and the upper bound holds whatever the machine.)
 grep '^lat ' "$work/target.out" | tail -n +2 | awk '{print $2, $3}' >"$work/own"
 paste -d' ' "$work/want" "$work/own" | awk '
   $1 != $3 { print "pid " $1 " vs " $3; bad = 1 }
-  $2 > $4 + 1 || $2 + 1000 < $4 { print "lat " $2 " vs own " $4; bad = 1 }
+  $2 > $4 + 1 || $2 + 5000 < $4 { print "lat " $2 " vs own " $4; bad = 1 }
   END { exit bad }' || fail "latencies disagree with the program's own"
 # The histogram: one entry per (pid, prio, lat), hitcounts adding up.
 cat "$mnt/events/synthetic/wakeup_latency/hist" >"$work/hist"
