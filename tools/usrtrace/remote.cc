@@ -302,6 +302,17 @@ int Setup::apply(const std::string& verb, control::Client& c, Undo* undo, int pi
     undo->writes.push_back({path, trigger ? "!" + a.value : "0"});
     return true;
   };
+  // The -f and -R right after an event's action (-e, --probe, --synth), bound
+  // to it; *i moves past those done (a skipped event's stay, as its -f's).
+  auto bind_following = [&](size_t* i) -> bool {
+    bool skipped = false;
+    while (*i + 1 < actions.size() && (actions[*i + 1].opt == 'f' || actions[*i + 1].opt == 'R') &&
+           !skipped) {
+      if (!bound(actions[*i + 1], &skipped)) return false;
+      if (!skipped) ++*i;  // done
+    }
+    return true;
+  };
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
     const bool event = a.opt == 'e' || a.opt == 'f' || a.opt == 'R' || a.opt == 'v' || a.opt == 'T' ||
@@ -366,12 +377,7 @@ int Setup::apply(const std::string& verb, control::Client& c, Undo* undo, int pi
           if (!write(dir + "set_event", off, true)) return 1;
           break;
         }
-        bool skipped = false;
-        while (i + 1 < actions.size() && (actions[i + 1].opt == 'f' || actions[i + 1].opt == 'R') &&
-               !skipped) {
-          if (!bound(actions[i + 1], &skipped)) return 1;
-          if (!skipped) ++i;  // done
-        }
+        if (!bind_following(&i)) return 1;
         if (missing_events_ok) {
           const long rc = c.write_file(dir + "set_event", spec, true);
           if (rc == -EINVAL) {
@@ -416,12 +422,7 @@ int Setup::apply(const std::string& verb, control::Client& c, Undo* undo, int pi
         undo->writes.push_back({"uprobe_events", "-:" + grp + "/" + ev});
         last_event_dir = dir + "events/" + grp + "/" + ev + "/";
         last_event_filter = last_event_dir + "filter";
-        bool skipped = false;
-        while (i + 1 < actions.size() && (actions[i + 1].opt == 'f' || actions[i + 1].opt == 'R') &&
-               !skipped) {
-          if (!bound(actions[i + 1], &skipped)) return 1;
-          if (!skipped) ++i;
-        }
+        if (!bind_following(&i)) return 1;
         if (!write(dir + "set_event", grp + ":" + ev, true)) return 1;
         undo->writes.push_back({dir + "set_event", "!" + grp + ":" + ev});
         break;
@@ -436,12 +437,7 @@ int Setup::apply(const std::string& verb, control::Client& c, Undo* undo, int pi
         undo->writes.push_back({"synthetic_events", "!" + name});
         last_event_dir = dir + "events/synthetic/" + name + "/";
         last_event_filter = last_event_dir + "filter";
-        bool skipped = false;
-        while (i + 1 < actions.size() && (actions[i + 1].opt == 'f' || actions[i + 1].opt == 'R') &&
-               !skipped) {
-          if (!bound(actions[i + 1], &skipped)) return 1;
-          if (!skipped) ++i;
-        }
+        if (!bind_following(&i)) return 1;
         if (!write(dir + "set_event", "synthetic:" + name, true)) return 1;
         undo->writes.push_back({dir + "set_event", "!synthetic:" + name});
         break;
